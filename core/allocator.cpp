@@ -1,0 +1,239 @@
+#include "core/allocator.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace moezero {
+
+namespace {
+constexpr size_t kGranularityBytes = 512;
+size_t round_block(size_t bytes) {
+  return (bytes + kGranularityBytes - 1) / kGranularityBytes * kGranularityBytes;
+}
+// A cached block may serve a smaller request when the waste is modest.
+bool fits(size_t cached, size_t wanted) { return cached <= wanted + wanted / 4 + 4096; }
+}  // namespace
+
+const char* mem_tag_name(MemTag t) {
+  switch (t) {
+    case MemTag::ParamShard: return "param_shard";
+    case MemTag::FullParam: return "full_param";
+    case MemTag::Grad: return "grad";
+    case MemTag::OptimState: return "optim_state";
+    case MemTag::Activation: return "activation";
+    case MemTag::Cache: return "cache";
+    case MemTag::CommBuffer: return "comm_buffer";
+    case MemTag::Other: return "other";
+    case MemTag::kCount: break;
+  }
+  return "?";
+}
+
+// ---- Buffer ----------------------------------------------------------------------------
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    allocator_ = o.allocator_;
+    device_ = o.device_;
+    ptr_ = o.ptr_;
+    size_bytes_ = o.size_bytes_;
+    block_bytes_ = o.block_bytes_;
+    tag_ = o.tag_;
+    home_ = o.home_;
+    extra_streams_ = std::move(o.extra_streams_);
+    o.allocator_ = nullptr;
+    o.ptr_ = nullptr;
+    o.size_bytes_ = o.block_bytes_ = 0;
+    o.home_ = nullptr;
+    o.extra_streams_.clear();
+  }
+  return *this;
+}
+
+void Buffer::record_stream(Stream& stream) {
+  if (!allocator_ || &stream == home_) return;
+  if (std::find(extra_streams_.begin(), extra_streams_.end(), &stream) == extra_streams_.end())
+    extra_streams_.push_back(&stream);
+}
+
+void Buffer::reset() {
+  if (allocator_) allocator_->free_block(*this);
+  allocator_ = nullptr;
+  ptr_ = nullptr;
+  size_bytes_ = block_bytes_ = 0;
+  home_ = nullptr;
+  extra_streams_.clear();
+}
+
+// ---- Allocator -------------------------------------------------------------------------
+
+Allocator::Allocator(Device& device, size_t capacity_bytes)
+    : device_(device), capacity_bytes_(capacity_bytes) {}
+
+Allocator::~Allocator() {
+  for (auto& p : pending_) {
+    for (auto& e : p.events) {
+      try {
+        e->synchronize();
+      } catch (...) {
+        // The stream failed; its work is over either way, the memory can go.
+      }
+    }
+    device_.raw_free(p.ptr);
+  }
+  for (auto& [size, ptr] : free_pool_) device_.raw_free(ptr);
+}
+
+void Allocator::reclaim_completed_locked() {
+  auto done = [](const Pending& p) {
+    for (auto& e : p.events) {
+      try {
+        if (!e->query()) return false;
+      } catch (...) {
+        // Completed with an error: the stream will not touch the memory again.
+      }
+    }
+    return true;
+  };
+  for (size_t i = 0; i < pending_.size();) {
+    if (done(pending_[i])) {
+      free_pool_.emplace(pending_[i].block_bytes, pending_[i].ptr);
+      stats_.pending_bytes -= pending_[i].block_bytes;
+      pending_[i] = std::move(pending_.back());
+      pending_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+void* Allocator::take_cached_locked(size_t block_bytes, size_t* got_bytes) {
+  auto it = free_pool_.lower_bound(block_bytes);
+  if (it == free_pool_.end() || !fits(it->first, block_bytes)) return nullptr;
+  void* p = it->second;
+  *got_bytes = it->first;
+  free_pool_.erase(it);
+  return p;
+}
+
+Buffer Allocator::allocate(size_t bytes, MemTag tag, Stream& stream, const char* what) {
+  Buffer b;
+  if (bytes == 0) return b;
+  const size_t block = round_block(bytes);
+  void* ptr = nullptr;
+  size_t got = block;
+  {
+    std::unique_lock lock(mu_);
+    reclaim_completed_locked();
+    ptr = take_cached_locked(block, &got);
+    if (!ptr) {
+      for (int attempt = 0; attempt < 3 && !ptr; ++attempt) {
+        if (attempt == 1) {
+          // Give the cache back to the device and try again.
+          for (auto& [size, p] : free_pool_) {
+            device_.raw_free(p);
+            stats_.reserved_bytes -= size;
+          }
+          free_pool_.clear();
+        } else if (attempt == 2) {
+          // Wait for pending frees (without holding the lock: a stream task may free memory).
+          std::vector<Pending> waiting = std::move(pending_);
+          pending_.clear();
+          lock.unlock();
+          for (auto& p : waiting)
+            for (auto& e : p.events) {
+              try {
+                e->synchronize();
+              } catch (...) {
+              }
+            }
+          lock.lock();
+          for (auto& p : waiting) {
+            device_.raw_free(p.ptr);
+            stats_.reserved_bytes -= p.block_bytes;
+            stats_.pending_bytes -= p.block_bytes;
+          }
+        }
+        if (capacity_bytes_ == 0 || stats_.reserved_bytes + block <= capacity_bytes_) {
+          ptr = device_.raw_alloc(block);
+          if (ptr) {
+            got = block;
+            stats_.reserved_bytes += block;
+            ++stats_.device_alloc_count;
+          }
+        }
+      }
+    }
+    if (!ptr) {
+      MOEZERO_THROW_AS(OutOfMemoryError, "out of memory on ", device_.name(), ": ", what,
+                       (what[0] ? " " : ""), "asked for ", bytes, " bytes of tag '",
+                       mem_tag_name(tag), "'; in use ", stats_.total_current_bytes,
+                       " bytes (", mem_tag_name(tag), ": ",
+                       stats_.current_bytes[static_cast<size_t>(tag)], "), reserved ",
+                       stats_.reserved_bytes, ", capacity ",
+                       capacity_bytes_ ? std::to_string(capacity_bytes_) : "unlimited");
+    }
+    auto t = static_cast<size_t>(tag);
+    stats_.current_bytes[t] += bytes;
+    stats_.peak_bytes[t] = std::max(stats_.peak_bytes[t], stats_.current_bytes[t]);
+    stats_.total_current_bytes += bytes;
+    stats_.total_peak_bytes = std::max(stats_.total_peak_bytes, stats_.total_current_bytes);
+    ++stats_.alloc_count;
+  }
+  b.allocator_ = this;
+  b.device_ = &device_;
+  b.ptr_ = ptr;
+  b.size_bytes_ = bytes;
+  b.block_bytes_ = got;
+  b.tag_ = tag;
+  b.home_ = &stream;
+  return b;
+}
+
+void Allocator::free_block(Buffer& b) {
+  Pending p{b.ptr_, b.block_bytes_, {}};
+  // Mark the release point on every stream that may still use the block.
+  auto mark = [&](Stream* s) {
+    auto e = device_.create_event();
+    e->record(*s);
+    p.events.push_back(std::move(e));
+  };
+  if (b.home_) mark(b.home_);
+  for (Stream* s : b.extra_streams_) mark(s);
+  std::lock_guard lock(mu_);
+  auto t = static_cast<size_t>(b.tag_);
+  stats_.current_bytes[t] -= b.size_bytes_;
+  stats_.total_current_bytes -= b.size_bytes_;
+  stats_.pending_bytes += p.block_bytes;
+  pending_.push_back(std::move(p));
+}
+
+MemStats Allocator::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void Allocator::reset_peak() {
+  std::lock_guard lock(mu_);
+  stats_.peak_bytes = stats_.current_bytes;
+  stats_.total_peak_bytes = stats_.total_current_bytes;
+}
+
+void Allocator::empty_cache() {
+  std::lock_guard lock(mu_);
+  reclaim_completed_locked();
+  for (auto& [size, p] : free_pool_) {
+    device_.raw_free(p);
+    stats_.reserved_bytes -= size;
+  }
+  free_pool_.clear();
+}
+
+void Allocator::set_capacity_bytes(size_t bytes) {
+  std::lock_guard lock(mu_);
+  capacity_bytes_ = bytes;
+}
+
+}  // namespace moezero

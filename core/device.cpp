@@ -1,0 +1,7 @@
+#include "core/device.h"
+
+namespace moezero {
+
+const char* device_kind_name(DeviceKind k) { return k == DeviceKind::Cpu ? "cpu" : "cuda"; }
+
+}  // namespace moezero

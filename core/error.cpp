@@ -1,0 +1,17 @@
+#include "core/error.h"
+
+namespace moezero {
+
+namespace {
+std::string with_location(const std::string& what, const char* file, int line) {
+  return what + " [" + file + ":" + std::to_string(line) + "]";
+}
+}  // namespace
+
+Error::Error(std::string what, const char* file, int line)
+    : std::runtime_error(with_location(what, file, line)),
+      message_(std::move(what)),
+      file_(file),
+      line_(line) {}
+
+}  // namespace moezero

@@ -1,0 +1,35 @@
+// kernels/backend.h — creating devices of either backend, and asking what is available.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+
+namespace moezero {
+
+struct CpuDeviceOptions {
+  // Allocator capacity in bytes; 0 = unlimited. Lets tests and small-device runs hit OOM.
+  size_t capacity_bytes = 0;
+};
+
+std::unique_ptr<Device> make_cpu_device(int index = 0, CpuDeviceOptions options = {});
+
+// True when this build has the CUDA backend and a usable GPU + driver. When false and `why`
+// is given, *why says why ("built without CUDA", "CUDA driver version is insufficient", ...).
+bool cuda_available(std::string* why = nullptr);
+int cuda_device_count();  // 0 when !cuda_available()
+// Throws moezero::Error when CUDA is unavailable (with the reason).
+std::unique_ptr<Device> make_cuda_device(int index = 0);
+
+// Creates a device of `kind` (index as above).
+std::unique_ptr<Device> make_device(DeviceKind kind, int index = 0);
+
+// The backends that can run here: always Cpu; Cuda when cuda_available().
+std::vector<DeviceKind> available_backends();
+// The backends this build has compiled in (Cuda even without a GPU), for parameterised tests
+// that must skip with a message rather than vanish.
+std::vector<DeviceKind> compiled_backends();
+
+}  // namespace moezero

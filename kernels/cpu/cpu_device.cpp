@@ -1,0 +1,244 @@
+#include "kernels/cpu/cpu_device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_ops.h"
+
+#if MOEZERO_HAVE_OPENBLAS
+extern "C" void openblas_set_num_threads(int num_threads);
+#endif
+
+namespace moezero::cpu {
+
+// ---- EventState ------------------------------------------------------------------------
+
+void EventState::complete(std::exception_ptr err) {
+  {
+    std::lock_guard lock(mu);
+    time = std::chrono::steady_clock::now();
+    error = std::move(err);
+    done = true;
+  }
+  cv.notify_all();
+}
+
+void EventState::wait() {
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return done; });
+}
+
+// ---- CpuStream -------------------------------------------------------------------------
+
+CpuStream::CpuStream(CpuDevice& device, std::string name)
+    : Stream(std::move(name)), device_(device), worker_([this] { run(); }) {}
+
+CpuStream::~CpuStream() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_work_.notify_all();
+  worker_.join();
+}
+
+Device& CpuStream::device() const { return device_; }
+
+void CpuStream::push(Task t) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(t));
+    ++enqueued_;
+  }
+  cv_work_.notify_one();
+}
+
+void CpuStream::enqueue_host(std::function<void()> fn) { push(Task{std::move(fn), nullptr}); }
+
+void CpuStream::enqueue_marker(std::shared_ptr<EventState> state) {
+  push(Task{nullptr, std::move(state)});
+}
+
+void CpuStream::wait(const Event& event) {
+  const auto* cpu_event = dynamic_cast<const CpuEvent*>(&event);
+  MOEZERO_CHECK(cpu_event != nullptr, "stream '", name(), "' on ", device_.name(),
+                " cannot wait on an event of another backend");
+  std::shared_ptr<EventState> state = cpu_event->state();
+  if (!state) return;  // never recorded: nothing to wait for (CUDA semantics)
+  enqueue_host([state] {
+    state->wait();
+    if (state->error) std::rethrow_exception(state->error);  // propagate along the edge
+  });
+}
+
+void CpuStream::run() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock lock(mu_);
+      cv_work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr err;
+    {
+      std::lock_guard lock(mu_);
+      err = error_;
+    }
+    if (task.marker) {
+      task.marker->complete(err);
+    } else if (!err) {
+      try {
+        task.fn();
+      } catch (...) {
+        std::lock_guard lock(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+    task = Task{};  // release captures on the worker, before signalling completion
+    {
+      std::lock_guard lock(mu_);
+      ++completed_;
+    }
+    cv_idle_.notify_all();
+  }
+}
+
+void CpuStream::synchronize() {
+  std::unique_lock lock(mu_);
+  const uint64_t target = enqueued_;
+  cv_idle_.wait(lock, [&] { return completed_ >= target; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool CpuStream::query() {
+  std::lock_guard lock(mu_);
+  if (error_) std::rethrow_exception(error_);
+  return completed_ == enqueued_;
+}
+
+void CpuStream::check() {
+  std::lock_guard lock(mu_);
+  if (error_) std::rethrow_exception(error_);
+}
+
+// ---- CpuEvent --------------------------------------------------------------------------
+
+void CpuEvent::record(Stream& stream) {
+  auto* cpu_stream = dynamic_cast<CpuStream*>(&stream);
+  MOEZERO_CHECK(cpu_stream != nullptr, "a CPU event cannot be recorded on stream '",
+                stream.name(), "' of ", stream.device().name());
+  auto state = std::make_shared<EventState>();
+  {
+    std::lock_guard lock(mu_);
+    state_ = state;
+  }
+  cpu_stream->enqueue_marker(std::move(state));
+}
+
+std::shared_ptr<EventState> CpuEvent::state() const {
+  std::lock_guard lock(mu_);
+  return state_;
+}
+
+bool CpuEvent::query() const {
+  auto s = state();
+  if (!s) return true;
+  std::lock_guard lock(s->mu);
+  if (s->done && s->error) std::rethrow_exception(s->error);
+  return s->done;
+}
+
+void CpuEvent::synchronize() const {
+  auto s = state();
+  if (!s) return;
+  s->wait();
+  if (s->error) std::rethrow_exception(s->error);
+}
+
+float CpuEvent::elapsed_ms_since(const Event& start) const {
+  const auto* other = dynamic_cast<const CpuEvent*>(&start);
+  MOEZERO_CHECK(other != nullptr, "elapsed_ms_since: start event is not a CPU event");
+  auto a = other->state();
+  auto b = state();
+  MOEZERO_CHECK(a && b, "elapsed_ms_since: both events must have been recorded");
+  auto done = [](const std::shared_ptr<EventState>& s) {
+    std::lock_guard lock(s->mu);
+    return s->done;
+  };
+  MOEZERO_CHECK(done(a) && done(b), "elapsed_ms_since: both events must have completed");
+  return std::chrono::duration<float, std::milli>(b->time - a->time).count();
+}
+
+// ---- CpuDevice -------------------------------------------------------------------------
+
+CpuDevice::CpuDevice(int index, size_t capacity_bytes) : index_(index) {
+#if MOEZERO_HAVE_OPENBLAS
+  // Ranks are threads and kernels parallelise with oneTBB above BLAS: one BLAS thread per call.
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+#endif
+  streams_.push_back(std::make_unique<CpuStream>(*this, "default"));
+  ops_ = make_cpu_ops();
+  allocator_ = std::make_unique<Allocator>(*this, capacity_bytes);
+}
+
+CpuDevice::~CpuDevice() {
+  try {
+    synchronize();
+  } catch (...) {
+    // Errors were for the work's owner to collect; destruction must not throw.
+  }
+  allocator_.reset();  // needs the streams (pending frees wait on their events)
+  streams_.clear();
+}
+
+Stream& CpuDevice::create_stream(std::string name) {
+  std::lock_guard lock(streams_mu_);
+  streams_.push_back(std::make_unique<CpuStream>(*this, std::move(name)));
+  return *streams_.back();
+}
+
+void CpuDevice::synchronize() {
+  std::vector<CpuStream*> all;
+  {
+    std::lock_guard lock(streams_mu_);
+    for (auto& s : streams_) all.push_back(s.get());
+  }
+  std::exception_ptr first;
+  for (CpuStream* s : all) {
+    try {
+      s->synchronize();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void* CpuDevice::raw_alloc(size_t bytes) {
+  constexpr size_t kAlign = 256;
+  size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  return std::aligned_alloc(kAlign, rounded);
+}
+
+void CpuDevice::raw_free(void* ptr) { std::free(ptr); }
+
+void CpuDevice::memcpy_async(void* dst, const void* src, size_t bytes, Stream& stream) {
+  MOEZERO_CHECK(&stream.device() == this, "memcpy_async on ", name(), " given stream of ",
+                stream.device().name());
+  if (bytes == 0) return;
+  stream.enqueue_host([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+}
+
+void CpuDevice::memset_async(void* dst, int value, size_t bytes, Stream& stream) {
+  MOEZERO_CHECK(&stream.device() == this, "memset_async on ", name(), " given stream of ",
+                stream.device().name());
+  if (bytes == 0) return;
+  stream.enqueue_host([dst, value, bytes] { std::memset(dst, value, bytes); });
+}
+
+}  // namespace moezero::cpu

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command of the README: installs what is missing, builds everything (CUDA targets
+# too when nvcc is present), runs every test suite with CTest. GPU-only tests skip with their
+# reason when no GPU is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh
+bash scripts/build.sh "$@"
+ctest --test-dir "${MOEZERO_BUILD_DIR:-build}" --output-on-failure --timeout 600

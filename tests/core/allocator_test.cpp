@@ -1,0 +1,105 @@
+// The caching allocator: byte accounting by tag (current and peak), stream-safe reuse (a block
+// freed while another stream still reads it is not handed out until that stream passes the
+// release point), and out-of-memory errors that name the tag and the request.
+#include <gtest/gtest.h>
+
+#include <latch>
+
+#include "core/allocator.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "kernels/backend.h"
+
+namespace moezero {
+namespace {
+
+TEST(Allocator, CountsBytesByTagWithPeaks) {
+  auto dev = make_cpu_device(0);
+  Stream& s = dev->default_stream();
+  Allocator& alloc = dev->allocator();
+  {
+    Buffer a = alloc.allocate(1000, MemTag::ParamShard, s);
+    Buffer b = alloc.allocate(3000, MemTag::Activation, s);
+    {
+      Buffer c = alloc.allocate(500, MemTag::Activation, s);
+      MemStats st = alloc.stats();
+      EXPECT_EQ(st.current_bytes[size_t(MemTag::ParamShard)], 1000u);
+      EXPECT_EQ(st.current_bytes[size_t(MemTag::Activation)], 3500u);
+      EXPECT_EQ(st.total_current_bytes, 4500u);
+    }
+    MemStats st = alloc.stats();
+    EXPECT_EQ(st.current_bytes[size_t(MemTag::Activation)], 3000u);
+    EXPECT_EQ(st.peak_bytes[size_t(MemTag::Activation)], 3500u);
+    EXPECT_EQ(st.total_peak_bytes, 4500u);
+  }
+  s.synchronize();
+  MemStats st = alloc.stats();
+  EXPECT_EQ(st.total_current_bytes, 0u);
+  EXPECT_EQ(st.total_peak_bytes, 4500u);
+  alloc.reset_peak();
+  EXPECT_EQ(alloc.stats().total_peak_bytes, 0u);
+}
+
+TEST(Allocator, ZeroBytesGivesEmptyBuffer) {
+  auto dev = make_cpu_device(0);
+  Buffer b = dev->allocator().allocate(0, MemTag::Other, dev->default_stream());
+  EXPECT_FALSE(b);
+  EXPECT_EQ(b.data(), nullptr);
+}
+
+TEST(Allocator, BlockFreedWhileAnotherStreamReadsIsNotReusedEarly) {
+  auto dev = make_cpu_device(0);
+  Stream& home = dev->create_stream("compute");
+  Stream& reader = dev->create_stream("reduce");
+  Allocator& alloc = dev->allocator();
+  std::latch gate(1);
+  Buffer buf = alloc.allocate(1 << 16, MemTag::Grad, home);
+  void* first = buf.data();
+  // The reader stream is held up "using" the buffer.
+  reader.enqueue_host([&gate] { gate.wait(); });
+  buf.record_stream(reader);
+  buf.reset();  // host frees it while `reader` has not passed this point
+  Buffer again = alloc.allocate(1 << 16, MemTag::Grad, home);
+  EXPECT_NE(again.data(), first) << "block reused while another stream may still read it";
+  EXPECT_GT(alloc.stats().pending_bytes, 0u);
+  gate.count_down();
+  reader.synchronize();
+  home.synchronize();
+  Buffer third = alloc.allocate(1 << 16, MemTag::Grad, home);
+  EXPECT_EQ(third.data(), first) << "after both streams passed, the cached block is reused";
+  EXPECT_EQ(alloc.stats().pending_bytes, 0u);
+}
+
+TEST(Allocator, OutOfMemoryNamesTagAndRequest) {
+  auto dev = make_cpu_device(0, CpuDeviceOptions{.capacity_bytes = 1 << 20});
+  Stream& s = dev->default_stream();
+  Buffer a = dev->allocator().allocate(900 << 10, MemTag::FullParam, s, "layer 3 expert 5");
+  try {
+    Buffer b = dev->allocator().allocate(200 << 10, MemTag::Cache, s, "expert 7 cache entry");
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("expert 7 cache entry"), std::string::npos) << m;
+    EXPECT_NE(m.find("cache"), std::string::npos) << m;
+    EXPECT_NE(m.find("204800"), std::string::npos) << m;
+  }
+  // Freeing makes room again: the failed request left the allocator consistent.
+  a.reset();
+  Buffer c = dev->allocator().allocate(200 << 10, MemTag::Cache, s);
+  EXPECT_TRUE(c);
+}
+
+TEST(TensorBuffer, OwnsItsMemoryAndViewsIt) {
+  auto dev = make_cpu_device(0);
+  Stream& s = dev->default_stream();
+  {
+    TensorBuffer t(*dev, DType::BF16, Shape{3, 5}, MemTag::Activation, s);
+    EXPECT_EQ(t.view().size_bytes(), 30u);
+    EXPECT_EQ(t.view().device(), dev.get());
+    EXPECT_EQ(dev->allocator().stats().current_bytes[size_t(MemTag::Activation)], 30u);
+  }
+  EXPECT_EQ(dev->allocator().stats().current_bytes[size_t(MemTag::Activation)], 0u);
+}
+
+}  // namespace
+}  // namespace moezero

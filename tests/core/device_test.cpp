@@ -1,0 +1,148 @@
+// Stream/Event semantics of the device model on every backend that can run here:
+// in-order execution, host run-ahead, cross-stream event waits, re-record, timing, and the
+// sticky-error model (errors propagate along event edges; waiters never hang).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <latch>
+#include <thread>
+#include <vector>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "kernels/backend.h"
+
+namespace moezero {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(CpuStream, RunsTasksInEnqueueOrder) {
+  auto dev = make_cpu_device(0);
+  Stream& s = dev->create_stream("compute");
+  std::vector<int> seen;  // touched only by the worker until synchronize()
+  for (int i = 0; i < 1000; ++i) s.enqueue_host([&seen, i] { seen.push_back(i); });
+  s.synchronize();
+  ASSERT_EQ(seen.size(), 1000u);
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(seen[i], i);
+}
+
+TEST(CpuStream, HostRunsAheadOfWork) {
+  auto dev = make_cpu_device(0);
+  Stream& s = dev->default_stream();
+  std::latch gate(1);
+  std::atomic<bool> ran{false};
+  s.enqueue_host([&] { gate.wait(); });
+  s.enqueue_host([&] { ran = true; });
+  // Enqueue returned although the first task is blocked: the host is ahead of the stream.
+  EXPECT_FALSE(s.query());
+  EXPECT_FALSE(ran.load());
+  gate.count_down();
+  s.synchronize();
+  EXPECT_TRUE(ran.load());
+  EXPECT_TRUE(s.query());
+}
+
+TEST(CpuStream, EventOrdersWorkAcrossStreams) {
+  auto dev = make_cpu_device(0);
+  Stream& producer = dev->create_stream("gather");
+  Stream& consumer = dev->create_stream("compute");
+  auto ready = dev->create_event();
+  int value = 0;  // written by producer, read by consumer: the event is the only ordering
+  int observed = -1;
+  producer.enqueue_host([&] {
+    std::this_thread::sleep_for(30ms);
+    value = 42;
+  });
+  ready->record(producer);
+  consumer.wait(*ready);
+  consumer.enqueue_host([&] { observed = value; });
+  consumer.synchronize();
+  EXPECT_EQ(observed, 42);
+}
+
+TEST(CpuStream, WaitOnNeverRecordedEventIsNoOp) {
+  auto dev = make_cpu_device(0);
+  auto e = dev->create_event();
+  EXPECT_TRUE(e->query());
+  dev->default_stream().wait(*e);
+  dev->default_stream().synchronize();
+  e->synchronize();
+}
+
+TEST(CpuStream, WaitCapturesTheRecordCurrentAtWaitTime) {
+  auto dev = make_cpu_device(0);
+  Stream& a = dev->create_stream("a");
+  Stream& b = dev->create_stream("b");
+  auto e = dev->create_event();
+  std::latch first_gate(1), second_gate(1);
+  a.enqueue_host([&] { first_gate.wait(); });
+  e->record(a);
+  std::atomic<bool> b_ran{false};
+  b.wait(*e);  // waits for the first record only
+  b.enqueue_host([&] { b_ran = true; });
+  a.enqueue_host([&] { second_gate.wait(); });
+  e->record(a);  // re-record: must not delay b
+  first_gate.count_down();
+  b.synchronize();
+  EXPECT_TRUE(b_ran.load());
+  EXPECT_FALSE(e->query());  // the second record is still blocked
+  second_gate.count_down();
+  e->synchronize();
+  EXPECT_TRUE(e->query());
+}
+
+TEST(CpuStream, EventElapsedTimeCoversTheWork) {
+  auto dev = make_cpu_device(0);
+  Stream& s = dev->default_stream();
+  auto start = dev->create_event();
+  auto stop = dev->create_event();
+  start->record(s);
+  s.enqueue_host([] { std::this_thread::sleep_for(20ms); });
+  stop->record(s);
+  stop->synchronize();
+  EXPECT_GE(stop->elapsed_ms_since(*start), 19.0f);
+}
+
+TEST(CpuStream, ErrorIsStickyAndPropagatesAlongEvents) {
+  auto dev = make_cpu_device(0);
+  Stream& a = dev->create_stream("a");
+  Stream& b = dev->create_stream("b");
+  std::atomic<bool> later_ran{false}, dependent_ran{false};
+  a.enqueue_host([] { MOEZERO_THROW("injected failure"); });
+  a.enqueue_host([&] { later_ran = true; });
+  auto e = dev->create_event();
+  e->record(a);
+  b.wait(*e);
+  b.enqueue_host([&] { dependent_ran = true; });
+  try {
+    a.synchronize();
+    FAIL() << "synchronize must rethrow the stream's error";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("injected failure"), std::string::npos);
+  }
+  EXPECT_FALSE(later_ran.load());
+  EXPECT_THROW(e->synchronize(), Error);  // the marker completed, carrying the error
+  EXPECT_THROW(b.synchronize(), Error);   // the dependent stream inherited it, no hang
+  EXPECT_FALSE(dependent_ran.load());
+  EXPECT_THROW(a.check(), Error);  // still sticky
+}
+
+TEST(Backends, CudaSkipsWithReasonWhenUnavailable) {
+  std::string why;
+  if (!cuda_available(&why)) {
+    EXPECT_FALSE(why.empty());
+    EXPECT_THROW(make_cuda_device(0), Error);
+    GTEST_SKIP() << "CUDA unavailable: " << why;
+  }
+  auto dev = make_cuda_device(0);
+  Stream& s = dev->create_stream("compute");
+  std::atomic<int> n{0};
+  for (int i = 0; i < 10; ++i) s.enqueue_host([&n, i] { EXPECT_EQ(n.fetch_add(1), i); });
+  s.synchronize();
+  EXPECT_EQ(n.load(), 10);
+}
+
+}  // namespace
+}  // namespace moezero
