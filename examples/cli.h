@@ -1,0 +1,14 @@
+// examples/cli.h — subcommands of the moezero program. Each returns the process exit code;
+// errors are thrown as moezero::Error and reported by main on one line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace moezero::cli {
+
+// `moezero selfcheck [--ranks N] [--backend cpu|cuda|all]`: runs a few kernels against
+// float64 references and the collectives on N ranks-as-threads, prints one line per check.
+int selfcheck(const std::vector<std::string>& args);
+
+}  // namespace moezero::cli

@@ -1,0 +1,42 @@
+// examples/moezero_main.cpp — the moezero program: dispatches subcommands and turns every
+// error into one clear line on stderr and a non-zero exit.
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "examples/cli.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: moezero <command> [options]\n"
+    "commands:\n"
+    "  selfcheck [--ranks N] [--backend cpu|cuda|all]\n"
+    "      run kernels against float64 references and collectives on N ranks-as-threads\n"
+    "  help      print this text\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    if (cmd == "selfcheck") return moezero::cli::selfcheck(args);
+    std::cerr << "moezero: unknown command '" << cmd << "'\n" << kUsage;
+    return 2;
+  } catch (const moezero::Error& e) {
+    std::cerr << "moezero " << cmd << ": error: " << e.message() << " [" << e.file() << ":"
+              << e.line() << "]\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "moezero " << cmd << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}
