@@ -1,0 +1,177 @@
+// kernels/cpu/cpu_common.h — private helpers of the CPU op implementations: fp32 <-> storage
+// conversions, dtype dispatch, deterministic parallel loops, and the per-family entry points
+// that CpuOps (cpu_ops.cpp) forwards to.
+//
+// Determinism rule of every CPU kernel: each output element is computed by one task in a fixed
+// order; reductions across tasks use fixed block boundaries (a function of the shape only) and
+// are combined in block order. So results are bit-identical run to run, whatever the thread
+// count or TBB's scheduling.
+#pragma once
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/tensor.h"
+
+namespace moezero::cpu {
+
+// ---- storage <-> fp32 ----------------------------------------------------------------------
+inline float to_f32(float x) { return x; }
+inline float to_f32(bf16 x) { return bf16_to_float(x); }
+inline float to_f32(fp16 x) { return fp16_to_float(x); }
+
+template <typename T>
+inline T from_f32(float x);
+template <>
+inline float from_f32<float>(float x) {
+  return x;
+}
+template <>
+inline bf16 from_f32<bf16>(float x) {
+  return float_to_bf16(x);
+}
+template <>
+inline fp16 from_f32<fp16>(float x) {
+  return float_to_fp16(x);
+}
+
+template <typename T>
+inline void load_f32(const T* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(src[i]);
+}
+template <typename T>
+inline void store_f32(const float* src, T* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = from_f32<T>(src[i]);
+}
+
+// Calls f.template operator()<T>() with T the C++ type of float dtype `t` (f32, bf16, f16).
+template <typename F>
+decltype(auto) dispatch_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::F32: return f.template operator()<float>();
+    case DType::BF16: return f.template operator()<bf16>();
+    case DType::F16: return f.template operator()<fp16>();
+    default: MOEZERO_THROW(op, ": unsupported dtype ", dtype_name(t), " on the CPU backend");
+  }
+}
+
+// Activation dtypes only (f32, bf16): keeps template instantiations small.
+template <typename F>
+decltype(auto) dispatch_act(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::F32: return f.template operator()<float>();
+    case DType::BF16: return f.template operator()<bf16>();
+    default:
+      MOEZERO_THROW(op, ": dtype ", dtype_name(t), " is not an activation dtype (f32, bf16)");
+  }
+}
+
+// Runs f(i) for i in [0, n) in parallel, `grain` indices per task at least.
+template <typename F>
+void parallel_for_each(int64_t n, int64_t grain, F&& f) {
+  if (n <= 0) return;
+  if (n <= grain) {
+    for (int64_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
+                    [&](const tbb::blocked_range<int64_t>& r) {
+                      for (int64_t i = r.begin(); i < r.end(); ++i) f(i);
+                    });
+}
+
+// Dot product in fp32 over 8 fixed lanes (vectorisable, and the same order on every run).
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  float lane[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) lane[l] += a[i + l] * b[i + l];
+  }
+  for (; i < n; ++i) lane[0] += a[i] * b[i];
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+// Grain for row loops so that one task touches at least ~16K elements.
+inline int64_t row_grain(int64_t cols) { return cols >= 16384 ? 1 : 16384 / (cols < 1 ? 1 : cols); }
+
+// Copies a float tensor of any float dtype into fp32 (parallel).
+std::vector<float> to_f32_vector(const Tensor& t);
+// Writes fp32 values into a float tensor of any float dtype (parallel, RNE rounding).
+void from_f32_vector(const std::vector<float>& v, const Tensor& t);
+
+// ---- fp32 GEMM engine (cpu_gemm.cpp) -------------------------------------------------------
+// One row-major fp32 GEMM: c (m, n) = alpha * op(a) @ op(b) + beta * c; a (m, k) or (k, m)
+// when ta; b (k, n) or (n, k) when tb. beta == 0 ignores c's old contents.
+struct F32Gemm {
+  const float* a;
+  const float* b;
+  float* c;
+  int64_t m, n, k;
+  bool ta, tb;
+  float alpha, beta;
+};
+// Runs the GEMMs in parallel, split into fixed tiles of C (each tile is one single-threaded
+// cblas_sgemm call). Deterministic.
+void run_f32_gemms(std::span<const F32Gemm> gemms);
+// Runs one GEMM on the calling thread (no TBB), for use inside other parallel kernels.
+void run_f32_gemm_serial(const F32Gemm& g);
+
+// ---- per-family entry points: each validates nothing (core/ops.cpp did) and enqueues -------
+void gemm(Stream& s, const GemmArgs& args);
+void grouped_gemm(Stream& s, std::span<const GemmProblem> problems, Transpose ta, Transpose tb,
+                  float alpha, float beta);
+
+void add(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out);
+void scale(Stream& s, const Tensor& x, float alpha);
+void axpy(Stream& s, float alpha, const Tensor& x, const Tensor& y);
+void fill(Stream& s, const Tensor& x, double value);
+void cast(Stream& s, const Tensor& src, const Tensor& dst);
+void sum_squares(Stream& s, const Tensor& x, const Tensor& out);
+void swiglu_forward(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& out);
+void swiglu_backward(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& dout,
+                     const Tensor& dgate, const Tensor& dup);
+
+void embedding_forward(Stream& s, const Tensor& ids, const Tensor& table, const Tensor& out);
+void embedding_backward(Stream& s, const Tensor& ids, const Tensor& dout, const Tensor& dtable);
+void rmsnorm_forward(Stream& s, const Tensor& x, const Tensor& w, float eps, const Tensor& out,
+                     const Tensor& rstd);
+void rmsnorm_backward(Stream& s, const Tensor& dout, const Tensor& x, const Tensor& w,
+                      const Tensor& rstd, const Tensor& dx, const Tensor& dw);
+void rope(Stream& s, const Tensor& x, const Tensor& positions, float base, Ops::RopeDirection dir,
+          const Tensor& out);
+
+void attention_forward(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Tensor& out, const Tensor& lse);
+void attention_backward(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                        const Tensor& dk, const Tensor& dv);
+
+void softmax_forward(Stream& s, const Tensor& x, const Tensor& out);
+void softmax_backward(Stream& s, const Tensor& y, const Tensor& dy, const Tensor& dx);
+void topk(Stream& s, const Tensor& x, int k, const Tensor& values, const Tensor& indices);
+void cross_entropy_forward(Stream& s, const Tensor& logits, const Tensor& targets,
+                           const Tensor& losses);
+void cross_entropy_backward(Stream& s, const Tensor& logits, const Tensor& targets,
+                            const Tensor& dlosses, const Tensor& dlogits);
+
+void adamw(Stream& s, const AdamWArgs& args);
+
+void expert_histogram(Stream& s, const Tensor& expert_ids, int num_experts, const Tensor& counts);
+void sort_by_expert(Stream& s, const Tensor& expert_ids, int num_experts, const Tensor& perm,
+                    const Tensor& inv_perm, const Tensor& offsets);
+void gather_rows(Stream& s, const Tensor& x, const Tensor& perm, int k, const Tensor& out);
+void combine_rows(Stream& s, const Tensor& y, const Tensor& inv_perm, const Tensor& weights, int k,
+                  const Tensor& out);
+void combine_rows_backward(Stream& s, const Tensor& dout, const Tensor& y, const Tensor& perm,
+                           const Tensor& inv_perm, const Tensor& weights, int k, const Tensor& dy,
+                           const Tensor& dweights);
+
+}  // namespace moezero::cpu

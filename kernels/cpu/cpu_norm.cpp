@@ -1,0 +1,162 @@
+// kernels/cpu/cpu_norm.cpp — token-wise layers on the CPU: embedding forward/backward, RMSNorm
+// forward/backward, rotary position embedding.
+//
+// Rows are widened to fp32 into a per-task scratch row, computed in fp32, rounded once.
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/cpu_common.h"
+
+namespace moezero::cpu {
+namespace {
+
+// Throws (on the stream) when an id is outside [0, v).
+void check_ids(const char* op, const int32_t* ids, int64_t n, int64_t v) {
+  for (int64_t t = 0; t < n; ++t) {
+    if (ids[t] < 0 || ids[t] >= v) {
+      MOEZERO_THROW(op, ": ids[", t, "] = ", ids[t], " is outside [0, V = ", v, ")");
+    }
+  }
+}
+
+constexpr int64_t kNormRowBlock = 32;   // rows per dw partial in rmsnorm_backward
+constexpr int64_t kEmbedColBlock = 64;  // channels per task in embedding_backward
+
+}  // namespace
+
+// out (T, C) = table[ids] (T rows of (V, C)).
+void embedding_forward(Stream& s, const Tensor& ids, const Tensor& table, const Tensor& out) {
+  s.enqueue_host([ids, table, out] {
+    const int64_t n = ids.dim(0), v = table.dim(0), c = table.dim(1);
+    const int32_t* pid = ids.data_as<int32_t>();
+    check_ids("embedding_forward", pid, n, v);
+    const size_t row_bytes = static_cast<size_t>(c) * dtype_size_bytes(table.dtype());
+    const char* src = static_cast<const char*>(table.data());
+    char* dst = static_cast<char*>(out.data());
+    parallel_for_each(n, row_grain(c), [&](int64_t t) {
+      std::memcpy(dst + t * row_bytes, src + pid[t] * row_bytes, row_bytes);
+    });
+  });
+}
+
+// dtable (V, C) f32 += dout (T, C) rows scattered by ids. Parallel over channel blocks, tokens
+// in order within each block: deterministic with repeated ids.
+void embedding_backward(Stream& s, const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  s.enqueue_host([ids, dout, dtable] {
+    const int64_t n = ids.dim(0), v = dtable.dim(0), c = dtable.dim(1);
+    const int32_t* pid = ids.data_as<int32_t>();
+    check_ids("embedding_backward", pid, n, v);
+    float* dt = dtable.data_as<float>();
+    dispatch_act(dout.dtype(), "embedding_backward", [&]<typename T>() {
+      const T* pd = static_cast<const T*>(dout.data());
+      const int64_t nb = (c + kEmbedColBlock - 1) / kEmbedColBlock;
+      parallel_for_each(nb, 1, [&](int64_t b) {
+        const int64_t lo = b * kEmbedColBlock, hi = std::min(c, lo + kEmbedColBlock);
+        for (int64_t t = 0; t < n; ++t) {
+          float* row = dt + pid[t] * c;
+          const T* g = pd + t * c;
+          for (int64_t j = lo; j < hi; ++j) row[j] += to_f32(g[j]);
+        }
+      });
+    });
+  });
+}
+
+// out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps); x, out (T, C); w (C); rstd f32 (T).
+void rmsnorm_forward(Stream& s, const Tensor& x, const Tensor& w, float eps, const Tensor& out,
+                     const Tensor& rstd) {
+  s.enqueue_host([x, w, eps, out, rstd] {
+    const int64_t rows = x.dim(0), c = x.dim(1);
+    dispatch_act(x.dtype(), "rmsnorm_forward", [&]<typename T>() {
+      const T* px = static_cast<const T*>(x.data());
+      T* po = static_cast<T*>(out.data());
+      float* pr = rstd.data_as<float>();
+      const std::vector<float> wf = to_f32_vector(w);
+      parallel_for_each(rows, row_grain(c), [&](int64_t t) {
+        thread_local std::vector<float> row;
+        row.resize(static_cast<size_t>(c));
+        load_f32(px + t * c, row.data(), c);
+        const float ms = c > 0 ? dot_f32(row.data(), row.data(), c) / static_cast<float>(c) : 0.0f;
+        const float r = 1.0f / std::sqrt(ms + eps);
+        pr[t] = r;
+        for (int64_t j = 0; j < c; ++j) po[t * c + j] = from_f32<T>(row[j] * r * wf[j]);
+      });
+    });
+  });
+}
+
+// With g = dout * w: dx = rstd * g - x * rstd^3 * dot(g, x) / C  (`=`);
+// dw += sum over rows of dout * x * rstd (`+=`, f32), reduced over fixed row blocks in order.
+void rmsnorm_backward(Stream& s, const Tensor& dout, const Tensor& x, const Tensor& w,
+                      const Tensor& rstd, const Tensor& dx, const Tensor& dw) {
+  s.enqueue_host([dout, x, w, rstd, dx, dw] {
+    const int64_t rows = x.dim(0), c = x.dim(1);
+    const int64_t nb = (rows + kNormRowBlock - 1) / kNormRowBlock;
+    std::vector<float> partial(static_cast<size_t>(nb * c));
+    dispatch_act(x.dtype(), "rmsnorm_backward", [&]<typename T>() {
+      const T* px = static_cast<const T*>(x.data());
+      const T* pd = static_cast<const T*>(dout.data());
+      T* pdx = static_cast<T*>(dx.data());
+      const float* pr = rstd.data_as<float>();
+      const std::vector<float> wf = to_f32_vector(w);
+      parallel_for_each(nb, 1, [&](int64_t b) {
+        std::vector<float> xr(static_cast<size_t>(c)), g(static_cast<size_t>(c));
+        float* acc = partial.data() + b * c;
+        for (int64_t t = b * kNormRowBlock; t < std::min(rows, (b + 1) * kNormRowBlock); ++t) {
+          load_f32(px + t * c, xr.data(), c);
+          load_f32(pd + t * c, g.data(), c);
+          const float r = pr[t];
+          for (int64_t j = 0; j < c; ++j) acc[j] += g[j] * xr[j] * r;
+          for (int64_t j = 0; j < c; ++j) g[j] *= wf[j];
+          const float k = r * r * r * dot_f32(g.data(), xr.data(), c) / static_cast<float>(c);
+          for (int64_t j = 0; j < c; ++j) pdx[t * c + j] = from_f32<T>(r * g[j] - xr[j] * k);
+        }
+      });
+    });
+    float* pdw = dw.data_as<float>();
+    parallel_for_each(c, 1024, [&](int64_t j) {
+      float sum = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) sum += partial[static_cast<size_t>(b * c + j)];
+      pdw[j] += sum;
+    });
+  });
+}
+
+// Rotate-half RoPE on x, out (T, H, D); positions i32 (T). Angles pos * base^(-2i/D) are formed
+// in double (exact enough for any position) and their cos/sin rounded to fp32.
+void rope(Stream& s, const Tensor& x, const Tensor& positions, float base, Ops::RopeDirection dir,
+          const Tensor& out) {
+  s.enqueue_host([x, positions, base, dir, out] {
+    const int64_t t_n = x.dim(0), h_n = x.dim(1), d = x.dim(2), half = d / 2;
+    const int32_t* pos = positions.data_as<int32_t>();
+    const float sign = dir == Ops::RopeDirection::Forward ? 1.0f : -1.0f;
+    std::vector<double> inv_freq(static_cast<size_t>(half));
+    for (int64_t i = 0; i < half; ++i) {
+      inv_freq[static_cast<size_t>(i)] = std::pow(
+          static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(d));
+    }
+    dispatch_act(x.dtype(), "rope", [&]<typename T>() {
+      const T* px = static_cast<const T*>(x.data());
+      T* po = static_cast<T*>(out.data());
+      parallel_for_each(t_n, row_grain(h_n * d), [&](int64_t t) {
+        std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+        for (int64_t i = 0; i < half; ++i) {
+          const double ang = static_cast<double>(pos[t]) * inv_freq[static_cast<size_t>(i)];
+          cs[static_cast<size_t>(i)] = static_cast<float>(std::cos(ang));
+          sn[static_cast<size_t>(i)] = sign * static_cast<float>(std::sin(ang));
+        }
+        for (int64_t h = 0; h < h_n; ++h) {
+          const int64_t off = (t * h_n + h) * d;
+          for (int64_t i = 0; i < half; ++i) {
+            const float x1 = to_f32(px[off + i]), x2 = to_f32(px[off + i + half]);
+            const float c = cs[static_cast<size_t>(i)], sv = sn[static_cast<size_t>(i)];
+            po[off + i] = from_f32<T>(x1 * c - x2 * sv);
+            po[off + i + half] = from_f32<T>(x2 * c + x1 * sv);
+          }
+        }
+      });
+    });
+  });
+}
+
+}  // namespace moezero::cpu
