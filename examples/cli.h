@@ -11,4 +11,7 @@ namespace moezero::cli {
 // float64 references and the collectives on N ranks-as-threads, prints one line per check.
 int selfcheck(const std::vector<std::string>& args);
 
+// `moezero config [--doc | --defaults | FILE [--set section.key=value ...]]`.
+int config(const std::vector<std::string>& args);
+
 }  // namespace moezero::cli

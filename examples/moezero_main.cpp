@@ -15,6 +15,8 @@ constexpr const char* kUsage =
     "commands:\n"
     "  selfcheck [--ranks N] [--backend cpu|cuda|all]\n"
     "      run kernels against float64 references and collectives on N ranks-as-threads\n"
+    "  config [--doc | --defaults | FILE [--set section.key=value ...]]\n"
+    "      print the config reference (Markdown), the defaults, or a checked, resolved file\n"
     "  help      print this text\n";
 
 }  // namespace
@@ -29,6 +31,7 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   try {
     if (cmd == "selfcheck") return moezero::cli::selfcheck(args);
+    if (cmd == "config") return moezero::cli::config(args);
     std::cerr << "moezero: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
   } catch (const moezero::Error& e) {

@@ -1,0 +1,159 @@
+// core/config.h — the typed configuration of a moezero run, parsed once from one JSON file.
+//
+// Sections follow DeepSpeed's layout: model, train, data, parallel, zero, moe, prefetch,
+// shard_cache, comm_emulation, comm, profile. Every key has a default, a type and a check; an
+// unknown key, a wrong type or a bad value is rejected with the key's path and the reason
+// ("config.json: train.lr: must be > 0, got -0.1"). Command-line overrides `--set a.b=value`
+// are applied to the JSON before parsing, so they get exactly the same checks.
+// Everything else takes these structs; nothing downstream reads JSON.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace moezero {
+
+struct ModelConfig {
+  int64_t vocab_size = 256;  // byte-level by default
+  int64_t hidden_size = 128;
+  int64_t intermediate_size = 256;  // SwiGLU width of a dense FFN and of each expert
+  int64_t num_layers = 4;
+  int64_t num_heads = 4;
+  int64_t num_kv_heads = 2;
+  int64_t max_seq_len = 256;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-5;
+  double init_std = 0.02;
+  int64_t num_experts = 8;  // 0: a dense model
+  int64_t top_k = 2;
+  int64_t moe_every = 1;  // every n-th layer is MoE (1: all), the others dense SwiGLU
+};
+
+enum class NonFinitePolicy : uint8_t { Stop, Skip };
+
+struct TrainConfig {
+  int64_t steps = 100;
+  int64_t micro_batch_size = 4;  // sequences per rank per micro-batch
+  int64_t seq_len = 64;
+  int64_t grad_accum_steps = 1;
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  int64_t warmup_steps = 10;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // global L2 norm; 0 disables clipping
+  DType dtype = DType::F32;  // compute dtype: f32 or bf16 (masters and moments stay f32)
+  int64_t seed = 1234;
+  int64_t log_every = 10;
+  std::string metrics_file;  // JSON lines, one per step; empty: none
+  std::string save_dir;
+  int64_t save_every = 0;  // 0: no periodic checkpoints
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::Stop;
+  std::string init_from;  // a Hugging Face style directory to start from; empty: random init
+};
+
+struct DataConfig {
+  std::string path;  // a text file (bytes are tokens); empty: the built-in corpus
+  double val_fraction = 0.0;
+};
+
+enum class BackendKind : uint8_t { Cpu, Cuda };
+
+struct ParallelConfig {
+  int64_t world_size = 2;  // ranks (threads on one machine)
+  int64_t ep_size = 1;     // expert-parallel width
+  BackendKind backend = BackendKind::Cpu;
+};
+
+struct ZeroConfig {
+  int64_t stage = 3;  // 0: data parallel, 1: +optimizer states, 2: +gradients, 3: +parameters
+  int64_t param_persistence_threshold = 1024;  // elements; smaller groups stay replicated
+  uint64_t prefetch_bucket_size = 64ull << 20;   // bytes fetched ahead of use
+  uint64_t max_live_parameters = 1ull << 30;     // bytes of full parameters alive at once
+  uint64_t reduce_bucket_size = 64ull << 20;     // bytes per reduce-scatter bucket
+};
+
+struct MoeConfig {
+  double aux_loss_coef = 0.01;
+  double z_loss_coef = 0.0;
+  double router_jitter = 0.0;
+  double capacity_factor = 0.0;  // 0: dropless
+  bool normalize_top_k = true;   // Mixtral: renormalise the top-k weights; false: raw probs
+};
+
+enum class PrefetchPolicy : uint8_t { None, All, Frequency };
+
+struct PrefetchConfig {
+  PrefetchPolicy policy = PrefetchPolicy::Frequency;
+  double ema_decay = 0.9;
+  double min_probability = 0.1;
+  uint64_t budget_bytes = 64ull << 20;
+  int64_t lookahead_layers = 1;
+};
+
+enum class EvictionPolicy : uint8_t { Lfu, Lru };
+
+struct ShardCacheConfig {
+  uint64_t capacity_bytes = 64ull << 20;  // 0 disables the cache
+  EvictionPolicy eviction = EvictionPolicy::Lfu;
+};
+
+struct CommEmulationConfig {
+  double link_gbps = 0.0;   // emulated link bandwidth in Gbit/s (10^9 bits/s); 0: no emulation
+  double latency_us = 0.0;  // per-collective latency in microseconds
+};
+
+struct CommConfig {
+  double timeout_s = 300.0;       // a collective whose peers do not arrive fails after this
+  bool check_divergence = false;  // compare every collective's (op, dtype, count) across ranks
+};
+
+struct ProfileConfig {
+  std::string trace;  // Chrome trace JSON output; empty: no trace
+  std::string steps;  // which steps to trace: "3-5,10"; empty: all
+  bool grad_norms = false;
+  bool check_finite = true;
+};
+
+struct Config {
+  ModelConfig model;
+  TrainConfig train;
+  DataConfig data;
+  ParallelConfig parallel;
+  ZeroConfig zero;
+  MoeConfig moe;
+  PrefetchConfig prefetch;
+  ShardCacheConfig shard_cache;
+  CommEmulationConfig comm_emulation;
+  CommConfig comm;
+  ProfileConfig profile;
+};
+
+// Parses JSON text. `source` names it in errors (a file path, "<string>"). `overrides` are
+// "section.key=value" strings; value is parsed as JSON when it is valid JSON, else taken as a
+// string ("train.dtype=bf16" and "train.lr=1e-3" both work).
+Config parse_config(const std::string& json_text, const std::string& source,
+                    const std::vector<std::string>& overrides = {});
+// Reads and parses a file (error names the path when it cannot be read).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The config as JSON text (every key, defaults included): what a run saves beside its output.
+std::string config_to_json(const Config& c, int indent = 2);
+
+// One documented key, for the README table and `moezero config --doc`.
+struct ConfigKeyDoc {
+  std::string path;     // "train.lr"
+  std::string type;     // "number", "integer", "bytes", "string", "bool", "one of a|b"
+  std::string default_value;
+  std::string doc;
+};
+std::vector<ConfigKeyDoc> config_reference();
+
+// "64MiB", "1.5GB", "4096", 5e8 -> bytes. Throws naming `what` on a bad value.
+uint64_t parse_bytes(const std::string& text, const std::string& what);
+
+}  // namespace moezero

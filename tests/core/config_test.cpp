@@ -1,0 +1,137 @@
+// Config parsing: defaults, every kind of bad input rejected with the key path and reason,
+// --set overrides, byte counts with units, the JSON round trip, and the README documenting
+// every key.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/config.h"
+#include "core/error.h"
+
+namespace moezero {
+namespace {
+
+// Expects parse_config(text) to throw an Error whose message contains every fragment.
+void expect_rejected(const std::string& text, std::vector<std::string> fragments,
+                     std::vector<std::string> overrides = {}) {
+  try {
+    parse_config(text, "cfg.json", overrides);
+    ADD_FAILURE() << "accepted: " << text;
+  } catch (const Error& e) {
+    for (const auto& f : fragments)
+      EXPECT_NE(std::string(e.what()).find(f), std::string::npos)
+          << "message lacks '" << f << "': " << e.what();
+  }
+}
+
+TEST(Config, EmptyObjectGivesDefaults) {
+  Config c = parse_config("{}", "cfg.json");
+  EXPECT_EQ(c.model.vocab_size, 256);
+  EXPECT_EQ(c.zero.stage, 3);
+  EXPECT_EQ(c.prefetch.policy, PrefetchPolicy::Frequency);
+  EXPECT_EQ(c.shard_cache.eviction, EvictionPolicy::Lfu);
+  EXPECT_EQ(c.train.dtype, DType::F32);
+}
+
+TEST(Config, ReadsValuesOfEveryKind) {
+  Config c = parse_config(R"({
+    // comments are allowed
+    "model": {"hidden_size": 64, "num_heads": 4, "num_kv_heads": 1, "num_experts": 4},
+    "train": {"lr": 1e-3, "dtype": "bf16", "metrics_file": "m.jsonl", "on_nonfinite": "skip"},
+    "zero": {"stage": 2, "max_live_parameters": "2MiB", "reduce_bucket_size": 5e5},
+    "moe": {"normalize_top_k": false},
+    "parallel": {"world_size": 4, "ep_size": 2}
+  })", "cfg.json");
+  EXPECT_EQ(c.model.hidden_size, 64);
+  EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
+  EXPECT_EQ(c.train.dtype, DType::BF16);
+  EXPECT_EQ(c.train.metrics_file, "m.jsonl");
+  EXPECT_EQ(c.train.on_nonfinite, NonFinitePolicy::Skip);
+  EXPECT_EQ(c.zero.stage, 2);
+  EXPECT_EQ(c.zero.max_live_parameters, 2u << 20);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 500000u);
+  EXPECT_FALSE(c.moe.normalize_top_k);
+  EXPECT_EQ(c.parallel.ep_size, 2);
+}
+
+TEST(Config, RejectsUnknownKeysWithPathAndHint) {
+  expect_rejected(R"({"train": {"lrr": 0.1}})", {"cfg.json", "unknown key 'train.lrr'", "did you mean 'train.lr'"});
+  expect_rejected(R"({"trian": {}})", {"unknown section 'trian'"});
+}
+
+TEST(Config, RejectsWrongTypesAndValues) {
+  expect_rejected(R"({"train": {"lr": "fast"}})", {"train.lr", "expected a number", "string"});
+  expect_rejected(R"({"train": {"lr": -0.1}})", {"train.lr", "must be > 0", "-0.1"});
+  expect_rejected(R"({"train": {"steps": 1.5}})", {"train.steps", "expected an integer"});
+  expect_rejected(R"({"zero": {"stage": 4}})", {"zero.stage", "must be in [0, 3]", "4"});
+  expect_rejected(R"({"prefetch": {"policy": "magic"}})", {"prefetch.policy", "none, all, frequency", "magic"});
+  expect_rejected(R"({"moe": {"normalize_top_k": 1}})", {"moe.normalize_top_k", "true or false"});
+  expect_rejected(R"({"zero": {"max_live_parameters": "12 parsecs"}})", {"zero.max_live_parameters", "unknown unit 'parsecs'"});
+  expect_rejected(R"({"zero": {"max_live_parameters": -5}})", {"zero.max_live_parameters", "non-negative"});
+  expect_rejected(R"({"train": []})", {"section 'train' must be an object"});
+  expect_rejected(R"([1, 2])", {"top level must be a JSON object"});
+  expect_rejected(R"({"train": {)", {"cfg.json", "not valid JSON"});
+}
+
+TEST(Config, RejectsInconsistentCombinations) {
+  expect_rejected(R"({"model": {"hidden_size": 100, "num_heads": 3}})", {"model.hidden_size (100)", "model.num_heads (3)"});
+  expect_rejected(R"({"model": {"num_heads": 4, "num_kv_heads": 3}})", {"model.num_kv_heads (3)"});
+  expect_rejected(R"({"parallel": {"world_size": 6, "ep_size": 4}})", {"parallel.ep_size (4)", "parallel.world_size (6)"});
+  expect_rejected(R"({"model": {"num_experts": 6}, "parallel": {"world_size": 4, "ep_size": 4}})", {"model.num_experts (6)", "parallel.ep_size (4)"});
+  expect_rejected(R"({"model": {"num_experts": 2, "top_k": 3}})", {"model.top_k (3)"});
+  expect_rejected(R"({"train": {"seq_len": 1000}})", {"train.seq_len (1000)", "model.max_seq_len"});
+}
+
+TEST(Config, OverridesApplyBeforeChecks) {
+  Config c = parse_config("{}", "cfg.json", {"train.lr=0.5", "train.dtype=bf16", "zero.stage=1", "train.metrics_file=out.jsonl"});
+  EXPECT_DOUBLE_EQ(c.train.lr, 0.5);
+  EXPECT_EQ(c.train.dtype, DType::BF16);
+  EXPECT_EQ(c.zero.stage, 1);
+  EXPECT_EQ(c.train.metrics_file, "out.jsonl");
+  expect_rejected("{}", {"--set", "section.key=value"}, {"train.lr"});
+  expect_rejected("{}", {"--set", "must be section.key"}, {"lr=1"});
+  expect_rejected("{}", {"train.lr", "expected a number"}, {"train.lr=abc"});
+  expect_rejected("{}", {"unknown key 'zero.stag'"}, {"zero.stag=1"});
+}
+
+TEST(Config, ByteCounts) {
+  EXPECT_EQ(parse_bytes("4096", "x"), 4096u);
+  EXPECT_EQ(parse_bytes("64MiB", "x"), 64u << 20);
+  EXPECT_EQ(parse_bytes("1.5GB", "x"), 1500000000u);
+  EXPECT_EQ(parse_bytes("2 KiB", "x"), 2048u);
+  EXPECT_THROW(parse_bytes("MiB", "x"), Error);
+  EXPECT_THROW(parse_bytes("0.5B", "x"), Error);
+}
+
+TEST(Config, JsonRoundTripIsExact) {
+  Config a = parse_config(R"({"train": {"lr": 0.00123, "dtype": "bf16"}, "shard_cache": {"eviction": "lru"}})", "a");
+  Config b = parse_config(config_to_json(a), "b");
+  EXPECT_EQ(config_to_json(a), config_to_json(b));
+  EXPECT_EQ(b.shard_cache.eviction, EvictionPolicy::Lru);
+  EXPECT_DOUBLE_EQ(b.train.lr, 0.00123);
+}
+
+TEST(Config, LoadNamesUnreadableFile) {
+  try {
+    load_config("/nonexistent/dir/c.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/dir/c.json"), std::string::npos);
+  }
+}
+
+TEST(Config, ReadmeDocumentsEveryKey) {
+  std::ifstream in(MOEZERO_SOURCE_DIR "/README.md");
+  ASSERT_TRUE(in) << "README.md not found";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string readme = ss.str();
+  for (const auto& k : config_reference())
+    EXPECT_NE(readme.find("`" + k.path + "`"), std::string::npos)
+        << "README.md does not document config key " << k.path
+        << " (run `moezero config --doc` for the table)";
+}
+
+}  // namespace
+}  // namespace moezero
