@@ -135,7 +135,7 @@ class Reader {
   }
 
   void dtype(const char* key, DType& value, const char* doc) {
-    choice<DType>(key, value, {{"f32", DType::F32}, {"bf16", DType::BF16}}, doc);
+    choice<DType>(key, value, {{"fp32", DType::F32}, {"bf16", DType::BF16}, {"f32", DType::F32}}, doc);
   }
 
   // Unknown keys are errors, with the nearest known key as a hint.
@@ -206,7 +206,7 @@ class Writer {
       if (e == value) out[key] = name;
   }
   void dtype(const char* key, const DType& value, const char*) {
-    out[key] = std::string(dtype_name(value));
+    out[key] = value == DType::F32 ? "fp32" : std::string(dtype_name(value));
   }
 };
 
@@ -242,7 +242,7 @@ class Documenter {
     keys.push_back({section_ + "." + key, type, def, doc});
   }
   void dtype(const char* key, const DType& value, const char* doc) {
-    keys.push_back({section_ + "." + key, "one of f32\\|bf16", std::string(dtype_name(value)), doc});
+    keys.push_back({section_ + "." + key, "one of fp32\\|bf16", value == DType::F32 ? "fp32" : std::string(dtype_name(value)), doc});
   }
 
  private:
@@ -256,14 +256,14 @@ constexpr int64_t kMaxI = std::numeric_limits<int32_t>::max();
 template <class V>
 void visit_model(V& v, auto& c) {
   v.field("vocab_size", c.vocab_size, "vocabulary size (256: bytes are tokens)", in_range<int64_t>(1, kMaxI));
-  v.field("hidden_size", c.hidden_size, "model width d_model", in_range<int64_t>(1, 1 << 20));
-  v.field("intermediate_size", c.intermediate_size, "SwiGLU hidden width (dense FFN and each expert)", in_range<int64_t>(1, 1 << 22));
-  v.field("num_layers", c.num_layers, "decoder layers", in_range<int64_t>(1, 4096));
-  v.field("num_heads", c.num_heads, "query heads", in_range<int64_t>(1, 4096));
-  v.field("num_kv_heads", c.num_kv_heads, "key/value heads (grouped-query attention); divides num_heads", in_range<int64_t>(1, 4096));
-  v.field("max_seq_len", c.max_seq_len, "longest sequence the model accepts", in_range<int64_t>(1, 1 << 24));
+  v.field("d_model", c.d_model, "model width (HF hidden_size)", in_range<int64_t>(1, 1 << 20));
+  v.field("d_ff", c.d_ff, "SwiGLU hidden width of the dense FFN and of each expert (HF intermediate_size)", in_range<int64_t>(1, 1 << 22));
+  v.field("n_layers", c.n_layers, "decoder layers", in_range<int64_t>(1, 4096));
+  v.field("n_heads", c.n_heads, "query heads", in_range<int64_t>(1, 4096));
+  v.field("n_kv_heads", c.n_kv_heads, "key/value heads (grouped-query attention); divides n_heads", in_range<int64_t>(1, 4096));
+  v.field("seq_len", c.seq_len, "training context length, also the longest sequence the model accepts", in_range<int64_t>(1, 1 << 24));
   v.field("rope_theta", c.rope_theta, "RoPE base", greater_than(0.0));
-  v.field("rms_norm_eps", c.rms_norm_eps, "RMSNorm epsilon", greater_than(0.0));
+  v.field("norm_eps", c.norm_eps, "RMSNorm epsilon", greater_than(0.0));
   v.field("init_std", c.init_std, "std of the normal initialisation of weights", greater_than(0.0));
   v.field("num_experts", c.num_experts, "experts per MoE layer (0: dense model)", in_range<int64_t>(0, 65536));
   v.field("top_k", c.top_k, "experts per token", in_range<int64_t>(1, 65536));
@@ -274,7 +274,6 @@ template <class V>
 void visit_train(V& v, auto& c) {
   v.field("steps", c.steps, "optimizer steps", at_least<int64_t>(0));
   v.field("micro_batch_size", c.micro_batch_size, "sequences per rank per micro-batch", in_range<int64_t>(1, kMaxI));
-  v.field("seq_len", c.seq_len, "tokens per sequence (<= model.max_seq_len)", in_range<int64_t>(1, kMaxI));
   v.field("grad_accum_steps", c.grad_accum_steps, "micro-batches per optimizer step", in_range<int64_t>(1, kMaxI));
   v.field("lr", c.lr, "peak learning rate", greater_than(0.0));
   v.field("min_lr", c.min_lr, "learning rate at the end of the cosine decay", at_least(0.0));
@@ -380,16 +379,14 @@ void for_each_section(C& c, F&& f) {
 void validate(const Config& c, const std::string& src) {
   const auto& m = c.model;
   auto fail = [&](auto&&... why) { MOEZERO_THROW(src, ": ", why...); };
-  if (m.hidden_size % m.num_heads != 0)
-    fail("model.hidden_size (", m.hidden_size, ") must be divisible by model.num_heads (", m.num_heads, ")");
-  if ((m.hidden_size / m.num_heads) % 2 != 0)
-    fail("model.hidden_size / model.num_heads (head dim ", m.hidden_size / m.num_heads, ") must be even for RoPE");
-  if (m.num_heads % m.num_kv_heads != 0)
-    fail("model.num_heads (", m.num_heads, ") must be divisible by model.num_kv_heads (", m.num_kv_heads, ")");
+  if (m.d_model % m.n_heads != 0)
+    fail("model.d_model (", m.d_model, ") must be divisible by model.n_heads (", m.n_heads, ")");
+  if ((m.d_model / m.n_heads) % 2 != 0)
+    fail("model.d_model / model.n_heads (head dim ", m.d_model / m.n_heads, ") must be even for RoPE");
+  if (m.n_heads % m.n_kv_heads != 0)
+    fail("model.n_heads (", m.n_heads, ") must be divisible by model.n_kv_heads (", m.n_kv_heads, ")");
   if (m.num_experts > 0 && m.top_k > m.num_experts)
     fail("model.top_k (", m.top_k, ") must be <= model.num_experts (", m.num_experts, ")");
-  if (c.train.seq_len > m.max_seq_len)
-    fail("train.seq_len (", c.train.seq_len, ") exceeds model.max_seq_len (", m.max_seq_len, ")");
   if (c.train.min_lr > c.train.lr)
     fail("train.min_lr (", c.train.min_lr, ") must be <= train.lr (", c.train.lr, ")");
   const auto& p = c.parallel;

@@ -18,14 +18,14 @@ namespace moezero {
 
 struct ModelConfig {
   int64_t vocab_size = 256;  // byte-level by default
-  int64_t hidden_size = 128;
-  int64_t intermediate_size = 256;  // SwiGLU width of a dense FFN and of each expert
-  int64_t num_layers = 4;
-  int64_t num_heads = 4;
-  int64_t num_kv_heads = 2;
-  int64_t max_seq_len = 256;
+  int64_t d_model = 128;
+  int64_t d_ff = 256;  // SwiGLU width of a dense FFN and of each expert
+  int64_t n_layers = 4;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 2;
+  int64_t seq_len = 64;  // training context length (and the longest the model accepts)
   double rope_theta = 10000.0;
-  double rms_norm_eps = 1e-5;
+  double norm_eps = 1e-5;
   double init_std = 0.02;
   int64_t num_experts = 8;  // 0: a dense model
   int64_t top_k = 2;
@@ -37,7 +37,6 @@ enum class NonFinitePolicy : uint8_t { Stop, Skip };
 struct TrainConfig {
   int64_t steps = 100;
   int64_t micro_batch_size = 4;  // sequences per rank per micro-batch
-  int64_t seq_len = 64;
   int64_t grad_accum_steps = 1;
   double lr = 3e-3;
   double min_lr = 3e-4;
@@ -47,7 +46,7 @@ struct TrainConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;  // global L2 norm; 0 disables clipping
-  DType dtype = DType::F32;  // compute dtype: f32 or bf16 (masters and moments stay f32)
+  DType dtype = DType::F32;  // compute dtype: fp32 or bf16 (masters and moments stay f32)
   int64_t seed = 1234;
   int64_t log_every = 10;
   std::string metrics_file;  // JSON lines, one per step; empty: none
