@@ -1,0 +1,23 @@
+// comm/call_signature.h — what one rank called, compared across the ranks of a group to
+// detect divergent collective sequences (the bug that hangs ZeRO-3 on MoE models).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "core/communicator.h"
+
+namespace moezero::comm {
+
+struct CallSignature {
+  CollectiveOp op = CollectiveOp::Barrier;
+  DType dtype = DType::F32;
+  size_t elems = 0;  // the op's count argument (all_to_all_v: total send elems, not compared)
+  ReduceOp reduce = ReduceOp::Sum;  // reduce_scatter, all_reduce
+  int root = -1;                    // broadcast
+  // Same call, as far as the op's arguments must agree across ranks.
+  bool matches(const CallSignature& o) const;
+  std::string str() const;  // "reduce_scatter(bf16, 1024 elems, sum)"
+};
+
+}  // namespace moezero::comm

@@ -1,0 +1,55 @@
+// comm/local/local_world.cpp — channel registry and world abort.
+#include "comm/local/local_world.h"
+
+#include <set>
+
+#include "comm/local/local_communicator.h"
+#include "core/error.h"
+
+namespace moezero::comm {
+
+LocalWorld::LocalWorld(int world_size, CommOptions options)
+    : world_size_(world_size), options_(options) {
+  MOEZERO_CHECK(world_size >= 1, "LocalWorld: world size must be >= 1, got ", world_size);
+  MOEZERO_CHECK(options.timeout.count() > 0, "LocalWorld: timeout must be > 0 ms, got ",
+                options.timeout.count());
+  MOEZERO_CHECK(options.emulation.link_gbps >= 0 && options.emulation.latency_us >= 0,
+                "LocalWorld: comm_emulation values must be >= 0, got link_gbps ",
+                options.emulation.link_gbps, ", latency_us ", options.emulation.latency_us);
+}
+
+std::unique_ptr<Communicator> LocalWorld::make_communicator(const ProcessGroup& group,
+                                                            int global_rank,
+                                                            const std::string& channel) {
+  MOEZERO_CHECK(group.size() >= 1, "make_communicator: group '", group.name, "' is empty");
+  std::set<int> seen;
+  for (int r : group.ranks) {
+    MOEZERO_CHECK(r >= 0 && r < world_size_, "make_communicator: group ", group.str(),
+                  " has rank ", r, " outside the world of ", world_size_);
+    MOEZERO_CHECK(seen.insert(r).second, "make_communicator: group ", group.str(),
+                  " lists rank ", r, " twice");
+  }
+  MOEZERO_CHECK(group.contains(global_rank), "make_communicator: rank ", global_rank,
+                " is not a member of group ", group.str());
+  std::shared_ptr<Channel> ch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& entry = channels_[channel + "@" + group.str()];
+    if (!entry) entry = std::make_shared<Channel>(group, channel, options_, abort_);
+    ch = entry;
+  }
+  return std::make_unique<LocalCommunicator>(std::move(ch), global_rank);
+}
+
+void LocalWorld::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(abort_->mu);
+    if (abort_->aborted) return;
+    abort_->reason = reason;
+    abort_->aborted = true;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, ch] : channels_) ch->notify_abort();
+}
+
+}  // namespace moezero::comm

@@ -1,0 +1,110 @@
+// comm/local/rendezvous.h — where the rank threads of one (group, channel) meet.
+//
+// A Channel is the shared state behind every rank's LocalCommunicator of one (group, channel).
+// Each collective is a Slot keyed by its sequence number. A rank's stream worker:
+//   1. arrive(): publishes its Arrival (pointers, counts, call signature) and waits, bounded by
+//      the timeout, until every rank has arrived. The first arrival's signature is the
+//      reference: a different call is a divergence error. The last arrival validates the
+//      cross-rank arguments (all_to_all_v counts) and sets the emulated completion deadline.
+//   2. moves its data (comm/local/*.cpp), reading the peers' send buffers and writing only
+//      its own recv buffer (all_reduce adds a mid barrier, phase_barrier()).
+//   3. depart(): waits for the emulated deadline (interruptible, no CPU burn), then until every
+//      rank has finished reading, so no send buffer is released while a peer reads it.
+// Failures (timeout, divergence, world abort) break the channel: every waiter and every later
+// call on it fails at once with the same message, as an aborted NCCL communicator does.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/call_signature.h"
+#include "core/communicator.h"
+
+namespace moezero::comm {
+
+struct Arrival {
+  CallSignature sig;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::vector<size_t> send_elems;  // all_to_all_v: per peer
+  std::vector<size_t> recv_elems;  // all_to_all_v: per peer
+};
+
+// One collective instance. Arrivals are immutable once every rank has arrived.
+struct Slot {
+  explicit Slot(int n) : arrivals(static_cast<size_t>(n)), arrived(static_cast<size_t>(n), 0) {}
+  std::vector<Arrival> arrivals;  // by group rank
+  std::vector<char> arrived;      // by group rank
+  int n_arrived = 0;
+  int first_rank = -1;  // whose signature is the reference
+  bool failed = false;  // all arrived, but the cross-rank validation failed
+  int n_phase = 0;      // ranks past the mid barrier
+  int n_done = 0;       // ranks done reading the peers' buffers
+  std::chrono::steady_clock::time_point deadline;  // emulated completion
+  std::vector<std::byte> staging;                  // all_reduce: the reduced result
+};
+
+// Shared by every channel of one LocalWorld: set once when any rank fails.
+struct AbortState {
+  std::atomic<bool> aborted{false};
+  std::mutex mu;
+  std::string reason;
+};
+
+class Channel {
+ public:
+  Channel(ProcessGroup group, std::string name, CommOptions options,
+          std::shared_ptr<AbortState> abort);
+
+  const ProcessGroup& group() const { return group_; }
+  const std::string& name() const { return name_; }
+  const CommOptions& options() const { return options_; }
+
+  // The next sequence number of group rank `rank` (host side, at enqueue).
+  uint64_t take_seq(int rank);
+
+  // Step 1. Returns the slot once all ranks arrived. Throws TimeoutError / Error.
+  std::shared_ptr<Slot> arrive(int rank, uint64_t seq, Arrival arrival);
+  // All ranks of `slot` pass together (all_reduce between reduce and copy-out). Not
+  // interruptible: every rank of the slot is already inside the collective.
+  void phase_barrier(Slot& slot, int rank, uint64_t seq);
+  // Step 3. Throws Error if the world was aborted during the emulated wait (after the
+  // peers have finished reading this rank's buffers).
+  void depart(Slot& slot, int rank, uint64_t seq);
+
+  // Wakes every waiter so that it sees the world's abort.
+  void notify_abort();
+
+ private:
+  struct Failure {
+    bool timeout = false;  // throw TimeoutError rather than Error
+    std::string message;
+  };
+  [[noreturn]] void throw_failure(const Failure& f) const;
+  // Sets the channel's failure (first one wins) and wakes everyone. Caller holds mu_.
+  void fail_locked(bool timeout, std::string message);
+  std::string where(const CallSignature& sig, uint64_t seq) const;
+  std::string validate_locked(const Slot& slot, uint64_t seq) const;  // "" when consistent
+  std::string abort_reason() const;
+
+  const ProcessGroup group_;
+  const std::string name_;
+  const CommOptions options_;
+  std::shared_ptr<AbortState> abort_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, std::shared_ptr<Slot>> slots_;
+  std::vector<uint64_t> next_seq_;  // by group rank
+  std::optional<Failure> failure_;
+};
+
+}  // namespace moezero::comm

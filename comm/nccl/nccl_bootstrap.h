@@ -1,0 +1,43 @@
+// comm/nccl/nccl_bootstrap.h — how the ranks of one NCCL communicator agree on its unique id.
+//
+// NCCL needs the same ncclUniqueId on every rank of a communicator: group rank 0 creates it
+// (ncclGetUniqueId) and every other rank must receive it. How it travels depends on how ranks
+// run, so it is injected: an NcclIdExchange is called on every rank with the communicator's
+// key ("<channel>@<group>"); on group rank 0 with the fresh id to publish, elsewhere with
+// nullopt, and returns the id (waiting, bounded, on non-roots). InProcessNcclBootstrap serves
+// ranks that are threads of one process; MPI or a file rendezvous come later.
+#pragma once
+
+#include <nccl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace moezero::comm {
+
+using NcclIdExchange =
+    std::function<ncclUniqueId(const std::string& key, std::optional<ncclUniqueId> root_id)>;
+
+// Ids published in a map guarded by a mutex. Non-roots wait up to `timeout` for their root
+// and then throw TimeoutError naming the key.
+class InProcessNcclBootstrap {
+ public:
+  explicit InProcessNcclBootstrap(std::chrono::milliseconds timeout = std::chrono::minutes(3))
+      : timeout_(timeout) {}
+  // The exchange function; it refers to this object, which must outlive its use.
+  NcclIdExchange exchange();
+
+ private:
+  ncclUniqueId publish_or_wait(const std::string& key, std::optional<ncclUniqueId> root_id);
+  std::chrono::milliseconds timeout_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, ncclUniqueId> ids_;
+};
+
+}  // namespace moezero::comm

@@ -1,0 +1,64 @@
+// comm/world.cpp — rank threads, first-exception propagation, abort on failure.
+#include "comm/world.h"
+
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+
+namespace moezero::comm {
+
+namespace {
+std::string describe(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+}  // namespace
+
+void World::run(int world_size, const std::function<void(RankContext&)>& fn,
+                const WorldOptions& options) {
+  LocalWorld world(world_size, options.comm);
+  std::mutex mu;
+  std::exception_ptr first;
+  auto fail = [&](int rank, std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!first) first = e;
+    }
+    world.abort("rank " + std::to_string(rank) + " failed: " + describe(e));
+  };
+
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Device> device;
+      try {
+        device = make_cpu_device(r, options.device);
+        RankContext ctx{r, world_size, device.get(), &world};
+        fn(ctx);
+        device->synchronize();  // surfaces errors of work still queued on its streams
+      } catch (...) {
+        fail(r, std::current_exception());
+      }
+      // Destroying the device joins its stream workers; after an abort their pending
+      // collectives fail at once, so this does not wait for a timeout.
+      try {
+        device.reset();
+      } catch (...) {
+        fail(r, std::current_exception());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace moezero::comm

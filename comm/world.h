@@ -1,0 +1,53 @@
+// comm/world.h — World::run: N ranks as threads of this process, each with its own CPU
+// Device, sharing one LocalWorld. The way tests, benchmarks and the CPU trainer start ranks.
+//
+//   comm::World::run(4, [](comm::RankContext& ctx) {
+//     auto gather = ctx.communicator(ctx.world_group(), "gather");
+//     Stream& s = ctx.device->create_stream("gather");
+//     gather->all_gather(shard, full, n, DType::F32, s);
+//     s.synchronize();
+//   });
+//
+// Failure: the first exception thrown by any rank (by its function, or by its streams,
+// which run() synchronises after the function returns) is rethrown by run() once every rank
+// thread has ended. When a rank throws, the world is aborted, so the other ranks' pending
+// collectives fail at once instead of waiting for their timeout.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "comm/local/local_world.h"
+#include "core/communicator.h"
+#include "core/device.h"
+#include "kernels/backend.h"
+
+namespace moezero::comm {
+
+struct RankContext {
+  int rank = 0;        // global rank
+  int world_size = 1;
+  Device* device = nullptr;    // this rank's CPU device ("cpu:<rank>")
+  LocalWorld* world = nullptr;
+
+  ProcessGroup world_group() const { return make_world_group(world_size); }
+  // Shorthand for world->make_communicator(group, rank, channel).
+  std::unique_ptr<Communicator> communicator(const ProcessGroup& group, const std::string& channel) const {
+    return world->make_communicator(group, rank, channel);
+  }
+};
+
+struct WorldOptions {
+  CommOptions comm;         // timeout and link emulation of every communicator
+  CpuDeviceOptions device;  // per-rank device options (allocator capacity)
+};
+
+class World {
+ public:
+  // Runs fn on `world_size` rank threads and returns when all have ended; rethrows the first
+  // exception of any rank.
+  static void run(int world_size, const std::function<void(RankContext&)>& fn,
+                  const WorldOptions& options = {});
+};
+
+}  // namespace moezero::comm

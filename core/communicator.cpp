@@ -1,0 +1,71 @@
+// core/communicator.cpp — names, bus factors, link-emulation arithmetic, the trace log.
+#include "core/communicator.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace moezero {
+
+const char* collective_op_name(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::AllGather: return "all_gather";
+    case CollectiveOp::ReduceScatter: return "reduce_scatter";
+    case CollectiveOp::AllReduce: return "all_reduce";
+    case CollectiveOp::AllToAllV: return "all_to_all_v";
+    case CollectiveOp::Broadcast: return "broadcast";
+    case CollectiveOp::Barrier: return "barrier";
+  }
+  return "?";
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+  }
+  return "?";
+}
+
+double bus_factor(CollectiveOp op, int n) {
+  MOEZERO_CHECK(n >= 1, "group size must be >= 1, got ", n);
+  switch (op) {
+    case CollectiveOp::AllGather:
+    case CollectiveOp::ReduceScatter:
+    case CollectiveOp::AllToAllV: return static_cast<double>(n - 1) / n;
+    case CollectiveOp::AllReduce: return 2.0 * (n - 1) / n;
+    case CollectiveOp::Broadcast: return 1.0;
+    case CollectiveOp::Barrier: return 0.0;
+  }
+  return 0.0;
+}
+
+std::chrono::nanoseconds CommEmulation::duration(double bus_bytes) const {
+  double ns = latency_us * 1e3;
+  if (link_gbps > 0.0) ns += bus_bytes * 8.0 / link_gbps;  // bits / (Gbit/s) = ns
+  return std::chrono::nanoseconds(static_cast<int64_t>(std::ceil(ns)));
+}
+
+void CommTraceLog::add(CommRecord r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.push_back(std::move(r));
+}
+
+std::vector<CommRecord> CommTraceLog::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_;
+}
+
+void CommTraceLog::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.clear();
+}
+
+Communicator::Communicator(ProcessGroup group, int global_rank, std::string channel)
+    : group_(std::move(group)), group_rank_(0), channel_(std::move(channel)) {
+  MOEZERO_CHECK(group_.size() >= 1, "communicator: group ", group_.str(), " is empty");
+  group_rank_ = group_.group_rank(global_rank);
+}
+
+}  // namespace moezero

@@ -1,0 +1,96 @@
+// core/process_groups.cpp — construction and validation of world / EP / EDP groups.
+#include "core/process_groups.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace moezero {
+
+bool ProcessGroup::contains(int global_rank) const {
+  return std::find(ranks.begin(), ranks.end(), global_rank) != ranks.end();
+}
+
+int ProcessGroup::group_rank(int global_rank) const {
+  auto it = std::find(ranks.begin(), ranks.end(), global_rank);
+  if (it == ranks.end()) MOEZERO_THROW("rank ", global_rank, " is not a member of group ", str());
+  return static_cast<int>(it - ranks.begin());
+}
+
+std::string ProcessGroup::str() const {
+  std::string s = name + "{";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(ranks[i]);
+  }
+  return s + "}";
+}
+
+ProcessGroup make_world_group(int world_size) {
+  MOEZERO_CHECK(world_size >= 1, "world size must be >= 1, got ", world_size);
+  ProcessGroup g{"world", {}};
+  for (int r = 0; r < world_size; ++r) g.ranks.push_back(r);
+  return g;
+}
+
+ProcessGroups::ProcessGroups(int world_size, int ep_size, int num_experts)
+    : world_size_(world_size), ep_size_(ep_size), num_experts_(num_experts) {
+  if (world_size < 1) MOEZERO_THROW("process groups: world size must be >= 1, got ", world_size);
+  if (ep_size < 1) MOEZERO_THROW("process groups: ep_size must be >= 1, got ", ep_size);
+  if (world_size % ep_size != 0)
+    MOEZERO_THROW("process groups: ep_size ", ep_size, " does not divide the world size ",
+                  world_size, " (EP groups are consecutive ranks of ep_size each)");
+  if (num_experts < 1) MOEZERO_THROW("process groups: num_experts must be >= 1, got ", num_experts);
+  if (num_experts % ep_size != 0)
+    MOEZERO_THROW("process groups: num_experts ", num_experts, " is not divisible by ep_size ",
+                  ep_size, " (each rank of an EP group must own the same number of experts)");
+  world_ = make_world_group(world_size);
+  const int n_ep_groups = world_size / ep_size;
+  for (int g = 0; g < n_ep_groups; ++g) {
+    ProcessGroup pg{"ep" + std::to_string(g), {}};
+    for (int i = 0; i < ep_size; ++i) pg.ranks.push_back(g * ep_size + i);
+    ep_groups_.push_back(std::move(pg));
+  }
+  for (int i = 0; i < ep_size; ++i) {
+    ProcessGroup pg{"edp" + std::to_string(i), {}};
+    for (int g = 0; g < n_ep_groups; ++g) pg.ranks.push_back(g * ep_size + i);
+    edp_groups_.push_back(std::move(pg));
+  }
+}
+
+void ProcessGroups::check_rank(int global_rank) const {
+  if (global_rank < 0 || global_rank >= world_size_)
+    MOEZERO_THROW("process groups: rank ", global_rank, " out of range [0, ", world_size_, ")");
+}
+
+const ProcessGroup& ProcessGroups::ep_group_of(int global_rank) const {
+  check_rank(global_rank);
+  return ep_groups_[global_rank / ep_size_];
+}
+
+const ProcessGroup& ProcessGroups::edp_group_of(int global_rank) const {
+  check_rank(global_rank);
+  return edp_groups_[global_rank % ep_size_];
+}
+
+int ProcessGroups::ep_rank(int global_rank) const {
+  check_rank(global_rank);
+  return global_rank % ep_size_;
+}
+
+int ProcessGroups::edp_rank(int global_rank) const {
+  check_rank(global_rank);
+  return global_rank / ep_size_;
+}
+
+int ProcessGroups::first_local_expert(int global_rank) const {
+  return ep_rank(global_rank) * experts_per_rank();
+}
+
+int ProcessGroups::ep_owner_of_expert(int expert) const {
+  if (expert < 0 || expert >= num_experts_)
+    MOEZERO_THROW("process groups: expert ", expert, " out of range [0, ", num_experts_, ")");
+  return expert / experts_per_rank();
+}
+
+}  // namespace moezero
