@@ -85,6 +85,8 @@ class TensorBuffer {
   const Tensor& view() const { return view_; }
   operator const Tensor&() const { return view_; }  // NOLINT: a TensorBuffer is usable as its view
   Buffer& buffer() { return buffer_; }
+  // True from construction until reset() (also for a zero-element tensor).
+  explicit operator bool() const { return view_.device() != nullptr; }
   void reset() {
     buffer_.reset();
     view_ = Tensor();

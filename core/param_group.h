@@ -1,0 +1,97 @@
+// core/param_group.h — the layout of a parameter group and the interface through which
+// modules reach their parameters and gradients (ParamProvider).
+//
+// A ParamGroup is one module's parameters in one flat buffer (one group per dense block, one
+// per expert): the unit that ZeRO-3 shards, gathers and reduce-scatters. Inside the buffer,
+// parameter i sits at offsets[i] (elements, each aligned to kParamAlignElems), in the order it
+// was added. The buffer is padded so that every rank of the owning group holds an equal shard.
+//
+// Modules never own parameters. In forward they call acquire(g) and get the full, flat
+// parameters of group g in the compute dtype, ready on the compute stream; they slice them with
+// GroupLayout::view and call release(g) when done. In backward they acquire again, accumulate
+// weight gradients (+=, fp32) into grad(g) and call grad_ready(g), after which the provider may
+// reduce them (ZeRO: reduce-scatter into gradient shards on the reduce stream).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace moezero {
+
+constexpr int64_t kParamAlignElems = 16;
+
+// How a parameter is initialised. Values are a pure function of (seed, parameter name), so
+// every world size and stage starts from identical weights.
+enum class ParamInit : uint8_t {
+  Normal,  // N(0, std^2)
+  Ones,    // norm weights
+  Zeros,
+};
+
+struct ParamSpec {
+  std::string name;   // Hugging Face Mixtral name: "model.layers.0.self_attn.q_proj.weight"
+  Shape shape;
+  ParamInit init = ParamInit::Normal;
+  float init_std = 0.02f;
+  bool weight_decay = true;  // false for norm weights
+};
+
+// Which family a group belongs to (decides its sharding group: world or expert-data-parallel).
+enum class GroupKind : uint8_t { Dense, Expert };
+
+struct GroupSpec {
+  std::string name;  // "layers.3.attn", "layers.3.experts.5"
+  GroupKind kind = GroupKind::Dense;
+  int layer = -1;    // -1 for embedding / head
+  int expert = -1;   // expert id for GroupKind::Expert
+  std::vector<ParamSpec> params;
+};
+
+class GroupLayout {
+ public:
+  GroupLayout() = default;
+  explicit GroupLayout(GroupSpec spec);
+
+  const GroupSpec& spec() const { return spec_; }
+  int64_t numel() const { return numel_; }  // unpadded, alignment gaps included
+  int64_t offset(size_t i) const { return offsets_[i]; }
+  size_t param_count() const { return spec_.params.size(); }
+  // Index of the parameter called `name`; throws naming the group when absent.
+  size_t index_of(const std::string& name) const;
+  // Parameter i as a view of the flat group buffer `flat` (numel >= numel()).
+  Tensor view(const Tensor& flat, size_t i) const;
+  // numel rounded up so that `shards` ranks hold equal shards (and each shard is aligned).
+  int64_t padded_numel(int shards) const;
+
+ private:
+  GroupSpec spec_;
+  std::vector<int64_t> offsets_;
+  int64_t numel_ = 0;
+};
+
+// The parameters of a model as groups, and the protocol modules use to reach them.
+class ParamProvider {
+ public:
+  virtual ~ParamProvider() = default;
+
+  virtual int group_count() const = 0;
+  virtual const GroupLayout& layout(int group) const = 0;
+  // Compute dtype of acquired parameters (f32 or bf16).
+  virtual DType compute_dtype() const = 0;
+
+  // Full flat parameters of `group` (compute dtype, numel >= layout.numel()), ready for work
+  // enqueued on `compute` after this call. No host synchronisation.
+  virtual Tensor acquire(int group, Stream& compute) = 0;
+  // compute has enqueued its last use of the acquired parameters.
+  virtual void release(int group, Stream& compute) = 0;
+  // Full flat gradient of `group`, f32, zeroed before the first use in this backward pass;
+  // ops accumulate into it (+=) on `compute`.
+  virtual Tensor grad(int group, Stream& compute) = 0;
+  // compute has enqueued its last write into grad(group) for this micro-batch.
+  virtual void grad_ready(int group, Stream& compute) = 0;
+};
+
+}  // namespace moezero

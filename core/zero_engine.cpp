@@ -1,0 +1,246 @@
+// core/zero_engine.cpp — group state, gather/release, gradient buckets (see zero_engine.h).
+// The optimizer step and parameter initialisation live in zero_step.cpp.
+#include "core/zero_engine_impl.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace moezero {
+
+using zero_detail::GroupState;
+
+ZeroEngine::ZeroEngine(Device& device, EngineStreams streams, std::vector<GroupSpec> groups,
+                       const std::function<GroupComms(const GroupSpec&)>& comms_of,
+                       Communicator& world_misc, ZeroOptions options)
+    : impl_(std::make_unique<Impl>(device, streams, world_misc, options)), options_(options) {
+  MOEZERO_CHECK(options.stage >= 0 && options.stage <= 3, "zero stage must be 0..3, got ",
+                options.stage);
+  MOEZERO_CHECK(options.compute_dtype == DType::F32 || options.compute_dtype == DType::BF16,
+                "compute dtype must be f32 or bf16, got ", dtype_name(options.compute_dtype));
+  MOEZERO_CHECK(streams.compute && streams.gather && streams.reduce,
+                "ZeroEngine needs compute, gather and reduce streams");
+  for (auto& spec : groups) {
+    GroupComms comms = comms_of(spec);
+    MOEZERO_CHECK(comms.gather && comms.reduce, "group '", spec.name, "' has no communicators");
+    impl_->add_group(std::move(spec), comms);
+  }
+  impl_->initialise();
+}
+
+ZeroEngine::~ZeroEngine() = default;
+
+int ZeroEngine::group_count() const { return static_cast<int>(impl_->groups.size()); }
+const GroupLayout& ZeroEngine::layout(int group) const { return impl_->group(group).layout; }
+EngineCounters ZeroEngine::counters() const { return impl_->counters; }
+int64_t ZeroEngine::step_count() const { return impl_->step; }
+
+Tensor ZeroEngine::acquire(int group, Stream& compute) { return impl_->acquire(group, compute); }
+void ZeroEngine::release(int group, Stream& compute) { impl_->release(group, compute); }
+Tensor ZeroEngine::grad(int group, Stream& compute) { return impl_->grad(group, compute); }
+void ZeroEngine::grad_ready(int group, Stream& compute) { impl_->grad_ready(group, compute); }
+void ZeroEngine::finish_backward() { impl_->flush_bucket(); }
+StepResult ZeroEngine::step(const AdamWHyper& hyper) { return impl_->optimizer_step(hyper); }
+std::vector<float> ZeroEngine::full_params_host(int group) { return impl_->full_params_host(group); }
+
+// ---- Impl: fetch and release ------------------------------------------------------------
+
+ZeroEngine::Impl::Impl(Device& d, EngineStreams s, Communicator& misc, ZeroOptions o)
+    : device(d), streams(s), world_misc(misc), options(o) {
+  params_updated = device.create_event();
+  replicated_ready = device.create_event();
+  reduce_done = device.create_event();
+}
+
+GroupState& ZeroEngine::Impl::group(int g) {
+  MOEZERO_CHECK(g >= 0 && g < static_cast<int>(groups.size()), "parameter group index ", g,
+                " out of range (", groups.size(), " groups)");
+  return *groups[static_cast<size_t>(g)];
+}
+
+void ZeroEngine::Impl::issue_fetch(int g) {
+  GroupState& st = group(g);
+  Stream& gs = *streams.gather;
+  const size_t bytes = st.full_bytes(options.compute_dtype);
+  st.full = TensorBuffer(device, options.compute_dtype, Shape{st.padded}, MemTag::FullParam, gs,
+                         st.layout.spec().name.c_str());
+  gs.wait(*params_updated);  // the shards are final for this step
+  const Tensor& src = st.param_source();
+  st.comms.gather->all_gather(src.data(), st.full.view().data(), static_cast<size_t>(st.shard_elems),
+                              options.compute_dtype, gs);
+  st.gathered->record(gs);
+  st.state = GroupState::Gathering;
+  live_bytes += bytes;
+  counters.peak_live_bytes = std::max<uint64_t>(counters.peak_live_bytes, live_bytes);
+  counters.gathered_bytes += bytes;
+  counters.gathers += 1;
+}
+
+Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
+  GroupState& st = group(g);
+  trace.push_back(g);
+  // Follow the recorded order (prefetch cursor).
+  if (cursor < recorded.size() && recorded[cursor] == g) {
+    ++cursor;
+  } else if (cursor < recorded.size()) {
+    auto it = std::find(recorded.begin() + static_cast<std::ptrdiff_t>(cursor), recorded.end(), g);
+    cursor = it == recorded.end() ? recorded.size() : static_cast<size_t>(it - recorded.begin()) + 1;
+  }
+  Tensor out;
+  if (!st.params_sharded) {
+    compute.wait(*replicated_ready);
+    out = st.full_persistent.view();
+  } else {
+    MOEZERO_CHECK(st.state != GroupState::Full, "acquire of parameter group '",
+                  st.layout.spec().name, "', which is already acquired (release it first)");
+    if (st.state == GroupState::Sharded) issue_fetch(g);
+    else counters.prefetch_hits += 1;
+    compute.wait(*st.gathered);
+    st.full.buffer().record_stream(compute);
+    st.state = GroupState::Full;
+    st.prefetched = false;
+    out = st.full.view();
+  }
+  prefetch_ahead();
+  return out;
+}
+
+void ZeroEngine::Impl::prefetch_ahead() {
+  uint64_t ahead = 0;
+  for (size_t j = cursor; j < recorded.size(); ++j) {
+    GroupState& st = group(recorded[j]);
+    if (!st.params_sharded) continue;
+    const size_t bytes = st.full_bytes(options.compute_dtype);
+    if (st.state == GroupState::Gathering) {
+      ahead += bytes;
+    } else if (st.state == GroupState::Sharded) {
+      if (ahead + bytes > options.prefetch_bucket_bytes) break;
+      if (live_bytes + bytes > options.max_live_bytes) break;
+      issue_fetch(recorded[j]);
+      st.prefetched = true;
+      counters.prefetched += 1;
+      ahead += bytes;
+    }
+    if (ahead >= options.prefetch_bucket_bytes) break;
+  }
+}
+
+void ZeroEngine::Impl::release(int g, Stream& compute) {
+  GroupState& st = group(g);
+  if (!st.params_sharded) return;
+  MOEZERO_CHECK(st.state == GroupState::Full, "release of parameter group '",
+                st.layout.spec().name, "', which is not acquired");
+  st.full.reset();  // stream-safe: reused only after gather and compute passed this point
+  st.state = GroupState::Sharded;
+  live_bytes -= st.full_bytes(options.compute_dtype);
+}
+
+void ZeroEngine::Impl::end_passes() {
+  // Prefetched groups that nobody acquired: give their memory back.
+  for (auto& p : groups) {
+    if (p->params_sharded && p->state == GroupState::Gathering) {
+      p->full.reset();
+      p->state = GroupState::Sharded;
+      live_bytes -= p->full_bytes(options.compute_dtype);
+      counters.prefetch_waste += 1;
+    }
+    MOEZERO_CHECK(p->state != GroupState::Full, "parameter group '", p->layout.spec().name,
+                  "' is still acquired at the optimizer step (missing release)");
+  }
+  if (trace != recorded) recorded = trace;  // (re-)learn the order
+  trace.clear();
+  cursor = 0;
+}
+
+// ---- Impl: gradients --------------------------------------------------------------------
+
+Tensor ZeroEngine::Impl::grad(int g, Stream& compute) {
+  GroupState& st = group(g);
+  if (!st.grad_full) {
+    st.grad_full = TensorBuffer(device, DType::F32, Shape{st.padded}, MemTag::Grad, compute,
+                                st.layout.spec().name.c_str());
+    device.ops().fill(compute, st.grad_full, 0.0);
+  }
+  return st.grad_full.view();
+}
+
+void ZeroEngine::Impl::grad_ready(int g, Stream& compute) {
+  GroupState& st = group(g);
+  MOEZERO_CHECK(static_cast<bool>(st.grad_full), "grad_ready of group '", st.layout.spec().name,
+                "' without grad() in this backward pass");
+  if (!bucket.empty()) {
+    const GroupState& first = group(bucket.front());
+    if (first.comms.reduce != st.comms.reduce || first.grads_sharded != st.grads_sharded)
+      flush_bucket();
+  }
+  st.grad_full.buffer().record_stream(*streams.reduce);
+  bucket.push_back(g);
+  bucket_bytes += static_cast<uint64_t>(st.padded) * dtype_size_bytes(options.compute_dtype);
+  if (bucket_bytes >= options.reduce_bucket_bytes) flush_bucket();
+}
+
+void ZeroEngine::Impl::flush_bucket() {
+  if (bucket.empty()) return;
+  Ops& ops = device.ops();
+  Stream& rs = *streams.reduce;
+  auto ready = device.create_event();
+  ready->record(*streams.compute);  // every grad write of the bucket is before this point
+  rs.wait(*ready);  // the wait holds what it needs; the event may go
+  const DType dt = options.compute_dtype;  // gradients travel in the compute dtype
+  const GroupState& first = group(bucket.front());
+  const int n = first.n;
+  Communicator* comm = first.comms.reduce;
+
+  if (first.grads_sharded) {
+    int64_t cols = 0;
+    for (int g : bucket) cols += group(g).shard_elems;
+    TensorBuffer send(device, dt, Shape{n * cols}, MemTag::CommBuffer, rs, "reduce bucket");
+    TensorBuffer recv(device, dt, Shape{cols}, MemTag::CommBuffer, rs, "reduce bucket");
+    int64_t c = 0;
+    for (int g : bucket) {  // layout (n, cols): rank r's part of every group, side by side
+      GroupState& st = group(g);
+      for (int r = 0; r < n; ++r)
+        ops.cast(rs, st.grad_full.view().view_elems(r * st.shard_elems, Shape{st.shard_elems}),
+                 send.view().view_elems(r * cols + c, Shape{st.shard_elems}));
+      c += st.shard_elems;
+    }
+    comm->reduce_scatter(send.view().data(), recv.view().data(), static_cast<size_t>(cols), dt,
+                         ReduceOp::Sum, rs);
+    counters.reduce_scattered_bytes += send.view().size_bytes();
+    c = 0;
+    for (int g : bucket) {
+      GroupState& st = group(g);
+      ops.axpy(rs, 1.0f, recv.view().view_elems(c, Shape{st.shard_elems}), st.grad_acc);
+      c += st.shard_elems;
+    }
+  } else {
+    int64_t total = 0;
+    for (int g : bucket) total += group(g).padded;
+    TensorBuffer buf(device, dt, Shape{total}, MemTag::CommBuffer, rs, "all-reduce bucket");
+    int64_t c = 0;
+    for (int g : bucket) {
+      GroupState& st = group(g);
+      ops.cast(rs, st.grad_full, buf.view().view_elems(c, Shape{st.padded}));
+      c += st.padded;
+    }
+    if (n > 1) {
+      comm->all_reduce(buf.view().data(), buf.view().data(), static_cast<size_t>(total), dt,
+                       ReduceOp::Sum, rs);
+      counters.all_reduced_bytes += buf.view().size_bytes();
+    }
+    c = 0;
+    for (int g : bucket) {
+      GroupState& st = group(g);
+      ops.axpy(rs, 1.0f, buf.view().view_elems(c, Shape{st.padded}), st.grad_acc);
+      c += st.padded;
+    }
+  }
+  for (int g : bucket) group(g).grad_full.reset();  // freed once the reduce stream passes
+  reduce_done->record(rs);
+  reduce_recorded = true;
+  bucket.clear();
+  bucket_bytes = 0;
+}
+
+}  // namespace moezero

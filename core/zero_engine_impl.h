@@ -1,0 +1,89 @@
+// core/zero_engine_impl.h — private state of ZeroEngine, shared by zero_engine.cpp (fetch,
+// release, gradient buckets) and zero_step.cpp (initialisation, optimizer step).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/zero_engine.h"
+
+namespace moezero {
+namespace zero_detail {
+
+// One parameter group on this rank. Ranges are in elements of the flat, padded group buffer.
+struct GroupState {
+  GroupLayout layout;
+  GroupComms comms;
+  int n = 1;     // ranks sharing the group
+  int rank = 0;  // this rank's position among them
+  bool params_sharded = false;  // stage 3 and large enough: gathered on acquire
+  bool grads_sharded = false;   // stage >= 2: gradients reduce-scattered into shards
+  bool opt_sharded = false;     // stage >= 1: optimizer state is a shard
+  int64_t padded = 0;       // elements, multiple of n * kParamAlignElems
+  int64_t shard_elems = 0;  // padded / n
+  int64_t opt_offset = 0;   // first element of this rank's optimizer range
+  int64_t opt_elems = 0;    // its length (shard_elems when opt_sharded, else padded)
+
+  // Model states (persistent).
+  TensorBuffer param_shard;      // compute dtype (shard_elems): params_sharded && bf16
+  TensorBuffer full_persistent;  // compute dtype (padded): !params_sharded
+  TensorBuffer master;           // f32 (opt_elems) unless it aliases the compute params
+  Tensor master_view;            // f32 (opt_elems): the fp32 master range
+  TensorBuffer grad_acc;         // compute dtype: (shard_elems) if grads_sharded else (padded)
+  TensorBuffer exp_avg, exp_avg_sq;  // f32 (opt_elems)
+
+  // Transient.
+  TensorBuffer full;       // gathered parameters (params_sharded), compute dtype (padded)
+  TensorBuffer grad_full;  // f32 (padded), alive from grad() to the bucket's reduction
+  enum State { Sharded, Gathering, Full } state = Sharded;
+  bool prefetched = false;
+  std::unique_ptr<Event> gathered;  // recorded on the gather stream after the all-gather
+
+  size_t full_bytes(DType dt) const { return static_cast<size_t>(padded) * dtype_size_bytes(dt); }
+  // What the all-gather reads: the compute-dtype shard (the master itself in fp32 mode).
+  const Tensor& param_source() const { return param_shard ? param_shard.view() : master.view(); }
+};
+
+}  // namespace zero_detail
+
+struct ZeroEngine::Impl {
+  Impl(Device& device, EngineStreams streams, Communicator& world_misc, ZeroOptions options);
+
+  void add_group(GroupSpec spec, GroupComms comms);
+  void initialise();
+  zero_detail::GroupState& group(int g);
+  Tensor acquire(int g, Stream& compute);
+  void release(int g, Stream& compute);
+  void issue_fetch(int g);
+  void prefetch_ahead();
+  void end_passes();
+  Tensor grad(int g, Stream& compute);
+  void grad_ready(int g, Stream& compute);
+  void flush_bucket();
+  StepResult optimizer_step(const AdamWHyper& hyper);
+  std::vector<float> full_params_host(int g);
+
+  Device& device;
+  EngineStreams streams;
+  Communicator& world_misc;
+  ZeroOptions options;
+  std::vector<std::unique_ptr<zero_detail::GroupState>> groups;
+
+  std::unique_ptr<Event> params_updated;    // compute: shards final for this step
+  std::unique_ptr<Event> replicated_ready;  // gather: replicated params refreshed
+  std::unique_ptr<Event> reduce_done;       // reduce: last bucket reduced
+  bool reduce_recorded = false;
+
+  std::vector<int> recorded;  // acquire order of the last step that completed
+  std::vector<int> trace;     // acquire order of this step so far
+  size_t cursor = 0;          // position of the next expected acquire in `recorded`
+  uint64_t live_bytes = 0;    // gathered (params_sharded) bytes alive
+
+  std::vector<int> bucket;  // groups whose gradients await reduction
+  uint64_t bucket_bytes = 0;
+
+  int64_t step = 0;
+  EngineCounters counters;
+};
+
+}  // namespace moezero
