@@ -34,9 +34,14 @@ template <>
 inline float from_f32<float>(float x) {
   return x;
 }
+// Same result as core's float_to_bf16 (RNE, NaN -> quiet NaN), written without a branch so that
+// row loops vectorise.
 template <>
 inline bf16 from_f32<bf16>(float x) {
-  return float_to_bf16(x);
+  const uint32_t u = float_bits(x);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return bf16{static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded)};
 }
 template <>
 inline fp16 from_f32<fp16>(float x) {
