@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/config.h"
 #include "core/error.h"
 
 namespace moezero {
@@ -45,6 +46,14 @@ std::chrono::nanoseconds CommEmulation::duration(double bus_bytes) const {
   double ns = latency_us * 1e3;
   if (link_gbps > 0.0) ns += bus_bytes * 8.0 / link_gbps;  // bits / (Gbit/s) = ns
   return std::chrono::nanoseconds(static_cast<int64_t>(std::ceil(ns)));
+}
+
+CommOptions make_comm_options(const CommEmulationConfig& emulation, const CommConfig& comm) {
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(comm.timeout_s * 1e3)));
+  o.emulation = CommEmulation{emulation.link_gbps, emulation.latency_us};
+  o.call_check = comm.check_divergence ? CallCheck::On : CallCheck::Off;
+  return o;
 }
 
 void CommTraceLog::add(CommRecord r) {

@@ -79,6 +79,12 @@ struct CommOptions {
   CallCheck call_check = CallCheck::Off;  // LocalCommunicator checks always (it is free there)
 };
 
+struct CommEmulationConfig;
+struct CommConfig;
+// The options of the `comm_emulation` and `comm` config sections (core/config.h):
+// timeout_s -> timeout, check_divergence -> call_check, link_gbps/latency_us -> emulation.
+CommOptions make_comm_options(const CommEmulationConfig& emulation, const CommConfig& comm);
+
 // One entry of a communicator's trace log. Times are when this rank's stream began the call
 // (start) and when it left it (end); for NCCL, host times at enqueue (device times come from
 // events in the trace recorder).

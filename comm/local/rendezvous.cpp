@@ -115,8 +115,13 @@ std::shared_ptr<Slot> Channel::arrive(int rank, uint64_t seq, Arrival arrival) {
     slot->deadline = now;
     if (options_.emulation.enabled())
       slot->deadline += options_.emulation.duration(emulated_bus_bytes(slot->arrivals));
-    if (slot->arrivals[0].sig.op == CollectiveOp::AllReduce)
+    if (slot->arrivals[0].sig.op == CollectiveOp::AllReduce) {
+      if (!staging_pool_.empty()) {
+        slot->staging = std::move(staging_pool_.back());
+        staging_pool_.pop_back();
+      }
       slot->staging.resize(slot->arrivals[0].sig.elems * dtype_size_bytes(sig.dtype));
+    }
     cv_.notify_all();
     return slot;
   }
@@ -158,6 +163,8 @@ void Channel::depart(Slot& slot, int rank, uint64_t seq) {
   const bool aborted_in_wait = abort_->aborted && Clock::now() < slot.deadline;
   // Done reading the peers' buffers. Not interruptible: a peer may still read ours.
   if (++slot.n_done == n) {
+    if (slot.staging.capacity() > 0 && staging_pool_.size() < kMaxPooled)
+      staging_pool_.push_back(std::move(slot.staging));
     slots_.erase(seq);
     cv_.notify_all();
   } else if (!cv_.wait_for(lock, options_.timeout, [&] { return slot.n_done == n; })) {

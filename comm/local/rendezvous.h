@@ -105,6 +105,11 @@ class Channel {
   std::map<uint64_t, std::shared_ptr<Slot>> slots_;
   std::vector<uint64_t> next_seq_;  // by group rank
   std::optional<Failure> failure_;
+  // all_reduce staging buffers kept between calls (at most kMaxPooled), so a steady stream of
+  // all_reduces does not page-fault a fresh buffer each time. Holds up to the largest
+  // all_reduce's bytes per channel.
+  static constexpr size_t kMaxPooled = 2;
+  std::vector<std::vector<std::byte>> staging_pool_;
 };
 
 }  // namespace moezero::comm

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "comm_test_util.h"
+#include "core/config.h"
 #include "core/process_groups.h"
 
 namespace moezero::comm {
@@ -122,6 +123,26 @@ TEST(CommEmulation, DurationAndBusFactors) {
   EXPECT_DOUBLE_EQ(bus_factor(CollectiveOp::AllGather, 4), 0.75);
   EXPECT_DOUBLE_EQ(bus_factor(CollectiveOp::AllToAllV, 1), 0.0);
   EXPECT_DOUBLE_EQ(bus_factor(CollectiveOp::Broadcast, 3), 1.0);
+}
+
+}  // namespace
+}  // namespace moezero::comm
+
+namespace moezero::comm {
+namespace {
+
+TEST(CommOptionsFromConfig, MapsTheCommSections) {
+  CommEmulationConfig e;
+  e.link_gbps = 25.0;
+  e.latency_us = 5.0;
+  CommConfig c;
+  c.timeout_s = 1.5;
+  c.check_divergence = true;
+  const CommOptions o = make_comm_options(e, c);
+  EXPECT_EQ(o.timeout.count(), 1500);
+  EXPECT_DOUBLE_EQ(o.emulation.link_gbps, 25.0);
+  EXPECT_DOUBLE_EQ(o.emulation.latency_us, 5.0);
+  EXPECT_EQ(o.call_check, CallCheck::On);
 }
 
 }  // namespace
