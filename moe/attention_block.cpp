@@ -26,16 +26,22 @@ GroupSpec AttentionBlock::param_group() const {
   const std::string p = "model.layers." + std::to_string(layer_) + ".";
   const int64_t q_out = n_heads_ * head_dim_, kv_out = n_kv_heads_ * head_dim_;
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    return ParamSpec{.name = p + name, .shape = Shape{rows, cols}, .init = ParamInit::Normal,
-                     .init_std = init_std_, .weight_decay = true};
+    return ParamSpec{.name = p + name,
+                     .shape = Shape{rows, cols},
+                     .init = ParamInit::Normal,
+                     .init_std = init_std_,
+                     .weight_decay = true};
   };
   GroupSpec g;
   g.name = "layers." + std::to_string(layer_) + ".attn";
   g.kind = GroupKind::Dense;
   g.layer = layer_;
   g.params = {
-      ParamSpec{.name = p + "input_layernorm.weight", .shape = Shape{d_model_},
-                .init = ParamInit::Ones, .init_std = 0.0f, .weight_decay = false},
+      ParamSpec{.name = p + "input_layernorm.weight",
+                .shape = Shape{d_model_},
+                .init = ParamInit::Ones,
+                .init_std = 0.0f,
+                .weight_decay = false},
       matrix("self_attn.q_proj.weight", q_out, d_model_),
       matrix("self_attn.k_proj.weight", kv_out, d_model_),
       matrix("self_attn.v_proj.weight", kv_out, d_model_),
@@ -73,10 +79,9 @@ AttentionBlock::Saved AttentionBlock::forward(const ModuleContext& ctx, ParamPro
 
   sv.att = ctx.alloc_act(Shape{R, Hq * D}, "attn.att");
   sv.lse = ctx.alloc(DType::F32, Shape{B, Hq, T}, "attn.lse");
-  ops.attention_forward(s, sv.q.view().reshape(Shape{B, T, Hq, D}),
-                        sv.k.view().reshape(Shape{B, T, Hkv, D}),
-                        sv.v.view().reshape(Shape{B, T, Hkv, D}),
-                        sv.att.view().reshape(Shape{B, T, Hq, D}), sv.lse);
+  ops.attention_forward(
+      s, sv.q.view().reshape(Shape{B, T, Hq, D}), sv.k.view().reshape(Shape{B, T, Hkv, D}),
+      sv.v.view().reshape(Shape{B, T, Hkv, D}), sv.att.view().reshape(Shape{B, T, Hq, D}), sv.lse);
 
   linear_forward(ctx, sv.att, lay.view(flat, kO), out);  // out = o_proj(att)
   params.release(group_, s);

@@ -12,8 +12,7 @@ namespace {
 constexpr size_t kNorm = 0, kGate = 1, kUp = 2, kDown = 3;
 }  // namespace
 
-std::unique_ptr<FeedForward> make_feed_forward(const ModelConfig& cfg, int layer,
-                                               int first_group) {
+std::unique_ptr<FeedForward> make_feed_forward(const ModelConfig& cfg, int layer, int first_group) {
   if (cfg.num_experts > 0) {
     MOEZERO_THROW("model.num_experts = ", cfg.num_experts,
                   ": MoE layers are not built yet (they come with the MoE issue); "
@@ -33,16 +32,22 @@ DenseSwiGLU::DenseSwiGLU(const ModelConfig& cfg, int layer, int group)
 std::vector<GroupSpec> DenseSwiGLU::param_groups() const {
   const std::string p = "model.layers." + std::to_string(layer_) + ".";
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    return ParamSpec{.name = p + name, .shape = Shape{rows, cols}, .init = ParamInit::Normal,
-                     .init_std = init_std_, .weight_decay = true};
+    return ParamSpec{.name = p + name,
+                     .shape = Shape{rows, cols},
+                     .init = ParamInit::Normal,
+                     .init_std = init_std_,
+                     .weight_decay = true};
   };
   GroupSpec g;
   g.name = "layers." + std::to_string(layer_) + ".ffn";
   g.kind = GroupKind::Dense;
   g.layer = layer_;
   g.params = {
-      ParamSpec{.name = p + "post_attention_layernorm.weight", .shape = Shape{d_model_},
-                .init = ParamInit::Ones, .init_std = 0.0f, .weight_decay = false},
+      ParamSpec{.name = p + "post_attention_layernorm.weight",
+                .shape = Shape{d_model_},
+                .init = ParamInit::Ones,
+                .init_std = 0.0f,
+                .weight_decay = false},
       matrix("mlp.gate_proj.weight", d_ff_, d_model_),
       matrix("mlp.up_proj.weight", d_ff_, d_model_),
       matrix("mlp.down_proj.weight", d_model_, d_ff_),

@@ -20,10 +20,16 @@ GroupSpec Head::param_group() const {
   g.kind = GroupKind::Dense;
   g.layer = -1;
   g.params = {
-      ParamSpec{.name = "model.norm.weight", .shape = Shape{d_model_}, .init = ParamInit::Ones,
-                .init_std = 0.0f, .weight_decay = false},
-      ParamSpec{.name = "lm_head.weight", .shape = Shape{vocab_size_, d_model_},
-                .init = ParamInit::Normal, .init_std = init_std_, .weight_decay = true},
+      ParamSpec{.name = "model.norm.weight",
+                .shape = Shape{d_model_},
+                .init = ParamInit::Ones,
+                .init_std = 0.0f,
+                .weight_decay = false},
+      ParamSpec{.name = "lm_head.weight",
+                .shape = Shape{vocab_size_, d_model_},
+                .init = ParamInit::Normal,
+                .init_std = init_std_,
+                .weight_decay = true},
   };
   return g;
 }

@@ -1,6 +1,7 @@
 // moe/head.h — final RMSNorm, untied LM head and next-token cross-entropy:
 //     xn = rmsnorm(x) * norm.weight;  logits = xn lm_head^T  (B*T, V)
-//     loss_out += loss_scale * sum_t [targets[t] != -1] (logsumexp(logits[t]) - logits[t, targets[t]])
+//     loss_out += loss_scale * sum_t [targets[t] != -1] (logsumexp(logits[t]) - logits[t,
+//     targets[t]])
 // The sum is taken on the device (a (1, B*T) x (B*T, 1) GEMM against the per-token loss scale),
 // so the forward never synchronises with the host.
 //

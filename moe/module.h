@@ -53,8 +53,8 @@ inline void linear_forward(const ModuleContext& ctx, const Tensor& x, const Tens
 enum class Accumulate : uint8_t { No, Yes };
 inline void linear_backward_data(const ModuleContext& ctx, const Tensor& dy, const Tensor& w,
                                  const Tensor& dx, Accumulate acc) {
-  ctx.ops().gemm(ctx.s(), GemmArgs{.a = dy, .b = w, .c = dx,
-                                   .beta = acc == Accumulate::Yes ? 1.0f : 0.0f});
+  ctx.ops().gemm(ctx.s(),
+                 GemmArgs{.a = dy, .b = w, .c = dx, .beta = acc == Accumulate::Yes ? 1.0f : 0.0f});
 }
 
 // dw (out, in) f32 `+=` dy^T (out, R) @ x (R, in).

@@ -98,7 +98,8 @@ const std::vector<int32_t>& Transformer::host_positions(int64_t batch, int64_t s
   if (inserted) {
     it->second.resize(static_cast<size_t>(batch * seq));
     for (int64_t b = 0; b < batch; ++b)
-      for (int64_t t = 0; t < seq; ++t) it->second[static_cast<size_t>(b * seq + t)] = static_cast<int32_t>(t);
+      for (int64_t t = 0; t < seq; ++t)
+        it->second[static_cast<size_t>(b * seq + t)] = static_cast<int32_t>(t);
   }
   return it->second;
 }
@@ -109,8 +110,8 @@ void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens
                           const Tensor& targets, float loss_scale, const Tensor& loss_out) {
   state_.reset();
   check_provider(params);
-  MOEZERO_CHECK(tokens.rank() == 2 && tokens.dtype() == DType::I32, "Transformer::forward: tokens is ",
-                tokens.str(), " but must be i32 (B, T)");
+  MOEZERO_CHECK(tokens.rank() == 2 && tokens.dtype() == DType::I32,
+                "Transformer::forward: tokens is ", tokens.str(), " but must be i32 (B, T)");
   MOEZERO_CHECK(targets.dtype() == DType::I32 && targets.shape() == tokens.shape(),
                 "Transformer::forward: targets is ", targets.str(), " but must be i32 like tokens ",
                 tokens.str());
@@ -166,7 +167,8 @@ void Transformer::backward(ParamProvider& params, Stream& s) {
   MOEZERO_CHECK(&s == ctx.stream, "Transformer::backward on stream '", s.name(),
                 "' but the forward ran on '", ctx.stream->name(), "'");
   check_provider(params);
-  MOEZERO_CHECK(params.compute_dtype() == ctx.dtype, "Transformer::backward: the provider's "
+  MOEZERO_CHECK(params.compute_dtype() == ctx.dtype,
+                "Transformer::backward: the provider's "
                 "compute dtype changed since the forward");
   const int64_t R = ctx.rows(), C = cfg_.d_model;
 

@@ -53,7 +53,8 @@ inline void rope(Mat& x, int64_t rows, int64_t seq, int64_t heads, int64_t d, do
     for (int64_t h = 0; h < heads; ++h) {
       double* u = &x[(r * heads + h) * d];
       for (int64_t i = 0; i < d / 2; ++i) {
-        const double th = pos * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+        const double th =
+            pos * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
         const double a = u[i], b = u[i + d / 2];
         u[i] = a * std::cos(th) - b * std::sin(th);
         u[i + d / 2] = b * std::cos(th) + a * std::sin(th);

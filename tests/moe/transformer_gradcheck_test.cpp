@@ -125,7 +125,9 @@ TEST_P(GradCheckTest, Bf16MatchesF32) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, GradCheckTest, ::testing::ValuesIn(compiled_backends()),
-                         [](const auto& info) { return std::string(device_kind_name(info.param)); });
+                         [](const auto& info) {
+                           return std::string(device_kind_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace moezero::test

@@ -115,9 +115,9 @@ TEST_P(TransformerTest, ForwardAndBackwardFollowTheGroupProtocol) {
   want.push_back({C::GradReady, 0});
   ASSERT_EQ(p.calls().size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_TRUE(p.calls()[i] == want[i]) << "call " << i << ": got (" << int(p.calls()[i].call)
-                                         << ", " << p.calls()[i].group << "), want ("
-                                         << int(want[i].call) << ", " << want[i].group << ")";
+    EXPECT_TRUE(p.calls()[i] == want[i])
+        << "call " << i << ": got (" << int(p.calls()[i].call) << ", " << p.calls()[i].group
+        << "), want (" << int(want[i].call) << ", " << want[i].group << ")";
   }
   EXPECT_FALSE(p.any_acquired());
   EXPECT_FALSE(model.has_activations());
@@ -222,7 +222,9 @@ TEST_P(TransformerTest, RejectsBadInputs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TransformerTest, ::testing::ValuesIn(compiled_backends()),
-                         [](const auto& info) { return std::string(device_kind_name(info.param)); });
+                         [](const auto& info) {
+                           return std::string(device_kind_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace moezero::test
