@@ -273,7 +273,7 @@ void visit_model(V& v, auto& c) {
 template <class V>
 void visit_train(V& v, auto& c) {
   v.field("steps", c.steps, "optimizer steps", at_least<int64_t>(0));
-  v.field("micro_batch_size", c.micro_batch_size, "sequences per rank per micro-batch", in_range<int64_t>(1, kMaxI));
+  v.field("micro_batch_size", c.micro_batch_size, "sequences per micro-batch over all ranks together (each rank takes micro_batch_size / world_size), so the math does not depend on the world size", in_range<int64_t>(1, kMaxI));
   v.field("grad_accum_steps", c.grad_accum_steps, "micro-batches per optimizer step", in_range<int64_t>(1, kMaxI));
   v.field("lr", c.lr, "peak learning rate", greater_than(0.0));
   v.field("min_lr", c.min_lr, "learning rate at the end of the cosine decay", at_least(0.0));
@@ -394,6 +394,9 @@ void validate(const Config& c, const std::string& src) {
     fail("parallel.ep_size (", p.ep_size, ") must divide parallel.world_size (", p.world_size, ")");
   if (m.num_experts > 0 && m.num_experts % p.ep_size != 0)
     fail("model.num_experts (", m.num_experts, ") must be divisible by parallel.ep_size (", p.ep_size, ")");
+  if (c.train.micro_batch_size % p.world_size != 0)
+    fail("train.micro_batch_size (", c.train.micro_batch_size, ") must be divisible by parallel.world_size (",
+         p.world_size, "): it counts the sequences of all ranks together");
   if (m.num_experts == 0 && p.ep_size != 1)
     fail("parallel.ep_size (", p.ep_size, ") must be 1 for a dense model (model.num_experts = 0)");
 }

@@ -36,7 +36,7 @@ enum class NonFinitePolicy : uint8_t { Stop, Skip };
 
 struct TrainConfig {
   int64_t steps = 100;
-  int64_t micro_batch_size = 4;  // sequences per rank per micro-batch
+  int64_t micro_batch_size = 8;  // sequences per micro-batch, ALL ranks together
   int64_t grad_accum_steps = 1;
   double lr = 3e-3;
   double min_lr = 3e-4;

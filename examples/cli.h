@@ -11,6 +11,9 @@ namespace moezero::cli {
 // float64 references and the collectives on N ranks-as-threads, prints one line per check.
 int selfcheck(const std::vector<std::string>& args);
 
+// `moezero train --config FILE [--set section.key=value ...] [--metrics FILE] [--quiet]`.
+int train(const std::vector<std::string>& args);
+
 // `moezero config [--doc | --defaults | FILE [--set section.key=value ...]]`.
 int config(const std::vector<std::string>& args);
 

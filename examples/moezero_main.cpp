@@ -13,6 +13,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: moezero <command> [options]\n"
     "commands:\n"
+    "  train --config FILE [--set section.key=value ...] [--metrics FILE] [--quiet]\n"
+    "      train the model the config describes (ranks as threads on the CPU)\n"
     "  selfcheck [--ranks N] [--backend cpu|cuda|all]\n"
     "      run kernels against float64 references and collectives on N ranks-as-threads\n"
     "  config [--doc | --defaults | FILE [--set section.key=value ...]]\n"
@@ -30,6 +32,7 @@ int main(int argc, char** argv) {
   const std::string cmd = args[0];
   args.erase(args.begin());
   try {
+    if (cmd == "train") return moezero::cli::train(args);
     if (cmd == "selfcheck") return moezero::cli::selfcheck(args);
     if (cmd == "config") return moezero::cli::config(args);
     std::cerr << "moezero: unknown command '" << cmd << "'\n" << kUsage;

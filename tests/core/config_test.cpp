@@ -81,6 +81,7 @@ TEST(Config, RejectsInconsistentCombinations) {
   expect_rejected(R"({"parallel": {"world_size": 6, "ep_size": 4}})", {"parallel.ep_size (4)", "parallel.world_size (6)"});
   expect_rejected(R"({"model": {"num_experts": 6}, "parallel": {"world_size": 4, "ep_size": 4}})", {"model.num_experts (6)", "parallel.ep_size (4)"});
   expect_rejected(R"({"model": {"num_experts": 2, "top_k": 3}})", {"model.top_k (3)"});
+  expect_rejected(R"({"train": {"micro_batch_size": 10}, "parallel": {"world_size": 4}})", {"train.micro_batch_size (10)", "parallel.world_size (4)"});
 }
 
 TEST(Config, OverridesApplyBeforeChecks) {

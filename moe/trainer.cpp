@@ -1,0 +1,222 @@
+#include "moe/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "comm/world.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/zero_engine.h"
+#include "kernels/backend.h"
+#include "moe/data.h"
+#include "moe/transformer.h"
+
+namespace moezero::moe {
+
+double lr_at(const TrainConfig& t, int64_t step) {
+  if (step < t.warmup_steps) return t.lr * static_cast<double>(step + 1) / static_cast<double>(t.warmup_steps);
+  const int64_t decay = std::max<int64_t>(1, t.steps - t.warmup_steps - 1);
+  const double p = std::min(1.0, static_cast<double>(step - t.warmup_steps) / static_cast<double>(decay));
+  return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * p));
+}
+
+std::string step_json(const StepLog& s) {
+  nlohmann::json j;
+  j["step"] = s.step;
+  j["loss"] = s.loss;
+  j["lr"] = s.lr;
+  j["grad_norm"] = s.grad_norm;
+  j["applied"] = s.applied;
+  j["tokens"] = s.tokens;
+  j["tokens_per_s"] = s.tokens_per_s;
+  j["elapsed_s"] = s.elapsed_s;
+  auto ranks = nlohmann::json::array();
+  for (const auto& r : s.ranks) {
+    nlohmann::json rj;
+    rj["gathered_bytes"] = r.gathered_bytes;
+    rj["reduce_scattered_bytes"] = r.reduce_scattered_bytes;
+    rj["all_reduced_bytes"] = r.all_reduced_bytes;
+    nlohmann::json peak;
+    for (size_t t = 0; t < kMemTagCount; ++t) peak[mem_tag_name(static_cast<MemTag>(t))] = r.peak_bytes[t];
+    rj["peak_bytes"] = peak;
+    ranks.push_back(rj);
+  }
+  j["ranks"] = ranks;
+  return j.dump();
+}
+
+namespace {
+
+std::string clock_text(double s) {
+  char buf[32];
+  const int t = static_cast<int>(s + 0.5);
+  std::snprintf(buf, sizeof buf, "%02d:%02d", t / 60, t % 60);
+  return buf;
+}
+
+void print_progress(std::ostream& os, const StepLog& s, int64_t steps) {
+  char buf[256];
+  const double eta = s.step > 0 ? s.elapsed_s / double(s.step) * double(steps - s.step) : 0.0;
+  std::snprintf(buf, sizeof buf,
+                "step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %8.0f tok/s | %s elapsed, "
+                "ETA %s%s",
+                static_cast<long long>(s.step), static_cast<long long>(steps), s.loss, s.lr,
+                s.grad_norm, s.tokens_per_s, clock_text(s.elapsed_s).c_str(), clock_text(eta).c_str(),
+                s.applied ? "" : " | SKIPPED (non-finite gradient)");
+  os << buf << std::endl;
+}
+
+constexpr int kStatFields = 3 + static_cast<int>(kMemTagCount);
+
+}  // namespace
+
+TrainResult train(const Config& cfg, const TrainOptions& options) {
+  const auto& tc = cfg.train;
+  const int world = static_cast<int>(cfg.parallel.world_size);
+  if (cfg.parallel.backend == BackendKind::Cuda) {
+    std::string why;
+    if (!cuda_available(&why)) MOEZERO_THROW("parallel.backend is \"cuda\" but CUDA is unavailable: ", why);
+    MOEZERO_THROW("parallel.backend \"cuda\": the trainer runs ranks on the CPU backend only for now");
+  }
+  MOEZERO_CHECK(tc.micro_batch_size % world == 0, "train.micro_batch_size (", tc.micro_batch_size,
+                ") must be divisible by parallel.world_size (", world,
+                "): it is the global number of sequences per micro-batch");
+  const TokenData data(cfg.data.path, cfg.model.vocab_size, cfg.model.seq_len, cfg.data.val_fraction);
+  const int64_t T = cfg.model.seq_len;
+  const int64_t rows = tc.micro_batch_size / world;
+  const int64_t step_tokens = tc.micro_batch_size * T * tc.grad_accum_steps;
+  const float loss_scale = 1.0f / static_cast<float>(step_tokens);
+
+  std::ofstream metrics;
+  const std::string metrics_path = options.metrics_path.empty() ? tc.metrics_file : options.metrics_path;
+  if (!metrics_path.empty()) {
+    metrics.open(metrics_path, std::ios::trunc);
+    if (!metrics) MOEZERO_THROW("cannot write the metrics file '", metrics_path, "'");
+  }
+
+  TrainResult result;
+  std::mutex result_mu;
+  comm::WorldOptions wopt;
+  wopt.comm.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000.0));
+  wopt.comm.emulation = CommEmulation{cfg.comm_emulation.link_gbps, cfg.comm_emulation.latency_us};
+  wopt.comm.call_check = cfg.comm.check_divergence ? CallCheck::On : CallCheck::Off;
+
+  comm::World::run(world, [&](comm::RankContext& ctx) {
+    Device& dev = *ctx.device;
+    EngineStreams streams{&dev.create_stream("compute"), &dev.create_stream("gather"),
+                          &dev.create_stream("reduce")};
+    Stream& cs = *streams.compute;
+    const ProcessGroup wg = ctx.world_group();
+    auto gather = ctx.communicator(wg, "gather");
+    auto reduce = ctx.communicator(wg, "reduce");
+    auto misc = ctx.communicator(wg, "misc");
+    Transformer model(cfg.model);
+    ZeroOptions zo;
+    zo.stage = static_cast<int>(cfg.zero.stage);
+    zo.compute_dtype = tc.dtype;
+    zo.persistence_threshold_elems = cfg.zero.param_persistence_threshold;
+    zo.prefetch_bucket_bytes = cfg.zero.prefetch_bucket_size;
+    zo.max_live_bytes = cfg.zero.max_live_parameters;
+    zo.reduce_bucket_bytes = cfg.zero.reduce_bucket_size;
+    zo.seed = static_cast<uint64_t>(tc.seed);
+    ZeroEngine engine(dev, streams, model.param_groups(), [&](const GroupSpec&) {
+      return GroupComms{gather.get(), reduce.get()};
+    }, *misc, zo);
+
+    const auto t_start = std::chrono::steady_clock::now();
+    EngineCounters before = engine.counters();
+    for (int64_t step = 0; step < tc.steps; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      dev.allocator().reset_peak();
+      TensorBuffer loss(dev, DType::F32, Shape{1}, MemTag::Other, cs, "loss");
+      dev.ops().fill(cs, loss, 0.0);
+      std::deque<std::vector<int32_t>> host;  // alive until the step's host sync
+      for (int64_t a = 0; a < tc.grad_accum_steps; ++a) {
+        auto& tok = host.emplace_back();
+        auto& tgt = host.emplace_back();
+        data.batch(static_cast<uint64_t>(tc.seed), step * tc.grad_accum_steps + a, ctx.rank * rows,
+                   rows, tok, tgt);
+        TensorBuffer tokens(dev, DType::I32, Shape{rows, T}, MemTag::Activation, cs, "tokens");
+        TensorBuffer targets(dev, DType::I32, Shape{rows, T}, MemTag::Activation, cs, "targets");
+        dev.memcpy_async(tokens.view().data(), tok.data(), tok.size() * 4, cs);
+        dev.memcpy_async(targets.view().data(), tgt.data(), tgt.size() * 4, cs);
+        model.forward(engine, cs, tokens, targets, loss_scale, loss);
+        model.backward(engine, cs);
+        engine.finish_backward();
+      }
+      misc->all_reduce(loss.view().data(), loss.view().data(), 1, DType::F32, ReduceOp::Sum, cs);
+      AdamWHyper h;
+      h.lr = static_cast<float>(lr_at(tc, step));
+      h.beta1 = static_cast<float>(tc.beta1);
+      h.beta2 = static_cast<float>(tc.beta2);
+      h.eps = static_cast<float>(tc.eps);
+      h.weight_decay = static_cast<float>(tc.weight_decay);
+      h.grad_clip = static_cast<float>(tc.grad_clip);
+      StepResult sr = engine.step(h);
+      float loss_host = 0.0f;
+      dev.memcpy_async(&loss_host, loss.view().data(), sizeof(float), cs);
+      cs.synchronize();
+      if (!sr.finite && tc.on_nonfinite == NonFinitePolicy::Stop)
+        MOEZERO_THROW("non-finite gradient norm at step ", step + 1, " (loss ", loss_host,
+                      "); train.on_nonfinite = stop. Parameters were not updated.");
+
+      // Per-rank counters of this step, gathered to every rank (i64).
+      EngineCounters now = engine.counters();
+      MemStats mem = dev.allocator().stats();
+      std::vector<int64_t> mine(kStatFields), all(static_cast<size_t>(kStatFields * world));
+      mine[0] = static_cast<int64_t>(now.gathered_bytes - before.gathered_bytes);
+      mine[1] = static_cast<int64_t>(now.reduce_scattered_bytes - before.reduce_scattered_bytes);
+      mine[2] = static_cast<int64_t>(now.all_reduced_bytes - before.all_reduced_bytes);
+      for (size_t t = 0; t < kMemTagCount; ++t) mine[3 + t] = static_cast<int64_t>(mem.peak_bytes[t]);
+      before = now;
+      misc->all_gather(mine.data(), all.data(), kStatFields, DType::I64, cs);
+      cs.synchronize();
+      if (ctx.rank != 0) continue;
+
+      const auto t1 = std::chrono::steady_clock::now();
+      StepLog s;
+      s.step = step + 1;
+      s.loss = loss_host;
+      s.lr = h.lr;
+      s.grad_norm = sr.grad_norm;
+      s.applied = sr.finite;
+      s.tokens = step_tokens;
+      s.tokens_per_s = double(step_tokens) / std::chrono::duration<double>(t1 - t0).count();
+      s.elapsed_s = std::chrono::duration<double>(t1 - t_start).count();
+      for (int r = 0; r < world; ++r) {
+        RankStepStats rs;
+        const int64_t* f = all.data() + r * kStatFields;
+        rs.gathered_bytes = static_cast<uint64_t>(f[0]);
+        rs.reduce_scattered_bytes = static_cast<uint64_t>(f[1]);
+        rs.all_reduced_bytes = static_cast<uint64_t>(f[2]);
+        for (size_t t = 0; t < kMemTagCount; ++t) rs.peak_bytes[t] = static_cast<uint64_t>(f[3 + t]);
+        s.ranks.push_back(rs);
+      }
+      if (metrics.is_open()) metrics << step_json(s) << "\n" << std::flush;
+      if (options.progress && (s.step % tc.log_every == 0 || s.step == 1 || s.step == tc.steps))
+        print_progress(*options.progress, s, tc.steps);
+      std::lock_guard lock(result_mu);
+      result.steps.push_back(std::move(s));
+    }
+    if (options.collect_params) {
+      std::vector<std::vector<float>> params;
+      for (int g = 0; g < engine.group_count(); ++g) params.push_back(engine.full_params_host(g));
+      if (ctx.rank == 0) {
+        std::lock_guard lock(result_mu);
+        result.params = std::move(params);
+        for (int g = 0; g < engine.group_count(); ++g)
+          result.group_names.push_back(engine.layout(g).spec().name);
+      }
+    }
+    dev.synchronize();
+  }, wopt);
+  return result;
+}
+
+}  // namespace moezero::moe

@@ -1,0 +1,67 @@
+// moe/trainer.h — the training loop: ranks as threads (CPU), the model on a ZeroEngine, the
+// data batches, the LR schedule, progress lines and the metrics file.
+//
+// One step on each rank: for each of grad_accum_steps micro-batches, forward + backward of the
+// rank's rows (gradients reduced by the engine as groups finish), then the loss all-reduce,
+// the engine's AdamW step (one host sync for the global gradient norm), and the per-rank
+// counters gathered to rank 0, which prints and writes the metrics line.
+//
+// The loss of a step is the mean next-token cross-entropy over every target of every
+// micro-batch of every rank (each token's loss is scaled by 1 / global target count, and
+// gradients are Sum-reduced), so the math does not depend on the world size.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/config.h"
+
+namespace moezero::moe {
+
+struct RankStepStats {
+  uint64_t gathered_bytes = 0;          // this step
+  uint64_t reduce_scattered_bytes = 0;  // this step
+  uint64_t all_reduced_bytes = 0;       // this step
+  std::array<uint64_t, kMemTagCount> peak_bytes{};  // peak within this step, by tag
+};
+
+struct StepLog {
+  int64_t step = 0;  // 1-based
+  double loss = 0.0;
+  double lr = 0.0;
+  double grad_norm = 0.0;
+  bool applied = true;  // false: skipped (non-finite gradient, train.on_nonfinite = skip)
+  int64_t tokens = 0;   // targets in this step, all ranks
+  double tokens_per_s = 0.0;
+  double elapsed_s = 0.0;
+  std::vector<RankStepStats> ranks;
+};
+
+struct TrainOptions {
+  std::ostream* progress = nullptr;  // progress lines (nullptr: silent)
+  std::string metrics_path;          // overrides train.metrics_file when not empty
+  bool collect_params = false;       // fill TrainResult::params (tests)
+};
+
+struct TrainResult {
+  std::vector<StepLog> steps;
+  std::vector<std::string> group_names;
+  std::vector<std::vector<float>> params;  // per group, fp32 masters after training
+};
+
+// Learning rate of 0-based step `step`: linear warmup to train.lr over warmup_steps, then
+// cosine decay to min_lr at the last step.
+double lr_at(const TrainConfig& t, int64_t step);
+
+// Runs the whole training described by `cfg`. Throws moezero::Error on bad input or when a
+// rank fails (the first failure; the others are woken, never left hanging).
+TrainResult train(const Config& cfg, const TrainOptions& options);
+
+// One step as a JSON object (one line of the metrics file).
+std::string step_json(const StepLog& s);
+
+}  // namespace moezero::moe
