@@ -1,0 +1,152 @@
+// The whole training path: every ZeRO stage at world sizes 2, 3 and 4 gives the losses and
+// final parameters of one rank; accumulation; the loss falls; metrics; the LR schedule.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "moe/trainer.h"
+
+namespace moezero::moe {
+namespace {
+
+Config tiny(std::vector<std::string> overrides = {}) {
+  std::vector<std::string> o = {
+      "model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=2",
+      "model.d_ff=48", "model.seq_len=16", "model.num_experts=0", "train.micro_batch_size=12",
+      "train.steps=3", "train.warmup_steps=1", "train.lr=0.01", "train.min_lr=0.001",
+      "zero.param_persistence_threshold=64", "zero.reduce_bucket_size=20000",
+      "zero.prefetch_bucket_size=30000", "comm.timeout_s=60"};
+  o.insert(o.end(), overrides.begin(), overrides.end());
+  return parse_config("{}", "tiny", o);
+}
+
+TrainResult run(const Config& c) {
+  TrainOptions opt;
+  opt.collect_params = true;
+  return train(c, opt);
+}
+
+// Sums are taken in other orders across world sizes: agreement to float rounding. Adam
+// normalises each gradient element, so a parameter whose gradient is pure rounding noise can
+// move by up to 2 lr differently; such elements are counted and must be rare.
+void expect_equivalent(const TrainResult& ref, const TrainResult& got, const std::string& what) {
+  ASSERT_EQ(ref.steps.size(), got.steps.size());
+  for (size_t s = 0; s < ref.steps.size(); ++s) {
+    EXPECT_NEAR(got.steps[s].loss, ref.steps[s].loss, 1e-5 * std::abs(ref.steps[s].loss))
+        << what << " step " << s + 1;
+    EXPECT_NEAR(got.steps[s].grad_norm, ref.steps[s].grad_norm, 1e-4 * ref.steps[s].grad_norm)
+        << what << " step " << s + 1;
+  }
+  ASSERT_EQ(ref.params.size(), got.params.size());
+  size_t total = 0, off = 0;
+  double worst = 0;
+  for (size_t g = 0; g < ref.params.size(); ++g) {
+    ASSERT_EQ(ref.params[g].size(), got.params[g].size());
+    for (size_t i = 0; i < ref.params[g].size(); ++i) {
+      double d = std::abs(double(ref.params[g][i]) - got.params[g][i]);
+      worst = std::max(worst, d);
+      off += d > 1e-5 * (1.0 + std::abs(ref.params[g][i]));
+      ++total;
+    }
+  }
+  EXPECT_LE(off, total / 10000 + 1) << what << ": " << off << " of " << total
+                                     << " parameters differ by more than 1e-5 (worst " << worst << ")";
+}
+
+TEST(Trainer, EveryStageAtWorldSizes2To4MatchesOneRank) {
+  const TrainResult ref = run(tiny({"parallel.world_size=1", "zero.stage=0"}));
+  ASSERT_EQ(ref.steps.size(), 3u);
+  for (int stage = 0; stage <= 3; ++stage)
+    for (int world : {2, 3, 4}) {
+      const std::string what = "stage " + std::to_string(stage) + " world " + std::to_string(world);
+      expect_equivalent(ref, run(tiny({"parallel.world_size=" + std::to_string(world),
+                                       "zero.stage=" + std::to_string(stage)})), what);
+    }
+}
+
+TEST(Trainer, GradientAccumulationIsWorldSizeIndependent) {
+  const TrainResult a = run(tiny({"parallel.world_size=1", "train.grad_accum_steps=2", "zero.stage=3"}));
+  const TrainResult b = run(tiny({"parallel.world_size=4", "train.grad_accum_steps=2", "zero.stage=3"}));
+  expect_equivalent(a, b, "accumulation");
+  // Two micro-batches are twice the tokens of one.
+  EXPECT_EQ(a.steps[0].tokens, 2 * 12 * 16);
+}
+
+TEST(Trainer, TinyConfigLossFallsClearly) {
+  TrainResult r = train(tiny({"train.steps=40", "parallel.world_size=2", "train.lr=0.003",
+                              "train.warmup_steps=4"}), {});
+  ASSERT_EQ(r.steps.size(), 40u);
+  double last = 0;
+  for (size_t s = 35; s < 40; ++s) last += r.steps[s].loss / 5;
+  EXPECT_LT(last, r.steps[0].loss - 1.5) << "first " << r.steps[0].loss << ", last five " << last;
+  EXPECT_NEAR(r.steps[0].loss, std::log(256.0), 0.3) << "a fresh model predicts ~uniformly";
+}
+
+TEST(Trainer, Bf16TrainsAndStaysCloseToFp32) {
+  TrainResult f = train(tiny({"train.steps=10", "parallel.world_size=2"}), {});
+  TrainResult b = train(tiny({"train.steps=10", "parallel.world_size=2", "train.dtype=bf16"}), {});
+  for (size_t s = 0; s < 10; ++s)
+    EXPECT_NEAR(b.steps[s].loss, f.steps[s].loss, 0.05 * f.steps[s].loss) << "step " << s + 1;
+  EXPECT_LT(b.steps.back().loss, b.steps.front().loss - 0.5);
+}
+
+TEST(Trainer, MetricsFileHasOneLinePerStepWithPerRankCounters) {
+  const std::string path = ::testing::TempDir() + "moezero_metrics_test.jsonl";
+  for (int stage : {0, 3}) {
+    TrainOptions opt;
+    opt.metrics_path = path;
+    train(tiny({"parallel.world_size=3", "zero.stage=" + std::to_string(stage)}), opt);
+    std::ifstream in(path);
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line)) {
+      auto j = nlohmann::json::parse(line);
+      ++n;
+      EXPECT_EQ(j["step"].get<int>(), n);
+      for (const char* k : {"loss", "lr", "grad_norm", "tokens", "tokens_per_s", "elapsed_s"})
+        EXPECT_TRUE(j.contains(k)) << k;
+      ASSERT_EQ(j["ranks"].size(), 3u);
+      for (const auto& r : j["ranks"]) {
+        if (stage == 3) {
+          EXPECT_GT(r["gathered_bytes"].get<uint64_t>(), 0u);
+          EXPECT_GT(r["reduce_scattered_bytes"].get<uint64_t>(), 0u);
+          EXPECT_GT(r["peak_bytes"]["full_param"].get<uint64_t>(), 0u);
+        } else {
+          EXPECT_EQ(r["gathered_bytes"].get<uint64_t>(), 0u);
+          EXPECT_GT(r["all_reduced_bytes"].get<uint64_t>(), 0u);
+          EXPECT_EQ(r["peak_bytes"]["full_param"].get<uint64_t>(), 0u);
+        }
+        EXPECT_GT(r["peak_bytes"]["activation"].get<uint64_t>(), 0u);
+      }
+    }
+    EXPECT_EQ(n, 3) << "stage " << stage;
+  }
+}
+
+TEST(Trainer, LearningRateWarmsUpThenDecaysToMin) {
+  TrainConfig t;
+  t.lr = 1.0;
+  t.min_lr = 0.1;
+  t.warmup_steps = 4;
+  t.steps = 14;
+  EXPECT_DOUBLE_EQ(lr_at(t, 0), 0.25);
+  EXPECT_DOUBLE_EQ(lr_at(t, 3), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(t, 4), 1.0);
+  EXPECT_NEAR(lr_at(t, 13), 0.1, 1e-12);
+  for (int s = 5; s < 14; ++s) EXPECT_LT(lr_at(t, s), lr_at(t, s - 1));
+}
+
+TEST(Trainer, BadInputFailsBeforeTraining) {
+  EXPECT_THROW(train(tiny({"data.path=/nonexistent/file.txt"}), {}), Error);
+  EXPECT_THROW(train(tiny({"parallel.backend=cuda"}), {}), Error);
+  TrainOptions opt;
+  opt.metrics_path = "/nonexistent/dir/m.jsonl";
+  EXPECT_THROW(train(tiny(), opt), Error);
+}
+
+}  // namespace
+}  // namespace moezero::moe
