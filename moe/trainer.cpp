@@ -45,6 +45,7 @@ std::string step_json(const StepLog& s) {
     nlohmann::json peak;
     for (size_t t = 0; t < kMemTagCount; ++t) peak[mem_tag_name(static_cast<MemTag>(t))] = r.peak_bytes[t];
     rj["peak_bytes"] = peak;
+    rj["peak_total_bytes"] = r.peak_total_bytes;
     ranks.push_back(rj);
   }
   j["ranks"] = ranks;
@@ -72,7 +73,7 @@ void print_progress(std::ostream& os, const StepLog& s, int64_t steps) {
   os << buf << std::endl;
 }
 
-constexpr int kStatFields = 3 + static_cast<int>(kMemTagCount);
+constexpr int kStatFields = 4 + static_cast<int>(kMemTagCount);
 
 }  // namespace
 
@@ -173,7 +174,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       mine[0] = static_cast<int64_t>(now.gathered_bytes - before.gathered_bytes);
       mine[1] = static_cast<int64_t>(now.reduce_scattered_bytes - before.reduce_scattered_bytes);
       mine[2] = static_cast<int64_t>(now.all_reduced_bytes - before.all_reduced_bytes);
-      for (size_t t = 0; t < kMemTagCount; ++t) mine[3 + t] = static_cast<int64_t>(mem.peak_bytes[t]);
+      mine[3] = static_cast<int64_t>(mem.total_peak_bytes);
+      for (size_t t = 0; t < kMemTagCount; ++t) mine[4 + t] = static_cast<int64_t>(mem.peak_bytes[t]);
       before = now;
       misc->all_gather(mine.data(), all.data(), kStatFields, DType::I64, cs);
       cs.synchronize();
@@ -195,7 +197,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
         rs.gathered_bytes = static_cast<uint64_t>(f[0]);
         rs.reduce_scattered_bytes = static_cast<uint64_t>(f[1]);
         rs.all_reduced_bytes = static_cast<uint64_t>(f[2]);
-        for (size_t t = 0; t < kMemTagCount; ++t) rs.peak_bytes[t] = static_cast<uint64_t>(f[3 + t]);
+        rs.peak_total_bytes = static_cast<uint64_t>(f[3]);
+        for (size_t t = 0; t < kMemTagCount; ++t) rs.peak_bytes[t] = static_cast<uint64_t>(f[4 + t]);
         s.ranks.push_back(rs);
       }
       if (metrics.is_open()) metrics << step_json(s) << "\n" << std::flush;

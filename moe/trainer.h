@@ -27,6 +27,7 @@ struct RankStepStats {
   uint64_t reduce_scattered_bytes = 0;  // this step
   uint64_t all_reduced_bytes = 0;       // this step
   std::array<uint64_t, kMemTagCount> peak_bytes{};  // peak within this step, by tag
+  uint64_t peak_total_bytes = 0;                     // peak of the sum over tags, this step
 };
 
 struct StepLog {
