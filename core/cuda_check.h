@@ -25,25 +25,29 @@
 namespace moezero {
 
 inline void check_status(cudaError_t status, const char* expr, const char* file, int line) {
-  if (status == cudaSuccess) [[likely]] return;
+  if (status == cudaSuccess) [[likely]]
+    return;
   throw Error(std::string(expr) + " failed: " + cudaGetErrorName(status) + " (" +
                   cudaGetErrorString(status) + ")",
               file, line);
 }
 
 inline void check_status(cublasStatus_t status, const char* expr, const char* file, int line) {
-  if (status == CUBLAS_STATUS_SUCCESS) [[likely]] return;
+  if (status == CUBLAS_STATUS_SUCCESS) [[likely]]
+    return;
   throw Error(std::string(expr) + " failed: " + cublasGetStatusName(status) + " (" +
                   cublasGetStatusString(status) + ")",
               file, line);
 }
 
 inline void check_status(ncclResult_t status, const char* expr, const char* file, int line) {
-  if (status == ncclSuccess) [[likely]] return;
+  if (status == ncclSuccess) [[likely]]
+    return;
   // ncclGetLastError gives the detail of the most recent failure on this thread (may be "").
   const char* detail = ncclGetLastError(nullptr);
-  std::string msg = std::string(expr) + " failed: ncclResult " + std::to_string(static_cast<int>(status)) +
-                    " (" + ncclGetErrorString(status) + ")";
+  std::string msg = std::string(expr) + " failed: ncclResult " +
+                    std::to_string(static_cast<int>(status)) + " (" + ncclGetErrorString(status) +
+                    ")";
   if (detail != nullptr && detail[0] != '\0') msg += std::string(": ") + detail;
   throw Error(std::move(msg), file, line);
 }

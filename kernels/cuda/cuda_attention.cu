@@ -5,7 +5,8 @@
 // q (B, T, Hq, D), k/v (B, T, Hkv, D), query head h uses kv head h / (Hq / Hkv); scale 1/sqrt(D).
 // forward, block (t, h, b):  s_j = scale q_t.k_j (j <= t); p = softmax(s); out_t = sum_j p_j v_j;
 //   lse[b, h, t] = max + log(sum exp(s - max)).
-// backward (P_tj = exp(s_tj - lse_t), Delta_t = dout_t . out_t, dS_tj = P_tj (dout_t.v_j - Delta_t)):
+// backward (P_tj = exp(s_tj - lse_t), Delta_t = dout_t . out_t, dS_tj = P_tj (dout_t.v_j -
+// Delta_t)):
 //   kernel A, block per query row (t, h, b): dq_t = scale sum_{j<=t} dS_tj k_j; saves Delta.
 //   kernel B, block per key row (j, hkv, b): for every query head h of the group,
 //     dv_j += sum_{t>=j} P_tj dout_t;  dk_j += scale sum_{t>=j} dS_tj q_t.
@@ -26,8 +27,12 @@ constexpr int kAttnThreads = 128;  // 4 warps
 struct AttnShape {
   int64_t B, T, Hq, Hkv, D;
   float scale;
-  __device__ int64_t q_off(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * Hq + h) * D; }
-  __device__ int64_t kv_off(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * Hkv + h) * D; }
+  __device__ int64_t q_off(int64_t b, int64_t t, int64_t h) const {
+    return ((b * T + t) * Hq + h) * D;
+  }
+  __device__ int64_t kv_off(int64_t b, int64_t t, int64_t h) const {
+    return ((b * T + t) * Hkv + h) * D;
+  }
   __device__ int64_t lse_off(int64_t b, int64_t h, int64_t t) const { return (b * Hq + h) * T + t; }
 };
 
@@ -123,9 +128,9 @@ __global__ void attention_backward_dq_kernel(const T* q, const T* k, const T* v,
 
 // Kernel B. Dynamic shared memory: k_s[D] | v_s[D] | dk_acc[D] | dv_acc[D] | p[T - j] | ds[T - j].
 template <typename T>
-__global__ void attention_backward_dkdv_kernel(const T* q, const T* k, const T* v,
-                                               const float* lse, const T* dout,
-                                               const float* delta, T* dk, T* dv, AttnShape sh) {
+__global__ void attention_backward_dkdv_kernel(const T* q, const T* k, const T* v, const float* lse,
+                                               const T* dout, const float* delta, T* dk, T* dv,
+                                               AttnShape sh) {
   extern __shared__ float smem[];
   const int64_t j = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int64_t D = sh.D, group = sh.Hq / sh.Hkv, rows = sh.T - j;
@@ -236,15 +241,14 @@ void CudaOps::do_attention_backward(Stream& s, const Tensor& q, const Tensor& k,
     using T = typename decltype(tag)::type;
     ensure_smem(ctx, attention_backward_dq_kernel<T>, smem_a, "attention_backward", sh.T);
     ensure_smem(ctx, attention_backward_dkdv_kernel<T>, smem_b, "attention_backward", sh.T);
-    attention_backward_dq_kernel<T><<<attn_grid(sh.T, sh.Hq, sh.B), kAttnThreads, smem_a,
-                                      ctx.st>>>(ptr<T>(q), ptr<T>(k), ptr<T>(v), ptr<T>(out),
-                                                ptr<float>(lse), ptr<T>(dout), ptr<T>(dq), dl,
-                                                sh);
+    attention_backward_dq_kernel<T><<<attn_grid(sh.T, sh.Hq, sh.B), kAttnThreads, smem_a, ctx.st>>>(
+        ptr<T>(q), ptr<T>(k), ptr<T>(v), ptr<T>(out), ptr<float>(lse), ptr<T>(dout), ptr<T>(dq), dl,
+        sh);
     MOEZERO_CUDA_CHECK_LAUNCH();
-    attention_backward_dkdv_kernel<T><<<attn_grid(sh.T, sh.Hkv, sh.B), kAttnThreads, smem_b,
-                                        ctx.st>>>(ptr<T>(q), ptr<T>(k), ptr<T>(v),
-                                                  ptr<float>(lse), ptr<T>(dout), dl, ptr<T>(dk),
-                                                  ptr<T>(dv), sh);
+    attention_backward_dkdv_kernel<T>
+        <<<attn_grid(sh.T, sh.Hkv, sh.B), kAttnThreads, smem_b, ctx.st>>>(
+            ptr<T>(q), ptr<T>(k), ptr<T>(v), ptr<float>(lse), ptr<T>(dout), dl, ptr<T>(dk),
+            ptr<T>(dv), sh);
     MOEZERO_CUDA_CHECK_LAUNCH();
   });
 }

@@ -25,15 +25,26 @@ __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
 
-template <typename T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+template <typename T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
-template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float x) {
+  return __float2half_rn(x);
+}
 
 // ---- dtype dispatch (host) ----------------------------------------------------------------
-template <typename T> struct TypeTag { using type = T; };
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
 
 // Calls f(TypeTag<T>{}) for the activation dtypes f32 / bf16; throws for anything else.
 template <typename F>
@@ -101,23 +112,23 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 
 // ---- kernel error reports -------------------------------------------------------------------
 // First report on a stream wins; see DeviceErrorRecord in cuda_objects.h.
-__device__ __forceinline__ void report_kernel_error(DeviceErrorRecord* rec, int code,
-                                                    long long where, long long value,
-                                                    long long limit) {
-  if (atomicCAS(&rec->claim, 0, 1) == 0) {
+__device__ __forceinline__ void report_kernel_error(KernelErrorSink sink, int code, long long where,
+                                                    long long value, long long limit) {
+  if (atomicCAS(sink.claim, 0, 1) == 0) {
+    volatile DeviceErrorRecord* rec = sink.record;
     rec->where = where;
     rec->value = value;
     rec->limit = limit;
     __threadfence_system();
-    atomicExch(&rec->code, code);
+    rec->code = code;
+    __threadfence_system();
   }
 }
 
 // ---- per-op context -------------------------------------------------------------------------
 // Makes the stream's device current and gathers what a do_* method needs.
 struct OpContext {
-  explicit OpContext(Stream& s)
-      : stream(as_cuda_stream(s)), device(as_cuda_device(s.device())) {
+  explicit OpContext(Stream& s) : stream(as_cuda_stream(s)), device(as_cuda_device(s.device())) {
     device.make_current();
     st = stream.handle();
   }
@@ -125,13 +136,16 @@ struct OpContext {
   Buffer scratch(size_t bytes, const char* what) {
     return device.allocator().allocate(bytes, MemTag::Other, stream, what);
   }
-  DeviceErrorRecord* err() const { return stream.device_error_record(); }
+  KernelErrorSink err() const { return stream.error_sink(); }
 
   CudaStream& stream;
   CudaDevice& device;
   cudaStream_t st = nullptr;
 };
 
-template <typename T> T* ptr(const Tensor& t) { return static_cast<T*>(t.data()); }
+template <typename T>
+T* ptr(const Tensor& t) {
+  return static_cast<T*>(t.data());
+}
 
 }  // namespace moezero::cuda

@@ -1,10 +1,11 @@
 // kernels/cuda/cuda_device.cpp — CudaDevice, CudaStream, CudaEvent (see cuda_objects.h) and
 // the plain entry points of cuda_device.h / cuda_stream.h.
+#include "kernels/cuda/cuda_device.h"
+
 #include <cstring>
 #include <utility>
 
 #include "core/cuda_check.h"
-#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_objects.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_stream.h"
@@ -15,12 +16,27 @@ namespace {
 // cuBLAS on Hopper wants up to 32 MiB of workspace per handle for its best kernels.
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
-const char* kernel_error_text(int code) {
+// The message of a published DeviceErrorRecord: the CPU backend's wording (kernels/cpu).
+std::string kernel_error_message(int code, long long where, long long value, long long limit) {
+  auto ids = [&](const char* op) {
+    return detail::concat(op, ": ids[", where, "] = ", value, " is outside [0, V = ", limit, ")");
+  };
+  auto targets = [&](const char* op) {
+    return detail::concat(op, ": targets[", where, "] = ", value, " is outside [0, V = ", limit,
+                          ") and is not -1 (ignore)");
+  };
+  auto experts = [&](const char* op) {
+    return detail::concat(op, ": expert_ids[", where, "] = ", value, " is outside [0, E = ", limit,
+                          ") and is not -1 (dropped)");
+  };
   switch (code) {
-    case kEmbeddingIdOutOfRange: return "embedding: token id out of range";
-    case kCrossEntropyTargetOutOfRange: return "cross_entropy: target out of range (and not -1)";
-    case kExpertIdOutOfRange: return "MoE: expert id out of range (and not -1)";
-    default: return "unknown kernel error";
+    case kEmbeddingForwardId: return ids("embedding_forward");
+    case kEmbeddingBackwardId: return ids("embedding_backward");
+    case kCrossEntropyForwardTarget: return targets("cross_entropy_forward");
+    case kCrossEntropyBackwardTarget: return targets("cross_entropy_backward");
+    case kExpertHistogramId: return experts("expert_histogram");
+    case kSortByExpertId: return experts("sort_by_expert");
+    default: return detail::concat("unknown kernel error code ", code);
   }
 }
 }  // namespace
@@ -91,6 +107,9 @@ CudaStream::CudaStream(CudaDevice& device, std::string name)
   void* d = nullptr;
   MOEZERO_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
   err_dev_ = static_cast<DeviceErrorRecord*>(d);
+  MOEZERO_CUDA_CHECK(cudaMalloc(&err_claim_, sizeof(int)));
+  MOEZERO_CUDA_CHECK(
+      cudaMemsetAsync(err_claim_, 0, sizeof(int), stream_));  // first in stream order
 }
 
 CudaStream::~CudaStream() {
@@ -100,6 +119,7 @@ CudaStream::~CudaStream() {
   if (cublas_) cublasDestroy(cublas_);
   if (cublas_workspace_) cudaFree(cublas_workspace_);
   if (err_host_) cudaFreeHost(err_host_);
+  if (err_claim_) cudaFree(err_claim_);
   if (stream_) cudaStreamDestroy(stream_);
   (void)cudaGetLastError();
 }
@@ -133,10 +153,9 @@ void CudaStream::harvest_device_error() {
   volatile DeviceErrorRecord* rec = err_host_;
   int code = rec->code;
   if (code == kKernelOk || has_error()) return;
-  std::string msg = detail::concat(kernel_error_text(code), " on stream '", name(), "' of ",
-                                   device_.name(), ": element ", rec->where, " = ", rec->value,
-                                   ", valid range [", code == kExpertIdOutOfRange ? -1 : 0, ", ",
-                                   rec->limit, ")");
+  std::string msg =
+      kernel_error_message(code, rec->where, rec->value, rec->limit) +
+      detail::concat(" (found on the GPU, stream '", name(), "' of ", device_.name(), ")");
   set_error(std::make_exception_ptr(Error(std::move(msg), __FILE__, __LINE__)));
 }
 
@@ -150,7 +169,7 @@ void CudaStream::rethrow_if_error() {
 void CUDART_CB CudaStream::run_host_task(void* raw) {
   std::unique_ptr<HostTask> task(static_cast<HostTask*>(raw));
   CudaStream* s = task->stream;
-  s->harvest_device_error();  // everything before this point has completed
+  s->harvest_device_error();   // everything before this point has completed
   if (s->has_error()) return;  // sticky: later host work is skipped
   try {
     task->fn();
@@ -212,8 +231,8 @@ CudaEvent::~CudaEvent() {
 
 void CudaEvent::record(Stream& stream) {
   CudaStream& cs = as_cuda_stream(stream);
-  MOEZERO_CHECK(&cs.device() == &device_, "event of ", device_.name(),
-                " recorded on stream '", cs.name(), "' of ", cs.device().name());
+  MOEZERO_CHECK(&cs.device() == &device_, "event of ", device_.name(), " recorded on stream '",
+                cs.name(), "' of ", cs.device().name());
   device_.make_current();
   MOEZERO_CUDA_CHECK(cudaEventRecord(event_, cs.handle()));
   last_stream_.store(&cs, std::memory_order_release);

@@ -12,8 +12,8 @@ namespace moezero::cuda {
 
 namespace {
 
-#define MOEZERO_GRID_STRIDE(i, n)                                                   \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n);         \
+#define MOEZERO_GRID_STRIDE(i, n)                                           \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
        i += int64_t{gridDim.x} * blockDim.x)
 
 template <typename T>
@@ -61,8 +61,8 @@ __global__ void swiglu_forward_kernel(const T* gate, const T* up, T* out, int64_
 
 // dup = dout * silu(g); dgate = dout * u * sig(g) * (1 + g * (1 - sig(g)))
 template <typename T>
-__global__ void swiglu_backward_kernel(const T* gate, const T* up, const T* dout, T* dgate,
-                                       T* dup, int64_t n) {
+__global__ void swiglu_backward_kernel(const T* gate, const T* up, const T* dout, T* dgate, T* dup,
+                                       int64_t n) {
   MOEZERO_GRID_STRIDE(i, n) {
     const float g = to_f32(gate[i]), u = to_f32(up[i]), d = to_f32(dout[i]);
     const float sg = sigmoid(g);
@@ -123,18 +123,18 @@ void CudaOps::do_fill(Stream& s, const Tensor& x, double value) {
   }
   switch (x.dtype()) {
     case DType::I32:
-      fill_int_kernel<int32_t><<<grid_for(n), kThreads, 0, ctx.st>>>(
-          ptr<int32_t>(x), static_cast<int32_t>(value), n);
+      fill_int_kernel<int32_t>
+          <<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<int32_t>(x), static_cast<int32_t>(value), n);
       break;
     case DType::I64:
-      fill_int_kernel<int64_t><<<grid_for(n), kThreads, 0, ctx.st>>>(
-          ptr<int64_t>(x), static_cast<int64_t>(value), n);
+      fill_int_kernel<int64_t>
+          <<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<int64_t>(x), static_cast<int64_t>(value), n);
       break;
     default:
       dispatch_float(x.dtype(), "fill", [&](auto tag) {
         using T = typename decltype(tag)::type;
-        fill_float_kernel<T><<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<T>(x),
-                                                                    static_cast<float>(value), n);
+        fill_float_kernel<T>
+            <<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<T>(x), static_cast<float>(value), n);
       });
   }
   MOEZERO_CUDA_CHECK_LAUNCH();
@@ -168,8 +168,8 @@ void CudaOps::do_swiglu_forward(Stream& s, const Tensor& gate, const Tensor& up,
   if (n == 0) return;
   dispatch_act(out.dtype(), "swiglu_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    swiglu_forward_kernel<T><<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<T>(gate), ptr<T>(up),
-                                                                    ptr<T>(out), n);
+    swiglu_forward_kernel<T>
+        <<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<T>(gate), ptr<T>(up), ptr<T>(out), n);
     MOEZERO_CUDA_CHECK_LAUNCH();
   });
 }

@@ -5,8 +5,8 @@
 // Backward is deterministic without float atomics: (id, t) pairs are radix-sorted (stable, so
 // t ascends within an id), then one block per run of equal ids sums its rows in that order
 // and adds once into dtable.
-// An id outside [0, V) reports kEmbeddingIdOutOfRange on the stream (the op fails there, see
-// cuda_objects.h); forward writes a zero row for it, backward skips it.
+// An id outside [0, V) reports kEmbedding{Forward,Backward}Id on the stream (the op fails there,
+// see cuda_objects.h); forward writes a zero row for it, backward skips it.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -16,12 +16,12 @@ namespace {
 
 template <typename T>
 __global__ void embedding_forward_kernel(const int32_t* ids, const T* table, T* out, int64_t T_,
-                                         int64_t V, int64_t C, DeviceErrorRecord* err) {
+                                         int64_t V, int64_t C, KernelErrorSink err) {
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
   T* dst = out + t * C;
   if (id < 0 || id >= V) {
-    if (threadIdx.x == 0) report_kernel_error(err, kEmbeddingIdOutOfRange, t, id, V);
+    if (threadIdx.x == 0) report_kernel_error(err, kEmbeddingForwardId, t, id, V);
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dst[c] = from_f32<T>(0.0f);
     return;
   }
@@ -30,13 +30,13 @@ __global__ void embedding_forward_kernel(const int32_t* ids, const T* table, T* 
 }
 
 // keys[t] = ids[t], or V (sorted past every valid id) when out of range; vals[t] = t.
-__global__ void embedding_keys_kernel(const int32_t* ids, int32_t* keys, int32_t* vals,
-                                      int64_t T_, int64_t V, DeviceErrorRecord* err) {
+__global__ void embedding_keys_kernel(const int32_t* ids, int32_t* keys, int32_t* vals, int64_t T_,
+                                      int64_t V, KernelErrorSink err) {
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < T_;
        t += int64_t{gridDim.x} * blockDim.x) {
     const int32_t id = ids[t];
     const bool ok = id >= 0 && id < V;
-    if (!ok) report_kernel_error(err, kEmbeddingIdOutOfRange, t, id, V);
+    if (!ok) report_kernel_error(err, kEmbeddingBackwardId, t, id, V);
     keys[t] = ok ? id : static_cast<int32_t>(V);
     vals[t] = static_cast<int32_t>(t);
   }
@@ -45,9 +45,8 @@ __global__ void embedding_keys_kernel(const int32_t* ids, int32_t* keys, int32_t
 // Block p: if sorted position p starts a run of equal (valid) ids, sums that run's dout rows
 // in position order and adds the sum to dtable[id].
 template <typename T>
-__global__ void embedding_backward_kernel(const int32_t* keys, const int32_t* tokens,
-                                          const T* dout, float* dtable, int64_t T_, int64_t V,
-                                          int64_t C) {
+__global__ void embedding_backward_kernel(const int32_t* keys, const int32_t* tokens, const T* dout,
+                                          float* dtable, int64_t T_, int64_t V, int64_t C) {
   const int64_t p = blockIdx.x;
   const int32_t id = keys[p];
   if (id >= V || (p > 0 && keys[p - 1] == id)) return;
@@ -91,7 +90,7 @@ void CudaOps::do_embedding_backward(Stream& s, const Tensor& ids, const Tensor& 
   auto* ko = static_cast<int32_t*>(keys_out.data());
   auto* vo = static_cast<int32_t*>(vals_out.data());
   embedding_keys_kernel<<<grid_for(T_), kThreads, 0, ctx.st>>>(ptr<int32_t>(ids), ki, vi, T_, V,
-                                                              ctx.err());
+                                                               ctx.err());
   MOEZERO_CUDA_CHECK_LAUNCH();
   sort_pairs_i32(ctx, ki, ko, vi, vo, T_, key_bits(V));
   dispatch_act(dout.dtype(), "embedding_backward", [&](auto tag) {

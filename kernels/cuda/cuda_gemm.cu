@@ -82,9 +82,9 @@ void run_gemm(OpContext& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
   cublasHandle_t h = ctx.stream.cublas();
   if (batch == 1) {
     MOEZERO_CUDA_CHECK(cublasGemmEx(h, cublas_op(tb), cublas_op(ta), n, m, k, &alpha, b.data(),
-                                    cuda_type(b.dtype()), ldb, a.data(), cuda_type(a.dtype()),
-                                    lda, &beta, c.data(), cuda_type(c.dtype()), n,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                    cuda_type(b.dtype()), ldb, a.data(), cuda_type(a.dtype()), lda,
+                                    &beta, c.data(), cuda_type(c.dtype()), n, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
     return;
   }
   const long long stride_a = d.m * d.k, stride_c = d.m * d.n;
@@ -106,12 +106,12 @@ void CudaOps::do_gemm(Stream& s, const GemmArgs& args) {
   const Dims d = problem_dims(args.a, args.b, args.trans_a, args.trans_b, lead);
   const int64_t batch = batched ? args.a.dim(0) : 1;
   const bool b_shared = batched && args.b.rank() == 2;
-  run_gemm(ctx, args.a, args.b, args.c, d, batch, b_shared, args.trans_a, args.trans_b,
-           args.alpha, args.beta, args.c);
+  run_gemm(ctx, args.a, args.b, args.c, d, batch, b_shared, args.trans_a, args.trans_b, args.alpha,
+           args.beta, args.c);
 }
 
-void CudaOps::do_grouped_gemm(Stream& s, std::span<const GemmProblem> problems,
-                              Transpose trans_a, Transpose trans_b, float alpha, float beta) {
+void CudaOps::do_grouped_gemm(Stream& s, std::span<const GemmProblem> problems, Transpose trans_a,
+                              Transpose trans_b, float alpha, float beta) {
   OpContext ctx(s);
   for (const GemmProblem& p : problems) {
     const Dims d = problem_dims(p.a, p.b, trans_a, trans_b, 0);

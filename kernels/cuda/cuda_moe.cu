@@ -8,7 +8,8 @@
 //   E + 1 buckets); value = a. Radix sort is stable, so assignments ascend within an expert.
 //   perm[p] = sorted value (-1 for p >= kept), inv_perm[perm[p]] = p (-1 when dropped),
 //   offsets[e] = first sorted position whose key >= e (binary search), offsets[E] = kept.
-// An id outside [-1, E) reports kExpertIdOutOfRange on the stream and is treated as dropped.
+// An id outside [-1, E) reports kExpertHistogramId / kSortByExpertId on the stream and is treated
+// as dropped.
 #include <cub/cub.cuh>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -20,15 +21,16 @@ namespace {
 
 constexpr int kMaxSharedBins = 8192;  // 32 KiB of shared counters
 
-__device__ __forceinline__ bool expert_ok(int32_t id, int E, int64_t a, DeviceErrorRecord* err) {
+__device__ __forceinline__ bool expert_ok(int32_t id, int E, int64_t a, KernelErrorSink err,
+                                          int code) {
   if (id >= 0 && id < E) return true;
-  if (id != -1) report_kernel_error(err, kExpertIdOutOfRange, a, id, E);
+  if (id != -1) report_kernel_error(err, code, a, id, E);
   return false;
 }
 
 // counts must be zeroed before. Dynamic shared memory: E ints when use_shared.
 __global__ void histogram_kernel(const int32_t* ids, int64_t n, int E, int32_t* counts,
-                                 bool use_shared, DeviceErrorRecord* err) {
+                                 bool use_shared, KernelErrorSink err) {
   extern __shared__ int32_t bins[];
   if (use_shared) {
     for (int e = threadIdx.x; e < E; e += blockDim.x) bins[e] = 0;
@@ -37,7 +39,7 @@ __global__ void histogram_kernel(const int32_t* ids, int64_t n, int E, int32_t* 
   for (int64_t a = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; a < n;
        a += int64_t{gridDim.x} * blockDim.x) {
     const int32_t id = ids[a];
-    if (!expert_ok(id, E, a, err)) continue;
+    if (!expert_ok(id, E, a, err, kExpertHistogramId)) continue;
     atomicAdd(use_shared ? &bins[id] : &counts[id], 1);
   }
   if (use_shared) {
@@ -49,11 +51,12 @@ __global__ void histogram_kernel(const int32_t* ids, int64_t n, int E, int32_t* 
 }
 
 __global__ void expert_keys_kernel(const int32_t* ids, int64_t n, int E, uint32_t* keys,
-                                   int32_t* vals, DeviceErrorRecord* err) {
+                                   int32_t* vals, KernelErrorSink err) {
   for (int64_t a = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; a < n;
        a += int64_t{gridDim.x} * blockDim.x) {
     const int32_t id = ids[a];
-    keys[a] = expert_ok(id, E, a, err) ? static_cast<uint32_t>(id) : static_cast<uint32_t>(E);
+    keys[a] = expert_ok(id, E, a, err, kSortByExpertId) ? static_cast<uint32_t>(id)
+                                                        : static_cast<uint32_t>(E);
     vals[a] = static_cast<int32_t>(a);
   }
 }
@@ -78,7 +81,10 @@ __global__ void offsets_kernel(const uint32_t* sorted_keys, int64_t n, int E, in
   int64_t lo = 0, hi = n;
   while (lo < hi) {
     const int64_t mid = (lo + hi) / 2;
-    if (sorted_keys[mid] < static_cast<uint32_t>(e)) lo = mid + 1; else hi = mid;
+    if (sorted_keys[mid] < static_cast<uint32_t>(e))
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   offsets[e] = static_cast<int32_t>(lo);
 }
@@ -94,8 +100,8 @@ void sort_pairs_i32(OpContext& ctx, const int32_t* keys_in, int32_t* keys_out,
   auto* ko = reinterpret_cast<uint32_t*>(keys_out);
   const int items = static_cast<int>(n);
   size_t temp_bytes = 0;
-  MOEZERO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, ki, ko, vals_in,
-                                                     vals_out, items, 0, end_bit, ctx.st));
+  MOEZERO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, ki, ko, vals_in, vals_out,
+                                                     items, 0, end_bit, ctx.st));
   Buffer temp = ctx.scratch(temp_bytes == 0 ? 1 : temp_bytes, "radix sort temp");
   MOEZERO_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, ki, ko, vals_in,
                                                      vals_out, items, 0, end_bit, ctx.st));
@@ -109,15 +115,13 @@ void CudaOps::do_expert_histogram(Stream& s, const Tensor& expert_ids, int num_e
   if (n == 0) return;
   const bool use_shared = num_experts <= kMaxSharedBins;
   const size_t smem = use_shared ? num_experts * sizeof(int32_t) : 0;
-  histogram_kernel<<<grid_for(n), kThreads, smem, ctx.st>>>(ptr<int32_t>(expert_ids), n,
-                                                           num_experts, ptr<int32_t>(counts),
-                                                           use_shared, ctx.err());
+  histogram_kernel<<<grid_for(n), kThreads, smem, ctx.st>>>(
+      ptr<int32_t>(expert_ids), n, num_experts, ptr<int32_t>(counts), use_shared, ctx.err());
   MOEZERO_CUDA_CHECK_LAUNCH();
 }
 
 void CudaOps::do_sort_by_expert(Stream& s, const Tensor& expert_ids, int num_experts,
-                                const Tensor& perm, const Tensor& inv_perm,
-                                const Tensor& offsets) {
+                                const Tensor& perm, const Tensor& inv_perm, const Tensor& offsets) {
   OpContext ctx(s);
   const int64_t n = expert_ids.numel();
   const int E = num_experts;
@@ -134,16 +138,16 @@ void CudaOps::do_sort_by_expert(Stream& s, const Tensor& expert_ids, int num_exp
   auto* vi = static_cast<int32_t*>(vals_in.data());
   int32_t* p = ptr<int32_t>(perm);
 
-  expert_keys_kernel<<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<int32_t>(expert_ids), n, E, ki,
-                                                          vi, ctx.err());
+  expert_keys_kernel<<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<int32_t>(expert_ids), n, E, ki, vi,
+                                                           ctx.err());
   MOEZERO_CUDA_CHECK_LAUNCH();
-  sort_pairs_i32(ctx, reinterpret_cast<const int32_t*>(ki), reinterpret_cast<int32_t*>(ko), vi,
-                 p, n, key_bits(E));
+  sort_pairs_i32(ctx, reinterpret_cast<const int32_t*>(ki), reinterpret_cast<int32_t*>(ko), vi, p,
+                 n, key_bits(E));
   MOEZERO_CUDA_CHECK(cudaMemsetAsync(inv_perm.data(), 0xff, inv_perm.size_bytes(), ctx.st));
   finalize_perm_kernel<<<grid_for(n), kThreads, 0, ctx.st>>>(ko, n, E, p, ptr<int32_t>(inv_perm));
   MOEZERO_CUDA_CHECK_LAUNCH();
-  offsets_kernel<<<(E + 1 + kThreads - 1) / kThreads, kThreads, 0, ctx.st>>>(
-      ko, n, E, ptr<int32_t>(offsets));
+  offsets_kernel<<<(E + 1 + kThreads - 1) / kThreads, kThreads, 0, ctx.st>>>(ko, n, E,
+                                                                             ptr<int32_t>(offsets));
   MOEZERO_CUDA_CHECK_LAUNCH();
 }
 

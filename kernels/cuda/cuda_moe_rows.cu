@@ -102,8 +102,8 @@ void CudaOps::do_gather_rows(Stream& s, const Tensor& x, const Tensor& perm, int
   }
   dispatch_act(x.dtype(), "gather_rows", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    gather_rows_kernel<T><<<grid_rows(P), kThreads, 0, ctx.st>>>(ptr<T>(x), ptr<int32_t>(perm),
-                                                                k, ptr<T>(out), T_, C);
+    gather_rows_kernel<T><<<grid_rows(P), kThreads, 0, ctx.st>>>(ptr<T>(x), ptr<int32_t>(perm), k,
+                                                                 ptr<T>(out), T_, C);
     MOEZERO_CUDA_CHECK_LAUNCH();
   });
 }
@@ -141,8 +141,8 @@ void CudaOps::do_combine_rows_backward(Stream& s, const Tensor& dout, const Tens
       constexpr int kWarpsPerBlock = kThreads / 32;
       combine_rows_backward_dw_kernel<T>
           <<<grid_rows((N + kWarpsPerBlock - 1) / kWarpsPerBlock), kThreads, 0, ctx.st>>>(
-              ptr<T>(dout), ptr<T>(y), ptr<int32_t>(inv_perm), k, ptr<float>(dweights), N,
-              y.dim(0), C);
+              ptr<T>(dout), ptr<T>(y), ptr<int32_t>(inv_perm), k, ptr<float>(dweights), N, y.dim(0),
+              C);
       MOEZERO_CUDA_CHECK_LAUNCH();
     }
   });

@@ -39,8 +39,8 @@ __global__ void rmsnorm_forward_kernel(const T* x, const T* w, float eps, T* out
 }
 
 template <typename T>
-__global__ void rmsnorm_backward_dx_kernel(const T* dout, const T* x, const T* w,
-                                           const float* rstd, T* dx, int64_t C) {
+__global__ void rmsnorm_backward_dx_kernel(const T* dout, const T* x, const T* w, const float* rstd,
+                                           T* dx, int64_t C) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const T* g = dout + row * C;
@@ -68,7 +68,8 @@ __global__ void rmsnorm_backward_dw_partial_kernel(const T* dout, const T* x, co
   const int64_t begin = blockIdx.y * rows_per_chunk;
   const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
   float acc = 0.0f;
-  for (int64_t t = begin; t < end; ++t) acc += to_f32(dout[t * C + j]) * to_f32(x[t * C + j]) * rstd[t];
+  for (int64_t t = begin; t < end; ++t)
+    acc += to_f32(dout[t * C + j]) * to_f32(x[t * C + j]) * rstd[t];
   partials[blockIdx.y * C + j] = acc;
 }
 
@@ -92,7 +93,8 @@ __global__ void rope_kernel(const T* x, const int32_t* positions, double log2_ba
     const int64_t i = idx % half;
     const int64_t th = idx / half;  // t * H + h
     const int64_t t = th / H;
-    const double inv_freq = exp2(-2.0 * static_cast<double>(i) / static_cast<double>(D) * log2_base);
+    const double inv_freq =
+        exp2(-2.0 * static_cast<double>(i) / static_cast<double>(D) * log2_base);
     double sn, cs;
     sincos(static_cast<double>(positions[t]) * inv_freq, &sn, &cs);
     const float c = static_cast<float>(cs), s = sign * static_cast<float>(sn);
@@ -126,8 +128,8 @@ void CudaOps::do_rmsnorm_backward(Stream& s, const Tensor& dout, const Tensor& x
   // Chunking depends only on the shape, so the summation order is fixed.
   const int64_t rows_per_chunk = std::max<int64_t>(32, (rows + 127) / 128);
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  Buffer partials = ctx.scratch(static_cast<size_t>(chunks * C) * sizeof(float),
-                                "rmsnorm_backward dw partials");
+  Buffer partials =
+      ctx.scratch(static_cast<size_t>(chunks * C) * sizeof(float), "rmsnorm_backward dw partials");
   auto* part = static_cast<float*>(partials.data());
   dispatch_act(x.dtype(), "rmsnorm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -156,7 +158,7 @@ void CudaOps::do_rope(Stream& s, const Tensor& x, const Tensor& positions, float
   dispatch_act(x.dtype(), "rope", [&](auto tag) {
     using T = typename decltype(tag)::type;
     rope_kernel<T><<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<T>(x), ptr<int32_t>(positions),
-                                                        log2_base, sign, ptr<T>(out), T_, H, D);
+                                                         log2_base, sign, ptr<T>(out), T_, H, D);
     MOEZERO_CUDA_CHECK_LAUNCH();
   });
 }

@@ -32,22 +32,34 @@
 
 namespace moezero::cuda {
 
-// Error codes a kernel can report (see report_kernel_error in cuda_common.cuh).
+// Error codes a kernel can report (see report_kernel_error in cuda_common.cuh); the stream
+// turns them into the same messages as the CPU backend (kernels/cpu).
 enum KernelErrorCode : int {
   kKernelOk = 0,
-  kEmbeddingIdOutOfRange = 1,       // embedding_forward/backward: ids[where] = value not in [0, limit)
-  kCrossEntropyTargetOutOfRange = 2,  // targets[where] = value not in [0, limit) and != -1
-  kExpertIdOutOfRange = 3,          // expert_ids[where] = value not in [-1, limit)
+  kEmbeddingForwardId,          // ids[where] = value outside [0, V = limit)
+  kEmbeddingBackwardId,         //   "
+  kCrossEntropyForwardTarget,   // targets[where] = value outside [0, V = limit), not -1
+  kCrossEntropyBackwardTarget,  //   "
+  kExpertHistogramId,           // expert_ids[where] = value outside [0, E = limit), not -1
+  kSortByExpertId,              //   "
 };
 
-// Lives in mapped pinned host memory; written by at most one failing thread (the one that wins
-// `claim`), which writes the details, fences, then publishes `code`.
+// Lives in mapped pinned host memory, so the host reads it without a CUDA call. Written by at
+// most one failing thread: the one that wins the claim word (in device memory: atomics on
+// mapped host memory are not reliable over PCIe); it writes the details, fences, then
+// publishes `code` with a plain store.
 struct DeviceErrorRecord {
-  int claim;
   int code;  // KernelErrorCode; 0 = no error
+  int unused;
   long long where;
   long long value;
   long long limit;
+};
+
+// What a kernel gets to report an error (see report_kernel_error in cuda_common.cuh).
+struct KernelErrorSink {
+  int* claim;                 // device memory, 0 until the first report
+  DeviceErrorRecord* record;  // device view of the stream's pinned record
 };
 
 class CudaDevice;
@@ -67,8 +79,8 @@ class CudaStream final : public Stream {
   cudaStream_t handle() const { return stream_; }
   // The cuBLAS handle bound to this stream (created on first use, with a workspace).
   cublasHandle_t cublas();
-  // Device-visible pointer to this stream's error record, for kernels.
-  DeviceErrorRecord* device_error_record() const { return err_dev_; }
+  // Where kernels on this stream report errors.
+  KernelErrorSink error_sink() const { return KernelErrorSink{err_claim_, err_dev_}; }
   // Makes `e` the sticky error unless one is already set.
   void set_error(std::exception_ptr e);
   bool has_error() const { return has_error_.load(std::memory_order_acquire); }
@@ -90,6 +102,7 @@ class CudaStream final : public Stream {
   void* cublas_workspace_ = nullptr;
   DeviceErrorRecord* err_host_ = nullptr;  // pinned, mapped
   DeviceErrorRecord* err_dev_ = nullptr;   // the same memory, as the device sees it
+  int* err_claim_ = nullptr;               // device memory (cudaMalloc), zeroed
 };
 
 class CudaEvent final : public Event {

@@ -44,12 +44,12 @@ class CudaOps final : public Ops {
                             const Tensor& out) override;
   void do_embedding_backward(Stream& s, const Tensor& ids, const Tensor& dout,
                              const Tensor& dtable) override;
-  void do_rmsnorm_forward(Stream& s, const Tensor& x, const Tensor& w, float eps,
-                          const Tensor& out, const Tensor& rstd) override;
+  void do_rmsnorm_forward(Stream& s, const Tensor& x, const Tensor& w, float eps, const Tensor& out,
+                          const Tensor& rstd) override;
   void do_rmsnorm_backward(Stream& s, const Tensor& dout, const Tensor& x, const Tensor& w,
                            const Tensor& rstd, const Tensor& dx, const Tensor& dw) override;
-  void do_rope(Stream& s, const Tensor& x, const Tensor& positions, float base,
-               RopeDirection dir, const Tensor& out) override;
+  void do_rope(Stream& s, const Tensor& x, const Tensor& positions, float base, RopeDirection dir,
+               const Tensor& out) override;
   void do_attention_forward(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
                             const Tensor& out, const Tensor& lse) override;
   void do_attention_backward(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -60,8 +60,7 @@ class CudaOps final : public Ops {
   void do_swiglu_backward(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& dout,
                           const Tensor& dgate, const Tensor& dup) override;
   void do_softmax_forward(Stream& s, const Tensor& x, const Tensor& out) override;
-  void do_softmax_backward(Stream& s, const Tensor& y, const Tensor& dy,
-                           const Tensor& dx) override;
+  void do_softmax_backward(Stream& s, const Tensor& y, const Tensor& dy, const Tensor& dx) override;
   void do_topk(Stream& s, const Tensor& x, int k, const Tensor& values,
                const Tensor& indices) override;
   void do_cross_entropy_forward(Stream& s, const Tensor& logits, const Tensor& targets,
@@ -71,17 +70,15 @@ class CudaOps final : public Ops {
   void do_adamw(Stream& s, const AdamWArgs& args) override;
   void do_expert_histogram(Stream& s, const Tensor& expert_ids, int num_experts,
                            const Tensor& counts) override;
-  void do_sort_by_expert(Stream& s, const Tensor& expert_ids, int num_experts,
-                         const Tensor& perm, const Tensor& inv_perm,
-                         const Tensor& offsets) override;
+  void do_sort_by_expert(Stream& s, const Tensor& expert_ids, int num_experts, const Tensor& perm,
+                         const Tensor& inv_perm, const Tensor& offsets) override;
   void do_gather_rows(Stream& s, const Tensor& x, const Tensor& perm, int k,
                       const Tensor& out) override;
   void do_combine_rows(Stream& s, const Tensor& y, const Tensor& inv_perm, const Tensor& weights,
                        int k, const Tensor& out) override;
-  void do_combine_rows_backward(Stream& s, const Tensor& dout, const Tensor& y,
-                                const Tensor& perm, const Tensor& inv_perm,
-                                const Tensor& weights, int k, const Tensor& dy,
-                                const Tensor& dweights) override;
+  void do_combine_rows_backward(Stream& s, const Tensor& dout, const Tensor& y, const Tensor& perm,
+                                const Tensor& inv_perm, const Tensor& weights, int k,
+                                const Tensor& dy, const Tensor& dweights) override;
 };
 
 // Stable sort of n (key, value) int32 pairs by key, keys in [0, 2^end_bit). The one CUB radix

@@ -46,8 +46,8 @@ __global__ void sum_partials_kernel(const float* partials, int count, float* out
 
 struct AdamWScalars {
   float lr, beta1, beta2, eps, weight_decay, grad_scale;
-  float step_size;         // lr / (1 - beta1^t)
-  float bias_corr2_sqrt;   // sqrt(1 - beta2^t)
+  float step_size;        // lr / (1 - beta1^t)
+  float bias_corr2_sqrt;  // sqrt(1 - beta2^t)
 };
 
 template <typename C>  // C: param_copy element type (unused when copy == nullptr)
@@ -111,11 +111,11 @@ void CudaOps::do_adamw(Stream& s, const AdamWArgs& args) {
   if (!args.param_copy.defined() || args.param_copy.numel() == 0) {
     adamw_kernel<float><<<grid, kThreads, 0, ctx.st>>>(p, g, m1, m2, nullptr, n, a);
   } else if (args.param_copy.dtype() == DType::F32) {
-    adamw_kernel<float><<<grid, kThreads, 0, ctx.st>>>(p, g, m1, m2, ptr<float>(args.param_copy),
-                                                       n, a);
+    adamw_kernel<float>
+        <<<grid, kThreads, 0, ctx.st>>>(p, g, m1, m2, ptr<float>(args.param_copy), n, a);
   } else if (args.param_copy.dtype() == DType::BF16) {
-    adamw_kernel<__nv_bfloat16><<<grid, kThreads, 0, ctx.st>>>(
-        p, g, m1, m2, ptr<__nv_bfloat16>(args.param_copy), n, a);
+    adamw_kernel<__nv_bfloat16>
+        <<<grid, kThreads, 0, ctx.st>>>(p, g, m1, m2, ptr<__nv_bfloat16>(args.param_copy), n, a);
   } else {
     MOEZERO_THROW("adamw: param_copy dtype ", dtype_name(args.param_copy.dtype()),
                   " not supported (f32, bf16)");

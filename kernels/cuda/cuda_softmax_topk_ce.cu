@@ -6,8 +6,8 @@
 // topk: one warp per row, k rounds of a warp arg-max under the total order
 // (value descending, index ascending); NaN ranks as -inf (so indices stay in range and
 // distinct), its value is reported as is.
-// A cross-entropy target outside [0, V) and != -1 reports kCrossEntropyTargetOutOfRange on the
-// stream and is treated as ignored.
+// A cross-entropy target outside [0, V) and != -1 reports kCrossEntropy{Forward,Backward}Target on
+// the stream and is treated as ignored.
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -29,7 +29,8 @@ __global__ void softmax_forward_kernel(const T* x, T* out, int64_t C) {
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += expf(to_f32(xr[c]) - mx);
   sum = block_sum(sum, scratch);
   const float inv = 1.0f / sum;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) o[c] = from_f32<T>(expf(to_f32(xr[c]) - mx) * inv);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    o[c] = from_f32<T>(expf(to_f32(xr[c]) - mx) * inv);
 }
 
 // dx = y * (dy - sum(dy * y))
@@ -38,7 +39,8 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, int64_t 
   __shared__ float scratch[32];
   const int64_t off = blockIdx.x * C;
   float dot = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dot += to_f32(dy[off + c]) * to_f32(y[off + c]);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    dot += to_f32(dy[off + c]) * to_f32(y[off + c]);
   dot = block_sum(dot, scratch);
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     const float yy = to_f32(y[off + c]);
@@ -103,19 +105,20 @@ __device__ float row_logsumexp(const T* xr, int64_t V, float* scratch, float* mx
   return mx + logf(sum);
 }
 
-__device__ __forceinline__ bool target_ok(int32_t tgt, int64_t V, int64_t t, DeviceErrorRecord* err) {
+__device__ __forceinline__ bool target_ok(int32_t tgt, int64_t V, int64_t t, KernelErrorSink err,
+                                          int code) {
   if (tgt >= 0 && tgt < V) return true;
-  if (tgt != -1 && threadIdx.x == 0) report_kernel_error(err, kCrossEntropyTargetOutOfRange, t, tgt, V);
+  if (tgt != -1 && threadIdx.x == 0) report_kernel_error(err, code, t, tgt, V);
   return false;
 }
 
 template <typename T>
 __global__ void cross_entropy_forward_kernel(const T* logits, const int32_t* targets, float* losses,
-                                             int64_t V, DeviceErrorRecord* err) {
+                                             int64_t V, KernelErrorSink err) {
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x;
   const int32_t tgt = targets[t];
-  if (!target_ok(tgt, V, t, err)) {  // uniform across the block
+  if (!target_ok(tgt, V, t, err, kCrossEntropyForwardTarget)) {  // uniform across the block
     if (threadIdx.x == 0) losses[t] = 0.0f;
     return;
   }
@@ -129,12 +132,12 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const int32_t* tar
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const int32_t* targets,
                                               const float* dlosses, T* dlogits, int64_t V,
-                                              DeviceErrorRecord* err) {
+                                              KernelErrorSink err) {
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x;
   const int32_t tgt = targets[t];
   T* d = dlogits + t * V;
-  if (!target_ok(tgt, V, t, err)) {
+  if (!target_ok(tgt, V, t, err, kCrossEntropyBackwardTarget)) {
     for (int64_t c = threadIdx.x; c < V; c += blockDim.x) d[c] = from_f32<T>(0.0f);
     return;
   }
@@ -167,8 +170,8 @@ void CudaOps::do_softmax_backward(Stream& s, const Tensor& y, const Tensor& dy, 
   if (R == 0) return;
   dispatch_act(y.dtype(), "softmax_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    softmax_backward_kernel<T><<<grid_rows(R), kThreads, 0, ctx.st>>>(ptr<T>(y), ptr<T>(dy),
-                                                                      ptr<T>(dx), C);
+    softmax_backward_kernel<T>
+        <<<grid_rows(R), kThreads, 0, ctx.st>>>(ptr<T>(y), ptr<T>(dy), ptr<T>(dx), C);
     MOEZERO_CUDA_CHECK_LAUNCH();
   });
 }
@@ -207,8 +210,7 @@ void CudaOps::do_cross_entropy_backward(Stream& s, const Tensor& logits, const T
   dispatch_act(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     cross_entropy_backward_kernel<T><<<grid_rows(T_), kThreads, 0, ctx.st>>>(
-        ptr<T>(logits), ptr<int32_t>(targets), ptr<float>(dlosses), ptr<T>(dlogits), V,
-        ctx.err());
+        ptr<T>(logits), ptr<int32_t>(targets), ptr<float>(dlosses), ptr<T>(dlogits), V, ctx.err());
     MOEZERO_CUDA_CHECK_LAUNCH();
   });
 }

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh — everything that needs a GPU, in one call of a few minutes, on a
+# machine with an NVIDIA GPU (sm_90: H100/H200): configures a CUDA build in build-gpu/
+# (or $MOEZERO_GPU_BUILD_DIR), builds it with -j16, runs every test executable that exists
+# (core_tests, kernel_tests — both backends, the CUDA cases run for real here — comm_tests) and
+# the CUDA kernel benchmark, then prints a summary table last.
+# Exits non-zero when the build, any test, or the benchmark fails, or when the GPU is not
+# usable (CUDA cases would only skip). Logs: $MOEZERO_GPU_LOG_DIR (default build-gpu/logs;
+# on the device tool pass MOEZERO_GPU_LOG_DIR=$OUT to get them back).
+# Budget: 8 minutes in all; each step has its own timeout.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${MOEZERO_GPU_BUILD_DIR:-build-gpu}
+LOGS=${MOEZERO_GPU_LOG_DIR:-$BUILD/logs}
+JOBS=${MOEZERO_JOBS:-16}
+export PATH="$PATH:/usr/local/cuda/bin"
+mkdir -p "$LOGS"
+START=$(date +%s)
+declare -a NAMES=() STATUS=() SECS=() NOTES=()
+FAILED=0
+
+# step NAME TIMEOUT_S CMD...: runs CMD with its output in $LOGS/NAME.log; records the result.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local t0 rc note=""
+  t0=$(date +%s)
+  echo "== $name: $*"
+  timeout --kill-after=10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  rc=$?
+  if [[ $rc -eq 0 ]]; then
+    STATUS+=("ok")
+  else
+    STATUS+=("FAIL")
+    FAILED=1
+    [[ $rc -eq 124 || $rc -eq 137 ]] && note="timed out after ${limit}s" || note="exit $rc"
+    echo "-- $name failed ($note); last lines of $LOGS/$name.log:"
+    tail -n 40 "$LOGS/$name.log"
+  fi
+  NAMES+=("$name")
+  SECS+=("$(($(date +%s) - t0))")
+  NOTES+=("$note")
+  return $rc
+}
+
+note_last() { NOTES[${#NOTES[@]}-1]="$1"; }
+
+summary() {
+  echo
+  echo "gpu_check summary ($(($(date +%s) - START)) s, build dir $BUILD, logs $LOGS)"
+  printf "%-22s %-6s %6s  %s\n" "step" "status" "sec" "notes"
+  for i in "${!NAMES[@]}"; do
+    printf "%-22s %-6s %6s  %s\n" "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}" "${NOTES[$i]}"
+  done
+  if [[ $FAILED -ne 0 ]]; then echo "gpu_check: FAILED"; else echo "gpu_check: all passed"; fi
+}
+
+# gtest totals of a log: "N passed, M skipped".
+gtest_counts() {
+  local log=$1 passed skipped
+  passed=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
+  skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$log" | grep -oE '[0-9]+' | tail -1)
+  echo "${passed:-0} passed, ${skipped:-0} skipped"
+}
+
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+else
+  echo "gpu_check: nvidia-smi not found (is this a GPU machine?)"
+fi
+
+if ! step configure 120 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DMOEZERO_CUDA=ON -DMOEZERO_BUILD_TESTS=ON -DMOEZERO_BUILD_BENCHMARKS=ON; then
+  summary
+  exit 1
+fi
+if ! step build 300 cmake --build "$BUILD" -j"$JOBS"; then
+  summary
+  exit 1
+fi
+
+# Each test executable that this tree builds. CUDA cases must run, not skip: a case skipped
+# because CUDA is unusable means the GPU is not usable, which is a failure of this check.
+# (--gtest_brief hides the list of skipped tests, so skips are found by their reason lines.)
+UNUSABLE='insufficient|no CUDA device|without CUDA|cudaError|CUDA is unavailable'
+for t in core_tests kernel_tests comm_tests; do
+  exe="$BUILD/bin/$t"
+  [[ -x "$exe" ]] || continue
+  step "$t" 180 "$exe" --gtest_brief=1
+  log="$LOGS/$t.log"
+  counts=$(gtest_counts "$log")
+  reasons=$(grep -A1 -E ': Skipped$' "$log" | grep -vE ': Skipped$|^--$' | sort | uniq -c |
+    sed 's/^ *//' | tr '\n' ';')
+  if grep -A1 -E ': Skipped$' "$log" | grep -qiE "$UNUSABLE"; then
+    STATUS[${#STATUS[@]}-1]="FAIL"
+    FAILED=1
+    note_last "$counts; CUDA unusable: $reasons"
+  else
+    note_last "$counts${reasons:+; skips: $reasons}${NOTES[${#NOTES[@]}-1]:+; ${NOTES[${#NOTES[@]}-1]}}"
+  fi
+done
+
+if [[ -x "$BUILD/bin/kernels_cuda_bench" ]]; then
+  step kernels_cuda_bench 150 "$BUILD/bin/kernels_cuda_bench"
+  if grep -q '^skipped:' "$LOGS/kernels_cuda_bench.log"; then
+    STATUS[${#STATUS[@]}-1]="FAIL"
+    FAILED=1
+    note_last "$(grep -m1 '^skipped:' "$LOGS/kernels_cuda_bench.log")"
+  fi
+  echo
+  sed -n '/^CUDA kernels on/,$p' "$LOGS/kernels_cuda_bench.log"
+else
+  NAMES+=("kernels_cuda_bench"); STATUS+=("FAIL"); SECS+=("0"); NOTES+=("not built")
+  FAILED=1
+fi
+
+summary
+exit $FAILED
