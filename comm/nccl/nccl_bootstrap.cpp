@@ -15,7 +15,7 @@ ncclUniqueId InProcessNcclBootstrap::publish_or_wait(const std::string& key,
                                                       std::optional<ncclUniqueId> root_id) {
   std::unique_lock<std::mutex> lock(mu_);
   if (root_id) {
-    ids_[key] = *root_id;  // a communicator created again for the same key gets a new id
+    ids_[key] = *root_id;
     cv_.notify_all();
     return *root_id;
   }

@@ -24,7 +24,10 @@ using NcclIdExchange =
     std::function<ncclUniqueId(const std::string& key, std::optional<ncclUniqueId> root_id)>;
 
 // Ids published in a map guarded by a mutex. Non-roots wait up to `timeout` for their root
-// and then throw TimeoutError naming the key.
+// and then throw TimeoutError naming the key. A key stays published: when a communicator is
+// created again for the same (group, channel), use a fresh bootstrap object, or a non-root
+// may pick up the previous id (its init then fails or times out, it never hangs).
+// One object per process (or per test); not a global registry.
 class InProcessNcclBootstrap {
  public:
   explicit InProcessNcclBootstrap(std::chrono::milliseconds timeout = std::chrono::minutes(3))
