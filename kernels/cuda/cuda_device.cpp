@@ -98,22 +98,29 @@ struct CudaStream::HostTask {
 
 CudaStream::CudaStream(CudaDevice& device, std::string name)
     : Stream(std::move(name)), device_(device) {
-  device_.make_current();
-  MOEZERO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  void* p = nullptr;
-  MOEZERO_CUDA_CHECK(cudaHostAlloc(&p, sizeof(DeviceErrorRecord), cudaHostAllocMapped));
-  std::memset(p, 0, sizeof(DeviceErrorRecord));
-  err_host_ = static_cast<DeviceErrorRecord*>(p);
-  void* d = nullptr;
-  MOEZERO_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
-  err_dev_ = static_cast<DeviceErrorRecord*>(d);
-  MOEZERO_CUDA_CHECK(cudaMalloc(&err_claim_, sizeof(int)));
-  MOEZERO_CUDA_CHECK(
-      cudaMemsetAsync(err_claim_, 0, sizeof(int), stream_));  // first in stream order
+  try {
+    device_.make_current();
+    MOEZERO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    void* p = nullptr;
+    MOEZERO_CUDA_CHECK(cudaHostAlloc(&p, sizeof(DeviceErrorRecord), cudaHostAllocMapped));
+    err_host_ = static_cast<DeviceErrorRecord*>(p);
+    std::memset(p, 0, sizeof(DeviceErrorRecord));
+    void* d = nullptr;
+    MOEZERO_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
+    err_dev_ = static_cast<DeviceErrorRecord*>(d);
+    MOEZERO_CUDA_CHECK(cudaMalloc(&err_claim_, sizeof(int)));
+    // First in this stream's order, so every kernel that may report sees it zeroed.
+    MOEZERO_CUDA_CHECK(cudaMemsetAsync(err_claim_, 0, sizeof(int), stream_));
+  } catch (...) {
+    release();
+    throw;
+  }
 }
 
-CudaStream::~CudaStream() {
-  // Destructors must not throw: failures here are ignored (the device is going away).
+CudaStream::~CudaStream() { release(); }
+
+void CudaStream::release() noexcept {
+  // Must not throw: failures here are ignored (the stream is going away).
   cudaSetDevice(device_.index());
   if (stream_) cudaStreamSynchronize(stream_);
   if (cublas_) cublasDestroy(cublas_);
@@ -121,6 +128,12 @@ CudaStream::~CudaStream() {
   if (err_host_) cudaFreeHost(err_host_);
   if (err_claim_) cudaFree(err_claim_);
   if (stream_) cudaStreamDestroy(stream_);
+  cublas_ = nullptr;
+  cublas_workspace_ = nullptr;
+  err_host_ = nullptr;
+  err_dev_ = nullptr;
+  err_claim_ = nullptr;
+  stream_ = nullptr;
   (void)cudaGetLastError();
 }
 

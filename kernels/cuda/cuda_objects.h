@@ -77,7 +77,8 @@ class CudaStream final : public Stream {
   void check() override;
 
   cudaStream_t handle() const { return stream_; }
-  // The cuBLAS handle bound to this stream (created on first use, with a workspace).
+  // The cuBLAS handle bound to this stream (created on first use, with a 32 MiB workspace
+  // from cudaMalloc: outside the allocator's accounting).
   cublasHandle_t cublas();
   // Where kernels on this stream report errors.
   KernelErrorSink error_sink() const { return KernelErrorSink{err_claim_, err_dev_}; }
@@ -91,6 +92,7 @@ class CudaStream final : public Stream {
   // Turns a published DeviceErrorRecord into the sticky error. Safe at any time.
   void harvest_device_error();
   void rethrow_if_error();
+  void release() noexcept;  // frees everything held (destructor, failed constructor)
 
   CudaDevice& device_;
   cudaStream_t stream_ = nullptr;
