@@ -88,7 +88,10 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   MOEZERO_CHECK(tc.micro_batch_size % world == 0, "train.micro_batch_size (", tc.micro_batch_size,
                 ") must be divisible by parallel.world_size (", world,
                 "): it is the global number of sequences per micro-batch");
-  const TokenData data(cfg.data.path, cfg.model.vocab_size, cfg.model.seq_len, cfg.data.val_fraction);
+  std::unique_ptr<TokenData> data;
+  if (!options.data)
+    data = std::make_unique<TokenData>(cfg.data.path, cfg.model.vocab_size, cfg.model.seq_len,
+                                       cfg.data.val_fraction);
   const int64_t T = cfg.model.seq_len;
   const int64_t rows = tc.micro_batch_size / world;
   const int64_t step_tokens = tc.micro_batch_size * T * tc.grad_accum_steps;
@@ -141,8 +144,21 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       for (int64_t a = 0; a < tc.grad_accum_steps; ++a) {
         auto& tok = host.emplace_back();
         auto& tgt = host.emplace_back();
-        data.batch(static_cast<uint64_t>(tc.seed), step * tc.grad_accum_steps + a, ctx.rank * rows,
-                   rows, tok, tgt);
+        const int64_t mb = step * tc.grad_accum_steps + a;
+        if (options.data) {
+          options.data(BatchRequest{mb, ctx.rank * rows, rows, T, ctx.rank}, tok, tgt);
+          MOEZERO_CHECK(tok.size() == size_t(rows * T) && tgt.size() == size_t(rows * T),
+                        "data source returned ", tok.size(), " tokens and ", tgt.size(),
+                        " targets for ", rows, " rows of ", T);
+          for (size_t i = 0; i < tok.size(); ++i)
+            MOEZERO_CHECK(tok[i] >= 0 && tok[i] < cfg.model.vocab_size && tgt[i] >= -1 &&
+                              tgt[i] < cfg.model.vocab_size,
+                          "data source: micro-batch ", mb, " row ", ctx.rank * rows + int64_t(i) / T,
+                          " position ", int64_t(i) % T, ": token ", tok[i], " / target ", tgt[i],
+                          " outside [0, model.vocab_size = ", cfg.model.vocab_size, ")");
+        } else {
+          data->batch(static_cast<uint64_t>(tc.seed), mb, ctx.rank * rows, rows, tok, tgt);
+        }
         TensorBuffer tokens(dev, DType::I32, Shape{rows, T}, MemTag::Activation, cs, "tokens");
         TensorBuffer targets(dev, DType::I32, Shape{rows, T}, MemTag::Activation, cs, "targets");
         dev.memcpy_async(tokens.view().data(), tok.data(), tok.size() * 4, cs);

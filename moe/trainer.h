@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -42,8 +43,24 @@ struct StepLog {
   std::vector<RankStepStats> ranks;
 };
 
+// A batch a custom data source must fill: rows [row_begin, row_begin + rows) of global
+// micro-batch `micro_batch`, each seq_len tokens, into tokens and targets (both resized by the
+// source to rows * seq_len, i32 values in [0, vocab_size), targets -1 = ignored). Must be a
+// pure function of its arguments (every world size sees the same global batch) and
+// thread-safe (ranks call it concurrently).
+struct BatchRequest {
+  int64_t micro_batch = 0;
+  int64_t row_begin = 0;
+  int64_t rows = 0;
+  int64_t seq_len = 0;
+  int rank = 0;
+};
+using DataSource =
+    std::function<void(const BatchRequest&, std::vector<int32_t>& tokens, std::vector<int32_t>& targets)>;
+
 struct TrainOptions {
   std::ostream* progress = nullptr;  // progress lines (nullptr: silent)
+  DataSource data;                   // custom data; empty: data.path / the built-in corpus
   std::string metrics_path;          // overrides train.metrics_file when not empty
   bool collect_params = false;       // fill TrainResult::params (tests)
 };
