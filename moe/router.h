@@ -1,0 +1,139 @@
+// moe/router.h — the top-k router of an MoE layer (Mixtral's gate, with Switch / ST-MoE options):
+//
+//   xj     = x ⊙ noise                      (N, C) f32   jitter, training only (else xj = x)
+//   logits = xj @ Wg^T                      (N, E) f32   "linear gate in fp32" (bf16 cast first)
+//   probs  = softmax(logits)                (N, E) f32
+//   choice = topk(probs, k)                 (N, k)       descending, ties -> lower expert index
+//   w      = probs[choice] / Σ_j probs[choice]  (normalize_top_k, Mixtral) or probs[choice] (raw)
+//   capacity (factor f > 0): each expert keeps at most cap = ceil(k·N·f/E) of this rank's
+//            assignments; the rest are dropped lowest probability first (equal probabilities:
+//            the higher token index is dropped first); a dropped assignment has expert id -1 and
+//            weight 0. Renormalisation is over all k choices, before dropping (as Mixtral + drop).
+//
+// Losses, over the GLOBAL batch of one micro-batch (N_g tokens on all data-parallel ranks):
+//   aux = E · Σ_e F_e · P_e   (Hugging Face Mixtral load_balancing_loss_func, one layer):
+//         F_e = Σ_j #{t : choice[t, j] == e} / N_g   (counts BEFORE capacity dropping; Σ_e F_e = k)
+//         P_e = Σ_t probs[t, e] / N_g
+//         so a perfectly balanced router gives aux = k (HF's value), not 1. HF concatenates the
+//         gate logits of all layers before taking the means; we take them per layer (the caller
+//         sums or averages layers). F is a constant for the gradient (as in HF/Switch):
+//         d aux / d probs[t, e] = E · F_e / N_g.
+//   z   = (1/N_g) Σ_t logsumexp(logits_t)^2   (ST-MoE); d z / d logits_t = 2 lse_t probs_t / N_g.
+//
+// Two phases, so that F and P are global without the router knowing about ranks:
+//   1. forward_local: routing of this rank's N tokens, and a local statistics vector `stats`;
+//   2. the caller all-reduces `stats` (Sum) over every data-parallel rank (in place);
+//   3. finish(N_g): the loss values; 4. backward.
+//
+// Host synchronisation: none on the default path (no capacity, any z, no jitter), and none with
+// jitter (host-generated noise is uploaded asynchronously; the host copy is kept alive by a
+// stream task). Capacity dropping is decided on the host: forward_local blocks on ctx.stream
+// once (downloads top-k ids/probs) when capacity_factor > 0.
+//
+// Ops the table lacks, composed here (moe/router.cpp says how): elementwise multiply (jitter,
+// via swiglu_backward), scatter/gather of (N, k) into (N, E) rows (one-hot rows from
+// embedding_forward on an identity table + batched GEMMs), logsumexp (cross_entropy_forward).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/config.h"
+#include "moe/module.h"
+
+namespace moezero::moe {
+
+struct RouterConfig {
+  int num_experts = 8;           // E
+  int top_k = 2;                 // k, 1 <= k <= E
+  bool normalize_top_k = true;   // Mixtral: renormalise the k weights; false: raw probabilities
+  float jitter = 0.0f;           // eps in [0, 1): x *= U(1-eps, 1+eps) when training; 0 = off
+  float aux_coef = 0.0f;         // coefficient of the load-balancing loss
+  float z_coef = 0.0f;           // coefficient of the router z-loss
+  float capacity_factor = 0.0f;  // f > 0: capacity per expert ceil(k·N·f/E); 0 = dropless
+  uint64_t seed = 0;             // jitter noise seed
+};
+
+// The router settings of a run (model.num_experts, model.top_k, the moe section).
+RouterConfig router_config(const ModelConfig& model, const MoeConfig& moe, uint64_t seed);
+
+enum class RouterMode : uint8_t { Train, Eval };  // Eval: no jitter
+
+class Router {
+ public:
+  // Views into the router's per-micro-batch state; valid until the next forward_local or the
+  // end of backward.
+  struct Routing {
+    int64_t tokens = 0;    // N, this rank's tokens
+    int64_t capacity = 0;  // per-expert capacity of this rank; 0 when dropless
+    Tensor expert_ids;     // i32 (N*k): assignment t*k+j -> expert, -1 when dropped
+    Tensor weights;        // f32 (N, k): combine weights, 0 when dropped
+    Tensor probs;          // f32 (N, E): softmax of the gate logits
+    // f32 (3E), local on return; the caller all-reduces it (Sum, in place) over the
+    // data-parallel ranks before finish():
+    //   [0, E)   top-k selections per expert, before capacity dropping
+    //   [E, 2E)  kept assignments per expert (= [0, E) when dropless)
+    //   [2E, 3E) Σ over tokens of probs[:, e]
+    // Counts are exact as floats up to 2^24 per expert.
+    Tensor stats;
+  };
+
+  // [in] layer: decoder layer index (part of the jitter noise key). Throws on a bad config.
+  Router(const RouterConfig& cfg, int layer);
+  ~Router();
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+
+  const RouterConfig& config() const { return cfg_; }
+  // ceil(k·tokens·f/E) (at least 1 for tokens > 0; a relative 1e-6 below an integer counts as
+  // that integer, see router.cpp); 0 when dropless.
+  int64_t capacity(int64_t tokens) const;
+
+  // Routes this rank's tokens. Replaces the state of any previous micro-batch.
+  // [in] x: (N, C) ctx.dtype, the router input (must stay unchanged until backward, which
+  //      reads it again); [in] gate: (E, C) ctx.dtype, the acquired gate weight;
+  // [in] token_offset: global index of x's first token (the noise key; tokens are contiguous);
+  // [in] micro_batch: micro-batch index within the run (the noise key); [in] mode.
+  // [out] the routing (views; stats still local).
+  Routing& forward_local(const ModuleContext& ctx, const Tensor& x, const Tensor& gate,
+                         int64_t token_offset, int64_t micro_batch, RouterMode mode);
+
+  // After the caller all-reduced routing().stats. Fixes N_g and `scale` for backward.
+  // [in] global_tokens: N_g, the micro-batch's tokens on all data-parallel ranks (>= N);
+  // [in] scale: multiplies both losses and their gradients (e.g. 1 / micro-batches per step);
+  // [out] loss_out f32 (1) `+=` this rank's share of scale·(aux_coef·aux + z_coef·z):
+  //       scale·(aux_coef·aux·N/N_g + z_coef·z_local), z_local = (1/N_g) Σ_{local t} lse_t², so
+  //       the sum over ranks is the global value (as a per-token loss would be);
+  // [out] aux_out f32 (1) `+=` aux, unscaled and global (same on every rank); may be undefined;
+  // [out] z_out f32 (1) `+=` z_local, unscaled; may be undefined (then z is not computed unless
+  //       z_coef > 0).
+  void finish(const ModuleContext& ctx, int64_t global_tokens, float scale, const Tensor& loss_out,
+              const Tensor& aux_out, const Tensor& z_out = Tensor());
+
+  // Backward of everything: the combine weights, the aux loss and the z-loss. Frees the state.
+  // [in] dweights f32 (N, k): dL/dw (combine_rows_backward); entries of dropped assignments
+  //      are ignored; [in] x, gate: the tensors of forward_local;
+  // [out] dx (N, C) ctx.dtype `+=`; [out] dgate f32 (E, C) `+=`.
+  // The gradient is of the loss summed over ranks: this rank's tokens' part.
+  void backward(const ModuleContext& ctx, const Tensor& dweights, const Tensor& x,
+                const Tensor& gate, const Tensor& dx, const Tensor& dgate);
+
+  // The routing of the current micro-batch (throws when there is none).
+  Routing& routing();
+
+  // The jitter factor of element (token, channel), a pure function of its arguments, uniform in
+  // [1-eps, 1+eps). The device applies silu(g) with g = silu^-1(this) in f32 (see router.cpp),
+  // which equals it to ~1e-7 relative.
+  static double jitter_noise(uint64_t seed, int layer, int64_t micro_batch, int64_t token,
+                             int64_t channel, double eps);
+
+ private:
+  struct State;
+  RouterConfig cfg_;
+  int layer_;
+  TensorBuffer identity_;  // f32 (E, E): the one-hot table, built on identity_stream_
+  Stream* identity_stream_ = nullptr;
+  std::unique_ptr<State> st_;
+};
+
+}  // namespace moezero::moe
