@@ -40,7 +40,7 @@ Tensor ZeroEngine::acquire(int group, Stream& compute) { return impl_->acquire(g
 void ZeroEngine::release(int group, Stream& compute) { impl_->release(group, compute); }
 Tensor ZeroEngine::grad(int group, Stream& compute) { return impl_->grad(group, compute); }
 void ZeroEngine::grad_ready(int group, Stream& compute) { impl_->grad_ready(group, compute); }
-void ZeroEngine::finish_backward() { impl_->flush_bucket(); }
+void ZeroEngine::finish_backward() { impl_->flush_buckets(); }
 StepResult ZeroEngine::step(const AdamWHyper& hyper) { return impl_->optimizer_step(hyper); }
 std::vector<float> ZeroEngine::full_params_host(int group) { return impl_->full_params_host(group); }
 
@@ -79,13 +79,11 @@ void ZeroEngine::Impl::issue_fetch(int g) {
 
 Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
   GroupState& st = group(g);
-  trace.push_back(g);
-  // Follow the recorded order (prefetch cursor).
-  if (cursor < recorded.size() && recorded[cursor] == g) {
-    ++cursor;
-  } else if (cursor < recorded.size()) {
-    auto it = std::find(recorded.begin() + static_cast<std::ptrdiff_t>(cursor), recorded.end(), g);
-    cursor = it == recorded.end() ? recorded.size() : static_cast<size_t>(it - recorded.begin()) + 1;
+  {  // follow the recorded order of this group's communicator
+    Order& o = orders[comm_key(st.comms.gather)];
+    o.trace.push_back(g);
+    if (o.valid && o.pos < o.recorded.size() && o.recorded[o.pos] == g) ++o.pos;
+    else o.valid = false;  // the order changed: no prefetch for this communicator this step
   }
   Tensor out;
   if (!st.params_sharded) {
@@ -107,23 +105,42 @@ Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
 }
 
 void ZeroEngine::Impl::prefetch_ahead() {
-  uint64_t ahead = 0;
-  for (size_t j = cursor; j < recorded.size(); ++j) {
-    GroupState& st = group(recorded[j]);
-    if (!st.params_sharded) continue;
-    const size_t bytes = st.full_bytes(options.compute_dtype);
-    if (st.state == GroupState::Gathering) {
-      ahead += bytes;
-    } else if (st.state == GroupState::Sharded) {
-      if (ahead + bytes > options.prefetch_bucket_bytes) break;
-      if (live_bytes + bytes > options.max_live_bytes) break;
-      issue_fetch(recorded[j]);
-      st.prefetched = true;
-      counters.prefetched += 1;
-      ahead += bytes;
+  // Decisions about a group's gather must be identical on every rank of its sharding group,
+  // or that communicator's collectives would be issued in different orders (a hang, or a
+  // divergence error). The ranks of a sharding group share exactly: the groups of that
+  // communicator, the order in which they are acquired, and when they are released. So each
+  // communicator has its own recorded order, position, window and live-bytes limit, computed
+  // from its own groups only; its walk issues gathers in recorded order and stops at the first
+  // group that does not fit (never skipping ahead). Experts of other EDP groups, or the
+  // position of the rank's last acquire among them, never enter a decision.
+  for (auto& [key, o] : orders) {  // keyed by group and channel: the same order on every rank
+    if (!o.valid || o.recorded.empty()) continue;
+    uint64_t ahead = 0;
+    uint64_t live = live_bytes_of(group(o.recorded.front()).comms.gather);
+    for (size_t j = o.pos; j < o.recorded.size(); ++j) {
+      GroupState& st = group(o.recorded[j]);
+      if (!st.params_sharded) continue;
+      const size_t bytes = st.full_bytes(options.compute_dtype);
+      if (st.state == GroupState::Sharded) {
+        if (ahead + bytes > options.prefetch_bucket_bytes || live + bytes > options.max_live_bytes)
+          break;
+        issue_fetch(o.recorded[j]);
+        st.prefetched = true;
+        counters.prefetched += 1;
+        live += bytes;
+      }
+      ahead += bytes;  // in flight or just issued
+      if (ahead >= options.prefetch_bucket_bytes) break;
     }
-    if (ahead >= options.prefetch_bucket_bytes) break;
   }
+}
+
+uint64_t ZeroEngine::Impl::live_bytes_of(const Communicator* comm) const {
+  uint64_t live = 0;
+  for (const auto& p : groups)
+    if (p->params_sharded && p->comms.gather == comm && p->state != GroupState::Sharded)
+      live += p->full_bytes(options.compute_dtype);
+  return live;
 }
 
 void ZeroEngine::Impl::release(int g, Stream& compute) {
@@ -148,9 +165,12 @@ void ZeroEngine::Impl::end_passes() {
     MOEZERO_CHECK(p->state != GroupState::Full, "parameter group '", p->layout.spec().name,
                   "' is still acquired at the optimizer step (missing release)");
   }
-  if (trace != recorded) recorded = trace;  // (re-)learn the order
-  trace.clear();
-  cursor = 0;
+  for (auto& [key, o] : orders) {  // (re-)learn each communicator's order
+    if (o.trace != o.recorded) o.recorded = o.trace;
+    o.trace.clear();
+    o.pos = 0;
+    o.valid = true;
+  }
 }
 
 // ---- Impl: gradients --------------------------------------------------------------------
@@ -169,19 +189,23 @@ void ZeroEngine::Impl::grad_ready(int g, Stream& compute) {
   GroupState& st = group(g);
   MOEZERO_CHECK(static_cast<bool>(st.grad_full), "grad_ready of group '", st.layout.spec().name,
                 "' without grad() in this backward pass");
-  if (!bucket.empty()) {
-    const GroupState& first = group(bucket.front());
-    if (first.comms.reduce != st.comms.reduce || first.grads_sharded != st.grads_sharded)
-      flush_bucket();
-  }
+  // One bucket per reduce communicator: a bucket's composition (hence the size of its
+  // collective) must be a function of that communicator's groups only, never of how other
+  // groups (experts of other EDP groups) interleave on this rank.
   st.grad_full.buffer().record_stream(*streams.reduce);
-  bucket.push_back(g);
-  bucket_bytes += static_cast<uint64_t>(st.padded) * dtype_size_bytes(options.compute_dtype);
-  if (bucket_bytes >= options.reduce_bucket_bytes) flush_bucket();
+  Bucket& b = buckets[comm_key(st.comms.reduce)];
+  b.groups.push_back(g);
+  b.bytes += static_cast<uint64_t>(st.padded) * dtype_size_bytes(options.compute_dtype);
+  if (b.bytes >= options.reduce_bucket_bytes) flush_bucket(b);
 }
 
-void ZeroEngine::Impl::flush_bucket() {
-  if (bucket.empty()) return;
+void ZeroEngine::Impl::flush_buckets() {
+  for (auto& [key, b] : buckets) flush_bucket(b);  // key order: the same on every rank
+}
+
+void ZeroEngine::Impl::flush_bucket(Bucket& b) {
+  if (b.groups.empty()) return;
+  const std::vector<int>& bucket = b.groups;
   Ops& ops = device.ops();
   Stream& rs = *streams.reduce;
   auto ready = device.create_event();
@@ -239,8 +263,8 @@ void ZeroEngine::Impl::flush_bucket() {
   for (int g : bucket) group(g).grad_full.reset();  // freed once the reduce stream passes
   reduce_done->record(rs);
   reduce_recorded = true;
-  bucket.clear();
-  bucket_bytes = 0;
+  b.groups.clear();
+  b.bytes = 0;
 }
 
 }  // namespace moezero

@@ -25,7 +25,9 @@
 // Prefetch (dense order): the order of acquire() calls of the first step is recorded and
 // replayed: after each acquire, fetches for the next groups of the recorded order are
 // started, at most `prefetch_bucket_bytes` ahead and never past `max_live_bytes` of gathered
-// parameters (an on-demand acquire may exceed it by the one group it needs). When the order
+// parameters (an on-demand acquire may exceed it by the one group it needs); both are counted
+// per sharding group (dense groups over the world, experts over their EDP group), because a
+// prefetch decision must be identical on every rank that takes part in the gather. When the order
 // changes (MoE routing), the recorder re-learns at the end of the step; a wrong prediction
 // costs a gather, never correctness.
 //

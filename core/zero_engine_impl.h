@@ -2,7 +2,9 @@
 // release, gradient buckets) and zero_step.cpp (initialisation, optimizer step).
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/zero_engine.h"
@@ -56,10 +58,16 @@ struct ZeroEngine::Impl {
   void release(int g, Stream& compute);
   void issue_fetch(int g);
   void prefetch_ahead();
+  uint64_t live_bytes_of(const Communicator* comm) const;  // gathered bytes of comm's groups
   void end_passes();
   Tensor grad(int g, Stream& compute);
   void grad_ready(int g, Stream& compute);
-  void flush_bucket();
+  struct Bucket {
+    std::vector<int> groups;  // groups whose gradients await reduction
+    uint64_t bytes = 0;
+  };
+  void flush_bucket(Bucket& b);
+  void flush_buckets();
   StepResult optimizer_step(const AdamWHyper& hyper);
   std::vector<float> full_params_host(int g);
 
@@ -74,13 +82,20 @@ struct ZeroEngine::Impl {
   std::unique_ptr<Event> reduce_done;       // reduce: last bucket reduced
   bool reduce_recorded = false;
 
-  std::vector<int> recorded;  // acquire order of the last step that completed
-  std::vector<int> trace;     // acquire order of this step so far
-  size_t cursor = 0;          // position of the next expected acquire in `recorded`
-  uint64_t live_bytes = 0;    // gathered (params_sharded) bytes alive
+  // Prefetch by recorded order, kept per gather communicator (see prefetch_ahead).
+  struct Order {
+    std::vector<int> recorded;  // this communicator's acquires of the last completed step
+    std::vector<int> trace;     // ... of this step so far
+    size_t pos = 0;             // acquires of this step that matched `recorded`
+    bool valid = true;          // false once this step left the recorded order
+  };
+  // Keyed by comm_key: iteration order (which communicator's prefetches are issued first)
+  // must be the same on every rank, so never key by address.
+  std::map<std::string, Order> orders;
+  static std::string comm_key(const Communicator* c) { return c->group().str() + "/" + c->channel(); }
+  uint64_t live_bytes = 0;    // gathered (params_sharded) bytes alive, all groups
 
-  std::vector<int> bucket;  // groups whose gradients await reduction
-  uint64_t bucket_bytes = 0;
+  std::map<std::string, Bucket> buckets;  // one per reduce communicator, keyed by comm_key
 
   int64_t step = 0;
   EngineCounters counters;

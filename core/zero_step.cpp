@@ -139,7 +139,7 @@ StepResult ZeroEngine::Impl::optimizer_step(const AdamWHyper& h) {
   Stream& cs = *streams.compute;
   Ops& ops = device.ops();
   const bool fp32 = options.compute_dtype == DType::F32;
-  flush_bucket();
+  flush_buckets();
   end_passes();
   if (reduce_recorded) cs.wait(*reduce_done);
   {  // wasted prefetches may still be reading shards on the gather stream
@@ -148,12 +148,15 @@ StepResult ZeroEngine::Impl::optimizer_step(const AdamWHyper& h) {
     cs.wait(*gather_idle);
   }
 
-  // Global gradient norm: every element lives in exactly one rank's optimizer range when
-  // stage >= 1; at stage 0 every rank holds all of it.
+  // Global gradient norm: each element is counted on exactly one rank: the owner of its
+  // optimizer range when the optimizer is sharded, else (stage 0: the group is replicated over
+  // its sharding group) the group's first rank. Then one all-reduce over the world (experts
+  // live on their EDP group only, so the world sum is what covers them).
   TensorBuffer norm_sq(device, DType::F32, Shape{1}, MemTag::Other, cs, "grad norm");
   ops.fill(cs, norm_sq, 0.0);
-  for (auto& p : groups) ops.sum_squares(cs, grad_range(*p), norm_sq);
-  if (options.stage >= 1 && world_misc.size() > 1)
+  for (auto& p : groups)
+    if (p->opt_sharded || p->rank == 0) ops.sum_squares(cs, grad_range(*p), norm_sq);
+  if (world_misc.size() > 1)
     world_misc.all_reduce(norm_sq.view().data(), norm_sq.view().data(), 1, DType::F32,
                           ReduceOp::Sum, cs);
   float sum_sq = 0.0f;

@@ -39,9 +39,16 @@ class FeedForward {
                         std::unique_ptr<Saved> saved, const Tensor& h, const Tensor& dresid) = 0;
 };
 
+struct MoeRuntime;
+
+// True when decoder layer `layer` has a MoE FFN: model.num_experts > 0 and
+// layer % moe_every == moe_every - 1 (moe_every 1: every layer; 2: layers 1, 3, 5, ...).
+bool is_moe_layer(const ModelConfig& cfg, int layer);
+
 // The FFN of decoder layer `layer` whose first group gets provider index `first_group`:
-// a DenseSwiGLU when cfg.num_experts == 0. MoE layers come with the MoE issue: until then
-// num_experts > 0 throws moezero::Error.
-std::unique_ptr<FeedForward> make_feed_forward(const ModelConfig& cfg, int layer, int first_group);
+// a MoeFeedForward when is_moe_layer (then `rt` is required; `moe_index` counts the MoE layers
+// before this one), else a DenseSwiGLU.
+std::unique_ptr<FeedForward> make_feed_forward(const ModelConfig& cfg, int layer, int first_group,
+                                               const MoeRuntime* rt = nullptr, int moe_index = 0);
 
 }  // namespace moezero::moe

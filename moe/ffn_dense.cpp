@@ -1,6 +1,7 @@
 // moe/ffn_dense.cpp — forward and backward of the dense SwiGLU FFN sub-layer (ffn_dense.h),
 // and make_feed_forward, the one place that picks the FFN of a layer.
 #include "moe/ffn_dense.h"
+#include "moe/moe_layer.h"
 
 #include <string>
 
@@ -12,11 +13,15 @@ namespace {
 constexpr size_t kNorm = 0, kGate = 1, kUp = 2, kDown = 3;
 }  // namespace
 
-std::unique_ptr<FeedForward> make_feed_forward(const ModelConfig& cfg, int layer, int first_group) {
-  if (cfg.num_experts > 0) {
-    MOEZERO_THROW("model.num_experts = ", cfg.num_experts,
-                  ": MoE layers are not built yet (they come with the MoE issue); "
-                  "set model.num_experts = 0 for a dense model");
+bool is_moe_layer(const ModelConfig& cfg, int layer) {
+  return cfg.num_experts > 0 && cfg.moe_every >= 1 && layer % cfg.moe_every == cfg.moe_every - 1;
+}
+
+std::unique_ptr<FeedForward> make_feed_forward(const ModelConfig& cfg, int layer, int first_group,
+                                               const MoeRuntime* rt, int moe_index) {
+  if (is_moe_layer(cfg, layer)) {
+    MoeRuntime single;  // one rank, no communication: tests and single-process use
+    return std::make_unique<MoeFeedForward>(cfg, rt ? *rt : single, layer, moe_index, first_group);
   }
   return std::make_unique<DenseSwiGLU>(cfg, layer, first_group);
 }

@@ -30,6 +30,12 @@ struct ModuleContext {
   int64_t batch = 0;         // B sequences
   int64_t seq = 0;           // T tokens per sequence
   Tensor positions;          // i32 (B*T): the position of each token within its sequence
+  // Where the micro-batch sits in the global batch (MoE router noise and aux normalisation).
+  int64_t micro_batch = 0;    // global micro-batch index
+  int64_t token_offset = 0;   // global index of this rank's first token row
+  int64_t global_tokens = 0;  // token rows of the micro-batch over all ranks
+  Tensor loss_out;            // f32 (1): the loss accumulator (MoE layers add aux/z losses)
+  Tensor aux_out;             // f32 (1) or undefined: unscaled aux losses, for metrics
 
   int64_t rows() const { return batch * seq; }  // B*T token rows
   Stream& s() const { return *stream; }

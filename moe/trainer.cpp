@@ -12,6 +12,7 @@
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "core/process_groups.h"
 #include "core/zero_engine.h"
 #include "kernels/backend.h"
 #include "moe/data.h"
@@ -32,6 +33,8 @@ std::string step_json(const StepLog& s) {
   j["loss"] = s.loss;
   j["lr"] = s.lr;
   j["grad_norm"] = s.grad_norm;
+  j["aux_loss"] = s.aux_loss;
+  j["tokens_per_expert"] = s.tokens_per_expert;
   j["applied"] = s.applied;
   j["tokens"] = s.tokens;
   j["tokens_per_s"] = s.tokens_per_s;
@@ -42,6 +45,7 @@ std::string step_json(const StepLog& s) {
     rj["gathered_bytes"] = r.gathered_bytes;
     rj["reduce_scattered_bytes"] = r.reduce_scattered_bytes;
     rj["all_reduced_bytes"] = r.all_reduced_bytes;
+    rj["a2a_bytes"] = r.a2a_bytes;
     nlohmann::json peak;
     for (size_t t = 0; t < kMemTagCount; ++t) peak[mem_tag_name(static_cast<MemTag>(t))] = r.peak_bytes[t];
     rj["peak_bytes"] = peak;
@@ -73,7 +77,7 @@ void print_progress(std::ostream& os, const StepLog& s, int64_t steps) {
   os << buf << std::endl;
 }
 
-constexpr int kStatFields = 4 + static_cast<int>(kMemTagCount);
+constexpr int kStatFields = 5 + static_cast<int>(kMemTagCount);
 
 }  // namespace
 
@@ -120,7 +124,25 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     auto gather = ctx.communicator(wg, "gather");
     auto reduce = ctx.communicator(wg, "reduce");
     auto misc = ctx.communicator(wg, "misc");
-    Transformer model(cfg.model);
+    // Expert parallelism: EP groups exchange tokens; EDP groups share (shard) experts.
+    const int ep = static_cast<int>(cfg.parallel.ep_size);
+    const ProcessGroups pgs(world, ep, cfg.model.num_experts > 0 ? static_cast<int>(cfg.model.num_experts) : ep);
+    auto edp_gather = ctx.communicator(pgs.edp_group_of(ctx.rank), "gather");
+    auto edp_reduce = ctx.communicator(pgs.edp_group_of(ctx.rank), "reduce");
+    std::unique_ptr<Communicator> a2a, router;
+    if (ep > 1) a2a = ctx.communicator(pgs.ep_group_of(ctx.rank), "a2a");
+    if (world > 1) router = ctx.communicator(wg, "router");
+    MoeStats moe_stats;
+    MoeRuntime rt;
+    rt.moe = cfg.moe;
+    rt.ep_size = ep;
+    rt.ep_rank = pgs.ep_rank(ctx.rank);
+    rt.a2a = a2a.get();
+    rt.router = router.get();
+    rt.loss_weight = 1.0f / static_cast<float>(tc.grad_accum_steps);
+    rt.seed = static_cast<uint64_t>(tc.seed);
+    rt.stats = &moe_stats;
+    Transformer model(cfg.model, &rt);
     ZeroOptions zo;
     zo.stage = static_cast<int>(cfg.zero.stage);
     zo.compute_dtype = tc.dtype;
@@ -129,7 +151,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     zo.max_live_bytes = cfg.zero.max_live_parameters;
     zo.reduce_bucket_bytes = cfg.zero.reduce_bucket_size;
     zo.seed = static_cast<uint64_t>(tc.seed);
-    ZeroEngine engine(dev, streams, model.param_groups(), [&](const GroupSpec&) {
+    ZeroEngine engine(dev, streams, model.param_groups(), [&](const GroupSpec& g) {
+      if (g.kind == GroupKind::Expert) return GroupComms{edp_gather.get(), edp_reduce.get()};
       return GroupComms{gather.get(), reduce.get()};
     }, *misc, zo);
 
@@ -139,7 +162,10 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       const auto t0 = std::chrono::steady_clock::now();
       dev.allocator().reset_peak();
       TensorBuffer loss(dev, DType::F32, Shape{1}, MemTag::Other, cs, "loss");
+      TensorBuffer aux(dev, DType::F32, Shape{1}, MemTag::Other, cs, "aux loss");
       dev.ops().fill(cs, loss, 0.0);
+      dev.ops().fill(cs, aux, 0.0);
+      moe_stats.clear();
       std::deque<std::vector<int32_t>> host;  // alive until the step's host sync
       for (int64_t a = 0; a < tc.grad_accum_steps; ++a) {
         auto& tok = host.emplace_back();
@@ -163,7 +189,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
         TensorBuffer targets(dev, DType::I32, Shape{rows, T}, MemTag::Activation, cs, "targets");
         dev.memcpy_async(tokens.view().data(), tok.data(), tok.size() * 4, cs);
         dev.memcpy_async(targets.view().data(), tgt.data(), tgt.size() * 4, cs);
-        model.forward(engine, cs, tokens, targets, loss_scale, loss);
+        const MicroBatchInfo mbi{mb, ctx.rank * rows * T, tc.micro_batch_size * T};
+        model.forward(engine, cs, tokens, targets, loss_scale, loss, mbi, aux);
         model.backward(engine, cs);
         engine.finish_backward();
       }
@@ -176,8 +203,9 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       h.weight_decay = static_cast<float>(tc.weight_decay);
       h.grad_clip = static_cast<float>(tc.grad_clip);
       StepResult sr = engine.step(h);
-      float loss_host = 0.0f;
+      float loss_host = 0.0f, aux_host = 0.0f;
       dev.memcpy_async(&loss_host, loss.view().data(), sizeof(float), cs);
+      dev.memcpy_async(&aux_host, aux.view().data(), sizeof(float), cs);
       cs.synchronize();
       if (!sr.finite && tc.on_nonfinite == NonFinitePolicy::Stop)
         MOEZERO_THROW("non-finite gradient norm at step ", step + 1, " (loss ", loss_host,
@@ -191,7 +219,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       mine[1] = static_cast<int64_t>(now.reduce_scattered_bytes - before.reduce_scattered_bytes);
       mine[2] = static_cast<int64_t>(now.all_reduced_bytes - before.all_reduced_bytes);
       mine[3] = static_cast<int64_t>(mem.total_peak_bytes);
-      for (size_t t = 0; t < kMemTagCount; ++t) mine[4 + t] = static_cast<int64_t>(mem.peak_bytes[t]);
+      mine[4] = static_cast<int64_t>(moe_stats.a2a_bytes);
+      for (size_t t = 0; t < kMemTagCount; ++t) mine[5 + t] = static_cast<int64_t>(mem.peak_bytes[t]);
       before = now;
       misc->all_gather(mine.data(), all.data(), kStatFields, DType::I64, cs);
       cs.synchronize();
@@ -203,6 +232,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       s.loss = loss_host;
       s.lr = h.lr;
       s.grad_norm = sr.grad_norm;
+      s.aux_loss = aux_host / static_cast<double>(tc.grad_accum_steps);
+      s.tokens_per_expert = moe_stats.tokens_per_expert;
       s.applied = sr.finite;
       s.tokens = step_tokens;
       s.tokens_per_s = double(step_tokens) / std::chrono::duration<double>(t1 - t0).count();
@@ -214,7 +245,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
         rs.reduce_scattered_bytes = static_cast<uint64_t>(f[1]);
         rs.all_reduced_bytes = static_cast<uint64_t>(f[2]);
         rs.peak_total_bytes = static_cast<uint64_t>(f[3]);
-        for (size_t t = 0; t < kMemTagCount; ++t) rs.peak_bytes[t] = static_cast<uint64_t>(f[4 + t]);
+        rs.a2a_bytes = static_cast<uint64_t>(f[4]);
+        for (size_t t = 0; t < kMemTagCount; ++t) rs.peak_bytes[t] = static_cast<uint64_t>(f[5 + t]);
         s.ranks.push_back(rs);
       }
       if (metrics.is_open()) metrics << step_json(s) << "\n" << std::flush;

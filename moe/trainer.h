@@ -27,6 +27,7 @@ struct RankStepStats {
   uint64_t gathered_bytes = 0;          // this step
   uint64_t reduce_scattered_bytes = 0;  // this step
   uint64_t all_reduced_bytes = 0;       // this step
+  uint64_t a2a_bytes = 0;               // this step: token all-to-all bytes sent to peers
   std::array<uint64_t, kMemTagCount> peak_bytes{};  // peak within this step, by tag
   uint64_t peak_total_bytes = 0;                     // peak of the sum over tags, this step
 };
@@ -36,6 +37,11 @@ struct StepLog {
   double loss = 0.0;
   double lr = 0.0;
   double grad_norm = 0.0;
+  double aux_loss = 0.0;  // sum over MoE layers of the (unscaled) load-balancing loss,
+                          // averaged over the step's micro-batches
+  // Per MoE layer, per expert: tokens routed in this step (all ranks, globally agreed counts,
+  // after capacity drops).
+  std::vector<std::vector<int64_t>> tokens_per_expert;
   bool applied = true;  // false: skipped (non-finite gradient, train.on_nonfinite = skip)
   int64_t tokens = 0;   // targets in this step, all ranks
   double tokens_per_s = 0.0;

@@ -50,13 +50,15 @@ struct Transformer::State {
   Head::Saved head;
 };
 
-Transformer::Transformer(const ModelConfig& cfg)
+Transformer::Transformer(const ModelConfig& cfg, const MoeRuntime* rt)
     : cfg_((validate_model_config(cfg), cfg)), embed_(cfg, 0), head_(cfg, -1) {
   int g = 1;  // 0 is the embedding
+  int moe_index = 0;
   for (int l = 0; l < static_cast<int>(cfg_.n_layers); ++l) {
     attn_.emplace_back(cfg_, l, g);
     g += 1;
-    ffn_.push_back(make_feed_forward(cfg_, l, g));
+    ffn_.push_back(make_feed_forward(cfg_, l, g, rt, moe_index));
+    moe_index += is_moe_layer(cfg_, l) ? 1 : 0;
     g += static_cast<int>(ffn_.back()->param_groups().size());
   }
   head_ = Head(cfg_, g);
@@ -107,7 +109,8 @@ const std::vector<int32_t>& Transformer::host_positions(int64_t batch, int64_t s
 void Transformer::discard_activations() { state_.reset(); }
 
 void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens,
-                          const Tensor& targets, float loss_scale, const Tensor& loss_out) {
+                          const Tensor& targets, float loss_scale, const Tensor& loss_out,
+                          const MicroBatchInfo& mb, const Tensor& aux_out) {
   state_.reset();
   check_provider(params);
   MOEZERO_CHECK(tokens.rank() == 2 && tokens.dtype() == DType::I32,
@@ -132,6 +135,11 @@ void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens
   ctx.batch = B;
   ctx.seq = T;
   const int64_t R = B * T, C = cfg_.d_model, L = cfg_.n_layers;
+  ctx.micro_batch = mb.index;
+  ctx.token_offset = mb.token_offset;
+  ctx.global_tokens = mb.global_tokens > 0 ? mb.global_tokens : R;
+  ctx.loss_out = loss_out;
+  ctx.aux_out = aux_out;
   st->loss_scale = loss_scale;
 
   st->tokens = ctx.alloc(DType::I32, Shape{R}, "tokens");

@@ -48,6 +48,7 @@
 #include "moe/embedding.h"
 #include "moe/feed_forward.h"
 #include "moe/head.h"
+#include "moe/moe_runtime.h"
 
 namespace moezero::moe {
 
@@ -57,7 +58,9 @@ void validate_model_config(const ModelConfig& cfg);
 
 class Transformer {
  public:
-  explicit Transformer(const ModelConfig& cfg);
+  // [in] rt: the MoE runtime of this rank (EP place, communicators, router options); null
+  // means one rank with default router options. Required only when the model has MoE layers.
+  explicit Transformer(const ModelConfig& cfg, const MoeRuntime* rt = nullptr);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -75,8 +78,12 @@ class Transformer {
   //      non-ignored targets, so Sum-reduced gradients give the global mean);
   // [out] loss_out: f32 with one element, `+=` the scaled loss sum.
   // Keeps the activations backward needs; a second forward without backward drops the first's.
+  // [in] mb: the micro-batch's place in the global batch (MoE router); default: this rank
+  //      alone; [out] aux_out: f32 (1) `+=` the unscaled aux loss of every MoE layer, or
+  //      undefined.
   void forward(ParamProvider& params, Stream& s, const Tensor& tokens, const Tensor& targets,
-               float loss_scale, const Tensor& loss_out);
+               float loss_scale, const Tensor& loss_out, const MicroBatchInfo& mb = {},
+               const Tensor& aux_out = Tensor());
   // Backward of the last forward, on the same stream: every group's gradient `+=` through
   // params.grad(g). Frees the activations.
   void backward(ParamProvider& params, Stream& s);

@@ -1,0 +1,304 @@
+// moe/moe_layer.cpp — forward and backward of the MoE FFN sub-layer (see moe_layer.h).
+#include "moe/moe_layer.h"
+
+#include <numeric>
+#include <string>
+
+#include "core/error.h"
+
+namespace moezero::moe {
+
+namespace {
+constexpr size_t kNorm = 0, kGate = 1;          // layer group
+constexpr size_t kW1 = 0, kW2 = 1, kW3 = 2;     // expert group: gate, down, up
+}  // namespace
+
+struct MoeFeedForward::MoeSaved : FeedForward::Saved {
+  TensorBuffer rstd, hn;                // norm: f32 (N), (N, C)
+  TensorBuffer perm, inv_perm, offsets; // i32 (N*k), (N*k), (E+1)
+  TensorBuffer xr;                      // (R, C) rows received for the local experts
+  TensorBuffer gate, up;                // (R, F) pre-activations of those rows
+  TensorBuffer ys;                      // (P, C) expert outputs back in this rank's order
+  Tensor weights;                       // f32 (N, k) combine weights (the router's state)
+  int64_t kept = 0;                     // P: kept assignments of this rank
+  int64_t received = 0;                 // R
+  std::vector<int64_t> send_rows, recv_rows;  // per EP peer
+  std::vector<int64_t> block_rows;      // (ep, Epr): rows from peer q for local expert j
+  std::vector<char> active;             // (Epr): local expert j is active (globally agreed)
+};
+
+MoeFeedForward::MoeFeedForward(const ModelConfig& cfg, const MoeRuntime& rt, int layer,
+                               int moe_index, int first_group)
+    : cfg_(cfg),
+      rt_(rt),
+      layer_(layer),
+      moe_index_(moe_index),
+      first_group_(first_group),
+      experts_per_rank_(static_cast<int>(cfg.num_experts / rt.ep_size)),
+      router_(router_config(cfg, rt.moe, rt.seed), layer) {
+  MOEZERO_CHECK(cfg.num_experts > 0 && cfg.num_experts % rt.ep_size == 0, "layer ", layer,
+                ": model.num_experts (", cfg.num_experts, ") must be a positive multiple of ",
+                "parallel.ep_size (", rt.ep_size, ")");
+  MOEZERO_CHECK(rt.ep_size == 1 || (rt.a2a && rt.a2a->size() == rt.ep_size), "layer ", layer,
+                ": the EP communicator must span ep_size = ", rt.ep_size, " ranks");
+  if (rt_.stats && static_cast<int>(rt_.stats->tokens_per_expert.size()) <= moe_index_) {
+    rt_.stats->tokens_per_expert.resize(static_cast<size_t>(moe_index_) + 1);
+    rt_.stats->active_experts.resize(static_cast<size_t>(moe_index_) + 1);
+  }
+  if (rt_.stats) rt_.stats->tokens_per_expert[static_cast<size_t>(moe_index_)].assign(static_cast<size_t>(cfg.num_experts), 0);
+}
+
+MoeFeedForward::~MoeFeedForward() = default;
+
+std::vector<GroupSpec> MoeFeedForward::param_groups() const {
+  const std::string p = "model.layers." + std::to_string(layer_) + ".";
+  const float std_ = static_cast<float>(cfg_.init_std);
+  const int64_t C = cfg_.d_model, F = cfg_.d_ff, E = cfg_.num_experts;
+  std::vector<GroupSpec> groups;
+  GroupSpec g;
+  g.name = "layers." + std::to_string(layer_) + ".moe";
+  g.kind = GroupKind::Dense;
+  g.layer = layer_;
+  g.params = {ParamSpec{p + "post_attention_layernorm.weight", Shape{C}, ParamInit::Ones, 0.0f, false},
+              ParamSpec{p + "block_sparse_moe.gate.weight", Shape{E, C}, ParamInit::Normal, std_, true}};
+  groups.push_back(g);
+  for (int j = 0; j < experts_per_rank_; ++j) {
+    const int e = rt_.ep_rank * experts_per_rank_ + j;
+    const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+    GroupSpec eg;
+    eg.name = "layers." + std::to_string(layer_) + ".experts." + std::to_string(e);
+    eg.kind = GroupKind::Expert;
+    eg.layer = layer_;
+    eg.expert = e;
+    eg.params = {ParamSpec{x + "w1.weight", Shape{F, C}, ParamInit::Normal, std_, true},
+                 ParamSpec{x + "w2.weight", Shape{C, F}, ParamInit::Normal, std_, true},
+                 ParamSpec{x + "w3.weight", Shape{F, C}, ParamInit::Normal, std_, true}};
+    groups.push_back(std::move(eg));
+  }
+  return groups;
+}
+
+void MoeFeedForward::exchange(const ModuleContext& ctx, const Tensor& send,
+                              const std::vector<int64_t>& send_rows, const Tensor& recv,
+                              const std::vector<int64_t>& recv_rows) {
+  const int64_t C = cfg_.d_model;
+  if (rt_.ep_size == 1) {
+    if (send.numel() > 0) ctx.ops().cast(ctx.s(), send, recv);
+    return;
+  }
+  std::vector<size_t> se(send_rows.size()), re(recv_rows.size());
+  uint64_t bytes = 0;
+  for (size_t p = 0; p < se.size(); ++p) {
+    se[p] = static_cast<size_t>(send_rows[p] * C);
+    re[p] = static_cast<size_t>(recv_rows[p] * C);
+    if (static_cast<int>(p) != rt_.a2a->rank()) bytes += se[p] * dtype_size_bytes(send.dtype());
+  }
+  rt_.a2a->all_to_all_v(send.data(), se, recv.data(), re, send.dtype(), ctx.s());
+  if (rt_.stats) rt_.stats->a2a_bytes += bytes;
+}
+
+std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext& ctx,
+                                                            ParamProvider& params, const Tensor& h,
+                                                            const Tensor& out) {
+  Ops& ops = ctx.ops();
+  Stream& s = ctx.s();
+  Device& dev = s.device();
+  const int64_t N = ctx.rows(), C = cfg_.d_model, F = cfg_.d_ff, E = cfg_.num_experts;
+  const int k = static_cast<int>(cfg_.top_k), ep = rt_.ep_size, Epr = experts_per_rank_;
+  auto sv = std::make_unique<MoeSaved>();
+
+  // 1-2. norm and routing.
+  const Tensor flat = params.acquire(first_group_, s);
+  const GroupLayout& lay = params.layout(first_group_);
+  sv->rstd = ctx.alloc(DType::F32, Shape{N}, "moe.rstd");
+  sv->hn = ctx.alloc_act(Shape{N, C}, "moe.hn");
+  ops.rmsnorm_forward(s, h, lay.view(flat, kNorm), static_cast<float>(cfg_.norm_eps), sv->hn, sv->rstd);
+  Router::Routing& rt = router_.forward_local(ctx, sv->hn, lay.view(flat, kGate), ctx.token_offset,
+                                              ctx.micro_batch, RouterMode::Train);
+  TensorBuffer local_counts = ctx.alloc(DType::I32, Shape{E}, "moe.local_counts");
+  ops.expert_histogram(s, rt.expert_ids, static_cast<int>(E), local_counts);
+
+  // 3. agreement: global statistics over the world, per-peer counts over the EP group.
+  if (rt_.router && rt_.router->size() > 1)
+    rt_.router->all_reduce(rt.stats.data(), rt.stats.data(), static_cast<size_t>(3 * E),
+                           DType::F32, ReduceOp::Sum, s);
+  const int64_t global_tokens = ctx.global_tokens > 0 ? ctx.global_tokens : N;
+  router_.finish(ctx, global_tokens, rt_.loss_weight, ctx.loss_out, ctx.aux_out);
+  params.release(first_group_, s);  // the router read the gate weight (forward_local/finish)
+  TensorBuffer recv_counts = ctx.alloc(DType::I32, Shape{ep * Epr}, "moe.recv_counts");
+  if (ep > 1) {
+    std::vector<size_t> per(static_cast<size_t>(ep), static_cast<size_t>(Epr));
+    rt_.a2a->all_to_all_v(local_counts.view().data(), per, recv_counts.view().data(), per,
+                          DType::I32, s);
+  } else {
+    ops.cast(s, local_counts, recv_counts);
+  }
+  std::vector<int32_t> h_local(static_cast<size_t>(E)), h_recv(static_cast<size_t>(ep * Epr));
+  std::vector<float> h_stats(static_cast<size_t>(3 * E));
+  dev.memcpy_async(h_local.data(), local_counts.view().data(), h_local.size() * 4, s);
+  dev.memcpy_async(h_recv.data(), recv_counts.view().data(), h_recv.size() * 4, s);
+  dev.memcpy_async(h_stats.data(), rt.stats.data(), h_stats.size() * 4, s);
+  s.synchronize();  // HOST SYNC: sizes of the token exchange and the agreed active set
+
+  sv->send_rows.assign(static_cast<size_t>(ep), 0);
+  sv->recv_rows.assign(static_cast<size_t>(ep), 0);
+  sv->block_rows.assign(static_cast<size_t>(ep * Epr), 0);
+  for (int p = 0; p < ep; ++p)
+    for (int j = 0; j < Epr; ++j) {
+      sv->send_rows[p] += h_local[static_cast<size_t>(p * Epr + j)];
+      sv->block_rows[static_cast<size_t>(p * Epr + j)] = h_recv[static_cast<size_t>(p * Epr + j)];
+      sv->recv_rows[p] += h_recv[static_cast<size_t>(p * Epr + j)];
+    }
+  sv->kept = std::accumulate(sv->send_rows.begin(), sv->send_rows.end(), int64_t{0});
+  sv->received = std::accumulate(sv->recv_rows.begin(), sv->recv_rows.end(), int64_t{0});
+  sv->active.assign(static_cast<size_t>(Epr), 0);
+  int active_count = 0;
+  for (int j = 0; j < Epr; ++j) {
+    const int e = rt_.ep_rank * Epr + j;
+    sv->active[static_cast<size_t>(j)] = h_stats[static_cast<size_t>(E + e)] > 0.5f;
+  }
+  if (rt_.stats) {
+    auto& tpe = rt_.stats->tokens_per_expert[static_cast<size_t>(moe_index_)];
+    for (int64_t e = 0; e < E; ++e) {
+      tpe[static_cast<size_t>(e)] += static_cast<int64_t>(h_stats[static_cast<size_t>(E + e)] + 0.5f);
+      active_count += h_stats[static_cast<size_t>(E + e)] > 0.5f;
+    }
+    rt_.stats->active_experts[static_cast<size_t>(moe_index_)] = active_count;
+  }
+
+  // 4. dispatch: sort by expert, gather rows, exchange.
+  sv->perm = ctx.alloc(DType::I32, Shape{N * k}, "moe.perm");
+  sv->inv_perm = ctx.alloc(DType::I32, Shape{N * k}, "moe.inv_perm");
+  sv->offsets = ctx.alloc(DType::I32, Shape{E + 1}, "moe.offsets");
+  ops.sort_by_expert(s, rt.expert_ids, static_cast<int>(E), sv->perm, sv->inv_perm, sv->offsets);
+  TensorBuffer xs = ctx.alloc_act(Shape{sv->kept, C}, "moe.xs");
+  ops.gather_rows(s, sv->hn, sv->perm, k, xs);
+  sv->xr = ctx.alloc_act(Shape{sv->received, C}, "moe.xr");
+  exchange(ctx, xs, sv->send_rows, sv->xr, sv->recv_rows);
+  xs.reset();
+
+  // 5. experts, each over its row blocks (one per source peer).
+  sv->gate = ctx.alloc_act(Shape{sv->received, F}, "moe.gate");
+  sv->up = ctx.alloc_act(Shape{sv->received, F}, "moe.up");
+  TensorBuffer act = ctx.alloc_act(Shape{sv->received, F}, "moe.act");
+  TensorBuffer yr = ctx.alloc_act(Shape{sv->received, C}, "moe.yr");
+  for (int j = 0; j < Epr; ++j) {
+    if (!sv->active[static_cast<size_t>(j)]) continue;
+    const int g = expert_group(j);
+    const Tensor w = params.acquire(g, s);
+    const GroupLayout& el = params.layout(g);
+    int64_t row = 0;
+    for (int q = 0; q < ep; ++q) {
+      for (int jj = 0; jj < Epr; ++jj) {
+        const int64_t n = sv->block_rows[static_cast<size_t>(q * Epr + jj)];
+        if (jj == j && n > 0) {
+          const Tensor x = sv->xr.view().slice_rows(row, row + n);
+          const Tensor ga = sv->gate.view().slice_rows(row, row + n);
+          const Tensor up = sv->up.view().slice_rows(row, row + n);
+          const Tensor a = act.view().slice_rows(row, row + n);
+          linear_forward(ctx, x, el.view(w, kW1), ga);
+          linear_forward(ctx, x, el.view(w, kW3), up);
+          ops.swiglu_forward(s, ga, up, a);
+          linear_forward(ctx, a, el.view(w, kW2), yr.view().slice_rows(row, row + n));
+        }
+        row += n;
+      }
+    }
+    params.release(g, s);
+  }
+  act.reset();
+
+  // 6. back to the token owners, weighted combine, residual.
+  sv->ys = ctx.alloc_act(Shape{sv->kept, C}, "moe.ys");
+  exchange(ctx, yr, sv->recv_rows, sv->ys, sv->send_rows);
+  yr.reset();
+  sv->weights = rt.weights;
+  ops.combine_rows(s, sv->ys, sv->inv_perm, rt.weights, k, out);
+  ops.add(s, out, h, out);
+  return sv;
+}
+
+void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
+                              std::unique_ptr<Saved> saved, const Tensor& h, const Tensor& dresid) {
+  auto* sv = dynamic_cast<MoeSaved*>(saved.get());
+  MOEZERO_CHECK(sv != nullptr, "MoeFeedForward::backward of layer ", layer_,
+                ": saved state is missing or not a MoeFeedForward's");
+  Ops& ops = ctx.ops();
+  Stream& s = ctx.s();
+  const int64_t N = ctx.rows(), C = cfg_.d_model, F = cfg_.d_ff;
+  const int k = static_cast<int>(cfg_.top_k), ep = rt_.ep_size, Epr = experts_per_rank_;
+
+  // 6'. combine backward: dys (P, C), dweights (N, k); send dys to the expert owners.
+  TensorBuffer dys = ctx.alloc_act(Shape{sv->kept, C}, "moe.dys");
+  TensorBuffer dweights = ctx.alloc(DType::F32, Shape{N, k}, "moe.dweights");
+  ops.combine_rows_backward(s, dresid, sv->ys, sv->perm, sv->inv_perm, sv->weights, k, dys,
+                            dweights);
+  sv->ys.reset();
+  TensorBuffer dyr = ctx.alloc_act(Shape{sv->received, C}, "moe.dyr");
+  exchange(ctx, dys, sv->send_rows, dyr, sv->recv_rows);
+  dys.reset();
+
+  // 5'. experts in the forward order (the agreed active set: every EDP member issues the same
+  // gathers and gradient reductions).
+  TensorBuffer dxr = ctx.alloc_act(Shape{sv->received, C}, "moe.dxr");
+  TensorBuffer act = ctx.alloc_act(Shape{sv->received, F}, "moe.act");
+  TensorBuffer dact = ctx.alloc_act(Shape{sv->received, F}, "moe.dact");
+  TensorBuffer dgate = ctx.alloc_act(Shape{sv->received, F}, "moe.dgate");
+  TensorBuffer dup = ctx.alloc_act(Shape{sv->received, F}, "moe.dup");
+  for (int j = 0; j < Epr; ++j) {
+    if (!sv->active[static_cast<size_t>(j)]) continue;
+    const int g = expert_group(j);
+    const Tensor w = params.acquire(g, s);
+    const Tensor gw = params.grad(g, s);
+    const GroupLayout& el = params.layout(g);
+    int64_t row = 0;
+    for (int q = 0; q < ep; ++q) {
+      for (int jj = 0; jj < Epr; ++jj) {
+        const int64_t n = sv->block_rows[static_cast<size_t>(q * Epr + jj)];
+        if (jj == j && n > 0) {
+          auto rows = [&](const TensorBuffer& t) { return t.view().slice_rows(row, row + n); };
+          ops.swiglu_forward(s, rows(sv->gate), rows(sv->up), rows(act));  // recompute
+          linear_backward_data(ctx, rows(dyr), el.view(w, kW2), rows(dact), Accumulate::No);
+          linear_backward_weight(ctx, rows(dyr), rows(act), el.view(gw, kW2));
+          ops.swiglu_backward(s, rows(sv->gate), rows(sv->up), rows(dact), rows(dgate), rows(dup));
+          linear_backward_weight(ctx, rows(dgate), rows(sv->xr), el.view(gw, kW1));
+          linear_backward_weight(ctx, rows(dup), rows(sv->xr), el.view(gw, kW3));
+          linear_backward_data(ctx, rows(dgate), el.view(w, kW1), rows(dxr), Accumulate::No);
+          linear_backward_data(ctx, rows(dup), el.view(w, kW3), rows(dxr), Accumulate::Yes);
+        }
+        row += n;
+      }
+    }
+    params.grad_ready(g, s);
+    params.release(g, s);
+  }
+  act.reset();
+  dact.reset();
+  dgate.reset();
+  dup.reset();
+  sv->gate.reset();
+  sv->up.reset();
+  sv->xr.reset();
+  dyr.reset();
+
+  // 4'. rows back to their tokens; gather_rows' backward is an unweighted combine.
+  TensorBuffer dxs = ctx.alloc_act(Shape{sv->kept, C}, "moe.dxs");
+  exchange(ctx, dxr, sv->recv_rows, dxs, sv->send_rows);
+  dxr.reset();
+  TensorBuffer dhn = ctx.alloc_act(Shape{N, C}, "moe.dhn");
+  ops.combine_rows(s, dxs, sv->inv_perm, Tensor(), k, dhn);
+  dxs.reset();
+
+  // 2'-1'. router and norm: the last writes into the layer group's gradient.
+  const Tensor flat = params.acquire(first_group_, s);
+  const Tensor gflat = params.grad(first_group_, s);
+  const GroupLayout& lay = params.layout(first_group_);
+  router_.backward(ctx, dweights, sv->hn, lay.view(flat, kGate), dhn, lay.view(gflat, kGate));
+  TensorBuffer dh = ctx.alloc_act(Shape{N, C}, "moe.dh");
+  ops.rmsnorm_backward(s, dhn, h, lay.view(flat, kNorm), sv->rstd, dh, lay.view(gflat, kNorm));
+  params.grad_ready(first_group_, s);
+  params.release(first_group_, s);
+  ops.add(s, dresid, dh, dresid);
+}
+
+}  // namespace moezero::moe

@@ -1,0 +1,69 @@
+// moe/moe_layer.h — the MoE FFN sub-layer: out = h + sum_j w_j * expert_{e_j}(rmsnorm(h)),
+// with top-k routing, expert parallelism (all-to-all token dispatch over the EP group) and
+// ZeRO-3 experts that never hang.
+//
+// Forward on one rank (N = B*T local tokens, E experts, ep = EP width, Epr = E / ep local experts):
+//   1. acquire the layer group (post_attention_layernorm + router gate); xn = rmsnorm(h).
+//   2. router.forward_local -> expert id and weight per assignment (-1: dropped by capacity),
+//      local statistics (3E f32). expert_histogram -> local kept counts (E).
+//   3. AGREEMENT: one all-reduce (Sum) of the statistics over the world: global top-k counts,
+//      global kept counts and global probability sums. The global kept count of expert e is
+//      > 0 exactly when some rank routed a token to it, so every rank of e's EDP group (indeed
+//      every rank) sees the same active set; the aux loss uses the same global numbers.
+//      The per-peer token counts are exchanged with one all-to-all over the EP group.
+//      HOST SYNC (the only one of the layer): the counts are needed on the host to size the
+//      token all-to-all and to decide which experts to gather.
+//   4. sort assignments by expert (stable), gather rows, all_to_all_v to the owners.
+//      Received rows are laid out [source peer][local expert].
+//   5. for each ACTIVE local expert in id order: acquire its group (an all-gather over its
+//      EDP group, which every member issues because the active set is agreed), SwiGLU over
+//      its row blocks, release. Experts no rank routed to are neither gathered nor computed.
+//   6. all_to_all_v back, weighted combine, out = h + combined.
+// Backward mirrors it; for inactive experts nothing is issued: no gradient, no
+// reduce-scatter anywhere (their gradient is zero on every rank, and skipping is agreed).
+//
+// Groups (provider indices first_group, first_group + 1, ...): "layers.l.moe"
+// {model.layers.l.post_attention_layernorm.weight, model.layers.l.block_sparse_moe.gate.weight}
+// (Dense), then one per LOCAL expert j: "layers.l.experts.e" {...experts.e.w1.weight (F, C)
+// (gate), w2 (C, F) (down), w3 (F, C) (up)} (GroupKind::Expert, expert = e).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "moe/feed_forward.h"
+#include "moe/moe_runtime.h"
+#include "moe/router.h"
+
+namespace moezero::moe {
+
+class MoeFeedForward final : public FeedForward {
+ public:
+  // [in] layer: decoder layer index; moe_index: index among the MoE layers (for stats).
+  MoeFeedForward(const ModelConfig& cfg, const MoeRuntime& rt, int layer, int moe_index,
+                 int first_group);
+  ~MoeFeedForward() override;
+
+  std::vector<GroupSpec> param_groups() const override;
+  std::unique_ptr<Saved> forward(const ModuleContext& ctx, ParamProvider& params, const Tensor& h,
+                                 const Tensor& out) override;
+  void backward(const ModuleContext& ctx, ParamProvider& params, std::unique_ptr<Saved> saved,
+                const Tensor& h, const Tensor& dresid) override;
+
+  int local_experts() const { return experts_per_rank_; }
+
+ private:
+  struct MoeSaved;
+  int expert_group(int j) const { return first_group_ + 1 + j; }
+  // all_to_all_v of rows (C wide) with per-peer row counts; copies when ep_size == 1.
+  void exchange(const ModuleContext& ctx, const Tensor& send, const std::vector<int64_t>& send_rows,
+                const Tensor& recv, const std::vector<int64_t>& recv_rows);
+
+  ModelConfig cfg_;
+  MoeRuntime rt_;
+  int layer_, moe_index_, first_group_;
+  int experts_per_rank_;
+  Router router_;
+};
+
+}  // namespace moezero::moe

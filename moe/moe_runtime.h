@@ -1,0 +1,51 @@
+// moe/moe_runtime.h — what a MoE layer needs from the run it is part of: its place in the
+// expert-parallel layout, the communicators it uses, and where it reports routing statistics.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "core/communicator.h"
+#include "core/config.h"
+
+namespace moezero::moe {
+
+// Routing statistics of the MoE layers of one rank, accumulated over the micro-batches of a
+// step (the trainer reads and clears them after each step).
+struct MoeStats {
+  // Per MoE layer (in layer order): tokens routed to each expert in this step, summed over
+  // micro-batches, globally agreed (all ranks), after capacity drops. (layers, E)
+  std::vector<std::vector<int64_t>> tokens_per_expert;
+  // Per MoE layer: experts that were active (gathered and computed) in the last micro-batch.
+  std::vector<int> active_experts;
+  uint64_t a2a_bytes = 0;  // this rank's all-to-all send bytes (tokens, both passes)
+  void clear() {
+    for (auto& v : tokens_per_expert) std::fill(v.begin(), v.end(), 0);
+    a2a_bytes = 0;
+  }
+};
+
+struct MoeRuntime {
+  MoeConfig moe;          // router options (aux/z coefficients, jitter, capacity, top-k norm)
+  int ep_size = 1;        // expert-parallel width: E / ep_size experts per rank
+  int ep_rank = 0;        // this rank's position in its EP group (owns experts
+                          // [ep_rank * E/ep, (ep_rank + 1) * E/ep))
+  Communicator* a2a = nullptr;     // EP group, its own channel; may be null when ep_size == 1
+  Communicator* router = nullptr;  // world, its own channel: the agreement / aux-statistics
+                                   // all-reduce; may be null for a single rank
+  float loss_weight = 1.0f;        // weight of each micro-batch's aux and z losses
+                                   // (1 / grad_accum_steps)
+  uint64_t seed = 0;               // router jitter noise
+  MoeStats* stats = nullptr;       // where layers report (may be null)
+};
+
+// Where one micro-batch sits in the global batch (for world-size independent router noise and
+// global normalisation of the aux loss).
+struct MicroBatchInfo {
+  int64_t index = 0;          // global micro-batch index
+  int64_t token_offset = 0;   // global index of this rank's first token
+  int64_t global_tokens = 0;  // tokens of this micro-batch over all ranks (0: this rank's)
+};
+
+}  // namespace moezero::moe
