@@ -140,6 +140,76 @@ TEST(Trainer, LearningRateWarmsUpThenDecaysToMin) {
   for (int s = 5; s < 14; ++s) EXPECT_LT(lr_at(t, s), lr_at(t, s - 1));
 }
 
+Config tiny_moe(std::vector<std::string> overrides = {}) {
+  std::vector<std::string> o = {"model.num_experts=4", "model.top_k=2", "moe.aux_loss_coef=0.01"};
+  o.insert(o.end(), overrides.begin(), overrides.end());
+  return tiny(o);
+}
+
+// Whole-model MoE equivalence: the loss of every step and the gradient norm do not depend on
+// the world size, the expert-parallel width or the ZeRO stage. (Parameters are compared
+// through the losses: with EP > 1 rank 0 holds only its own experts.)
+TEST(TrainerMoe, WorldSizesEpWidthsAndStagesGiveTheSameLosses) {
+  const TrainResult ref = run(tiny_moe({"parallel.world_size=1", "zero.stage=3", "train.steps=4"}));
+  ASSERT_EQ(ref.steps.size(), 4u);
+  struct Case { int world, ep, stage; };
+  for (Case c : {Case{4, 1, 3}, Case{4, 2, 3}, Case{4, 4, 3}, Case{2, 2, 0}, Case{4, 2, 1},
+                 Case{3, 1, 2}, Case{2, 2, 2}}) {
+    const TrainResult r = run(tiny_moe({"parallel.world_size=" + std::to_string(c.world),
+                                        "parallel.ep_size=" + std::to_string(c.ep),
+                                        "zero.stage=" + std::to_string(c.stage), "train.steps=4"}));
+    const std::string what = "world " + std::to_string(c.world) + " ep " + std::to_string(c.ep) +
+                             " stage " + std::to_string(c.stage);
+    ASSERT_EQ(r.steps.size(), ref.steps.size()) << what;
+    for (size_t s = 0; s < ref.steps.size(); ++s) {
+      EXPECT_NEAR(r.steps[s].loss, ref.steps[s].loss, 1e-5 * ref.steps[s].loss) << what << " step " << s + 1;
+      EXPECT_NEAR(r.steps[s].grad_norm, ref.steps[s].grad_norm, 1e-4 * ref.steps[s].grad_norm)
+          << what << " step " << s + 1;
+      EXPECT_NEAR(r.steps[s].aux_loss, ref.steps[s].aux_loss, 1e-5 * ref.steps[s].aux_loss) << what;
+      EXPECT_EQ(r.steps[s].tokens_per_expert, ref.steps[s].tokens_per_expert) << what << " step " << s + 1;
+    }
+  }
+}
+
+TEST(TrainerMoe, MetricsReportRoutingAndTraffic) {
+  const std::string path = ::testing::TempDir() + "moezero_moe_metrics.jsonl";
+  TrainOptions opt;
+  opt.metrics_path = path;
+  TrainResult r = train(tiny_moe({"parallel.world_size=4", "parallel.ep_size=2",
+                                  "model.moe_every=2", "model.n_layers=4"}), opt);
+  for (const StepLog& s : r.steps) {
+    ASSERT_EQ(s.tokens_per_expert.size(), 2u) << "layers 1 and 3 are MoE with moe_every = 2";
+    for (const auto& layer : s.tokens_per_expert) {
+      int64_t sum = 0;
+      for (int64_t n : layer) sum += n;
+      EXPECT_EQ(sum, 12 * 16 * 2) << "dropless: every token's 2 choices are kept";
+    }
+    // aux = E * sum_e F_e P_e is k for a perfectly balanced router and >= k/E * k otherwise.
+    EXPECT_GT(s.aux_loss, 0.5 * 2 * 2);
+    for (const auto& rk : s.ranks) EXPECT_GT(rk.a2a_bytes, 0u) << "EP 2 exchanges tokens";
+  }
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  auto j = nlohmann::json::parse(line);
+  EXPECT_TRUE(j.contains("aux_loss"));
+  EXPECT_EQ(j["tokens_per_expert"].size(), 2u);
+  EXPECT_TRUE(j["ranks"][0].contains("a2a_bytes"));
+}
+
+TEST(TrainerMoe, CapacityBf16JitterAndZLossTrain) {
+  TrainResult r = train(tiny_moe({"parallel.world_size=2", "parallel.ep_size=2", "train.steps=12",
+                                  "train.dtype=bf16", "moe.capacity_factor=1.0",
+                                  "moe.router_jitter=0.01", "moe.z_loss_coef=0.001",
+                                  "train.lr=0.003"}), {});
+  ASSERT_EQ(r.steps.size(), 12u);
+  EXPECT_LT(r.steps.back().loss, r.steps.front().loss - 0.5);
+  int64_t kept = 0;
+  for (const auto& layer : r.steps.front().tokens_per_expert)
+    for (int64_t n : layer) kept += n;
+  EXPECT_LE(kept, int64_t{2} * 12 * 16 * 2) << "capacity can only drop";
+}
+
 TEST(Trainer, BadInputFailsBeforeTraining) {
   EXPECT_THROW(train(tiny({"data.path=/nonexistent/file.txt"}), {}), Error);
   EXPECT_THROW(train(tiny({"parallel.backend=cuda"}), {}), Error);
