@@ -28,11 +28,14 @@ struct RankContext {
   int rank = 0;        // global rank
   int world_size = 1;
   Device* device = nullptr;    // this rank's CPU device ("cpu:<rank>")
-  LocalWorld* world = nullptr;
+  LocalWorld* world = nullptr;  // ranks as threads on CPU devices (World::run)
+  // Set instead of `world` by World::run_cuda: creates an NCCL communicator.
+  std::function<std::unique_ptr<Communicator>(const ProcessGroup&, const std::string&)> make_comm;
 
   ProcessGroup world_group() const { return make_world_group(world_size); }
-  // Shorthand for world->make_communicator(group, rank, channel).
+  // This rank's communicator on (group, channel): LocalWorld's, or NCCL's under run_cuda.
   std::unique_ptr<Communicator> communicator(const ProcessGroup& group, const std::string& channel) const {
+    if (make_comm) return make_comm(group, channel);
     return world->make_communicator(group, rank, channel);
   }
 };
@@ -48,6 +51,12 @@ class World {
   // exception of any rank.
   static void run(int world_size, const std::function<void(RankContext&)>& fn,
                   const WorldOptions& options = {});
+  // The same with one CUDA GPU per rank (rank r uses cuda:r) and NCCL communicators
+  // (in-process unique-id bootstrap). Needs world_size <= the number of GPUs. NCCL
+  // collectives time out on their own (options.comm.timeout); a failing rank cannot wake the
+  // others earlier. Throws when this build or machine has no CUDA.
+  static void run_cuda(int world_size, const std::function<void(RankContext&)>& fn,
+                       const WorldOptions& options = {});
 };
 
 }  // namespace moezero::comm

@@ -39,9 +39,16 @@ int train(const std::vector<std::string>& args) {
   std::printf("  model    %lld parameters: %lld layers, d_model %lld, %lld/%lld heads, d_ff %lld, vocab %lld, seq %lld\n",
               (long long)params, (long long)m.n_layers, (long long)m.d_model, (long long)m.n_heads,
               (long long)m.n_kv_heads, (long long)m.d_ff, (long long)m.vocab_size, (long long)m.seq_len);
-  std::printf("  parallel %lld ranks (threads, cpu), ZeRO stage %lld, %s compute\n",
-              (long long)cfg.parallel.world_size, (long long)cfg.zero.stage,
+  std::printf("  parallel %lld ranks (%s), expert parallel %lld, ZeRO stage %lld, %s compute\n",
+              (long long)cfg.parallel.world_size,
+              cfg.parallel.backend == BackendKind::Cpu ? "threads on the CPU" : "one GPU each",
+              (long long)cfg.parallel.ep_size, (long long)cfg.zero.stage,
               cfg.train.dtype == DType::F32 ? "fp32" : "bf16");
+  if (m.num_experts > 0)
+    std::printf("  moe      %lld experts, top-%lld, every %lld layer(s), aux %g, capacity %s\n",
+                (long long)m.num_experts, (long long)m.top_k, (long long)m.moe_every,
+                cfg.moe.aux_loss_coef,
+                cfg.moe.capacity_factor > 0 ? std::to_string(cfg.moe.capacity_factor).c_str() : "dropless");
   std::printf("  train    %lld steps x %lld micro-batches x %lld sequences, lr %g -> %g, warmup %lld\n",
               (long long)cfg.train.steps, (long long)cfg.train.grad_accum_steps,
               (long long)cfg.train.micro_batch_size, cfg.train.lr, cfg.train.min_lr,

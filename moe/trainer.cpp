@@ -84,10 +84,12 @@ constexpr int kStatFields = 5 + static_cast<int>(kMemTagCount);
 TrainResult train(const Config& cfg, const TrainOptions& options) {
   const auto& tc = cfg.train;
   const int world = static_cast<int>(cfg.parallel.world_size);
-  if (cfg.parallel.backend == BackendKind::Cuda) {
+  const bool on_cuda = cfg.parallel.backend == BackendKind::Cuda;
+  if (on_cuda) {
     std::string why;
     if (!cuda_available(&why)) MOEZERO_THROW("parallel.backend is \"cuda\" but CUDA is unavailable: ", why);
-    MOEZERO_THROW("parallel.backend \"cuda\": the trainer runs ranks on the CPU backend only for now");
+    MOEZERO_CHECK(world <= cuda_device_count(), "parallel.world_size (", world, ") exceeds the ",
+                  cuda_device_count(), " GPU(s) of this machine: parallel.backend \"cuda\" runs one rank per GPU");
   }
   MOEZERO_CHECK(tc.micro_batch_size % world == 0, "train.micro_batch_size (", tc.micro_batch_size,
                 ") must be divisible by parallel.world_size (", world,
@@ -115,7 +117,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   wopt.comm.emulation = CommEmulation{cfg.comm_emulation.link_gbps, cfg.comm_emulation.latency_us};
   wopt.comm.call_check = cfg.comm.check_divergence ? CallCheck::On : CallCheck::Off;
 
-  comm::World::run(world, [&](comm::RankContext& ctx) {
+  const auto rank_main = [&](comm::RankContext& ctx) {
     Device& dev = *ctx.device;
     EngineStreams streams{&dev.create_stream("compute"), &dev.create_stream("gather"),
                           &dev.create_stream("reduce")};
@@ -266,7 +268,9 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       }
     }
     dev.synchronize();
-  }, wopt);
+  };
+  if (on_cuda) comm::World::run_cuda(world, rank_main, wopt);
+  else comm::World::run(world, rank_main, wopt);
   return result;
 }
 

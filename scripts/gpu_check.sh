@@ -83,7 +83,7 @@ fi
 # because CUDA is unusable means the GPU is not usable, which is a failure of this check.
 # (--gtest_brief hides the list of skipped tests, so skips are found by their reason lines.)
 UNUSABLE='insufficient|no CUDA device|without CUDA|cudaError|CUDA is unavailable'
-for t in core_tests kernel_tests comm_tests; do
+for t in core_tests kernel_tests comm_tests train_tests; do
   exe="$BUILD/bin/$t"
   [[ -x "$exe" ]] || continue
   step "$t" 180 "$exe" --gtest_brief=1
@@ -99,6 +99,14 @@ for t in core_tests kernel_tests comm_tests; do
     note_last "$counts${reasons:+; skips: $reasons}${NOTES[${#NOTES[@]}-1]:+; ${NOTES[${#NOTES[@]}-1]}}"
   fi
 done
+
+# The whole trainer on one GPU (NCCL world of 1, MoE, ZeRO-3): a smoke run of the CUDA path.
+if [[ -x "$BUILD/bin/moezero" ]]; then
+  step train_cuda 120 "$BUILD/bin/moezero" train --config examples/configs/tiny.json \
+    --set parallel.backend=cuda --set parallel.world_size=1 --set parallel.ep_size=1 \
+    --set train.steps=30 --set train.log_every=10
+  note_last "$(grep -m1 '^done:' "$LOGS/train_cuda.log" || echo 'no done line')"
+fi
 
 if [[ -x "$BUILD/bin/kernels_cuda_bench" ]]; then
   step kernels_cuda_bench 150 "$BUILD/bin/kernels_cuda_bench"

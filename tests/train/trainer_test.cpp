@@ -8,6 +8,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "kernels/backend.h"
 #include "moe/trainer.h"
 
 namespace moezero::moe {
@@ -208,6 +209,19 @@ TEST(TrainerMoe, CapacityBf16JitterAndZLossTrain) {
   for (const auto& layer : r.steps.front().tokens_per_expert)
     for (int64_t n : layer) kept += n;
   EXPECT_LE(kept, int64_t{2} * 12 * 16 * 2) << "capacity can only drop";
+}
+
+// The CUDA path (one rank per GPU, NCCL): on one GPU the MoE model's losses follow the CPU's.
+// Tolerance: cuBLAS and the CUDA kernels sum in other orders than the CPU backend; fp32.
+TEST(TrainerCuda, OneGpuFollowsTheCpu) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << "CUDA unavailable: " << why;
+  const TrainResult cpu = train(tiny_moe({"parallel.world_size=1", "train.steps=5"}), {});
+  const TrainResult gpu = train(tiny_moe({"parallel.world_size=1", "train.steps=5",
+                                          "parallel.backend=cuda"}), {});
+  ASSERT_EQ(gpu.steps.size(), cpu.steps.size());
+  for (size_t s = 0; s < cpu.steps.size(); ++s)
+    EXPECT_NEAR(gpu.steps[s].loss, cpu.steps[s].loss, 1e-3 * cpu.steps[s].loss) << "step " << s + 1;
 }
 
 TEST(Trainer, BadInputFailsBeforeTraining) {
