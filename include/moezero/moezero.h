@@ -1,0 +1,39 @@
+// moezero/moezero.h — the one header a C++ program includes to train MoE transformers with
+// moezero (ZeRO stage 0-3 sharding, ranks as threads on the CPU backend).
+//
+// Build: install moezero (`cmake --install build --prefix P`), then in your CMakeLists.txt
+//     find_package(moezero REQUIRED)                      # -DCMAKE_PREFIX_PATH=P
+//     target_link_libraries(app PRIVATE moezero::moezero)
+//
+// Use (examples/custom_moe/main.cpp is a complete program):
+//   1. A Config (core/config.h). Either in code — `moezero::Config cfg;` holds every default,
+//      set fields (cfg.model.num_experts = 4, cfg.train.steps = 30, ...) and check it with
+//      moezero::validate_config(cfg) — or from JSON: moezero::make_config(json_text, overrides),
+//      moezero::load_config(path, overrides), with "section.key=value" overrides. Every bad
+//      value is rejected with its key path ("train.lr: must be > 0, got -0.1").
+//   2. Data (optional): a moe::DataSource callback in moe::TrainOptions::data. For a
+//      moe::BatchRequest it fills `rows` sequences of seq_len tokens and their targets (values in
+//      [0, model.vocab_size), target -1 = ignored), rows [row_begin, row_begin + rows) of global
+//      micro-batch `micro_batch`. It must be a pure function of its arguments (so every world
+//      size trains on the same global batch) and thread-safe (ranks call it concurrently).
+//      Without one, the trainer reads data.path or its built-in corpus.
+//   3. moezero::moe::train(cfg, options) runs the whole training (the engine `moezero train`
+//      uses) and returns a moe::TrainResult: one moe::StepLog per step (loss, lr, grad norm,
+//      tokens/s, bytes moved and peak bytes per rank). TrainOptions::progress prints a line per
+//      train.log_every steps.
+//   4. Errors: every failure is a moezero::Error (core/error.h) with a one-line what().
+//
+// The headers below keep their in-tree paths ("core/config.h"), so code that includes them
+// directly works in-tree and installed alike.
+#pragma once
+
+#include "comm/world.h"
+#include "core/config.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "kernels/backend.h"
+#include "moe/data.h"
+#include "moe/trainer.h"
+#include "moe/transformer.h"
+#include "moezero/api.h"
