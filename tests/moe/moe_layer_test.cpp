@@ -121,8 +121,10 @@ Problem make_problem(const Case& cs, std::mt19937_64& rng) {
         if (p.r.ids[t * cs.k + j] != cs.forced[static_cast<size_t>(t / p.spec.n)][j])
           p.r.bad_tokens.push_back(t);
     if (p.r.bad_tokens.empty()) break;
-    if (attempt == 200) ADD_FAILURE() << "could not draw a routing with clear margins";
-    if (attempt == 200) break;
+    if (attempt == 200) {
+      ADD_FAILURE() << "could not draw a routing with clear margins";
+      break;
+    }
     for (int64_t t : p.r.bad_tokens) draw_row(t);
   }
   if (forced) {  // the crafted routing is the one asked for
@@ -344,6 +346,16 @@ Problem run_case(const Case& cs) {
     }
   }
   check_protocol(cs, p, outs);
+  // Forced routing: the experts in no rank's list got no token, and no rank touched their groups.
+  for (int64_t e = 0; e < kE && !cs.forced.empty(); ++e) {
+    bool listed = false;
+    for (const auto& es : cs.forced) listed |= std::find(es.begin(), es.end(), e) != es.end();
+    if (listed) continue;
+    EXPECT_EQ(p.r.kept_count[e], 0.0) << "expert " << e;
+    for (const RankOut& ro : outs)
+      for (const auto& ev : ro.calls)
+        EXPECT_NE(expert_of(ro, ev.group), e) << "a call touched unused expert " << e;
+  }
   return p;
 }
 
