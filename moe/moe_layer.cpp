@@ -25,6 +25,20 @@ struct MoeFeedForward::MoeSaved : FeedForward::Saved {
   std::vector<int64_t> send_rows, recv_rows;  // per EP peer
   std::vector<int64_t> block_rows;      // (ep, Epr): rows from peer q for local expert j
   std::vector<char> active;             // (Epr): local expert j is active (globally agreed)
+  int ep = 1, experts_per_rank = 1;
+
+  // f(row, n) for each non-empty block of rows received for local expert j: the received
+  // rows are laid out [source peer q][local expert jj], so expert j's rows are one block per peer.
+  template <typename F>
+  void for_each_block(int j, F&& f) const {
+    int64_t row = 0;
+    for (int q = 0; q < ep; ++q)
+      for (int jj = 0; jj < experts_per_rank; ++jj) {
+        const int64_t n = block_rows[static_cast<size_t>(q * experts_per_rank + jj)];
+        if (jj == j && n > 0) f(row, n);
+        row += n;
+      }
+  }
 };
 
 MoeFeedForward::MoeFeedForward(const ModelConfig& cfg, const MoeRuntime& rt, int layer,
@@ -106,6 +120,8 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   const int64_t N = ctx.rows(), C = cfg_.d_model, F = cfg_.d_ff, E = cfg_.num_experts;
   const int k = static_cast<int>(cfg_.top_k), ep = rt_.ep_size, Epr = experts_per_rank_;
   auto sv = std::make_unique<MoeSaved>();
+  sv->ep = ep;
+  sv->experts_per_rank = Epr;
 
   // 1-2. norm and routing.
   const Tensor flat = params.acquire(first_group_, s);
@@ -187,23 +203,16 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
     const int g = expert_group(j);
     const Tensor w = params.acquire(g, s);
     const GroupLayout& el = params.layout(g);
-    int64_t row = 0;
-    for (int q = 0; q < ep; ++q) {
-      for (int jj = 0; jj < Epr; ++jj) {
-        const int64_t n = sv->block_rows[static_cast<size_t>(q * Epr + jj)];
-        if (jj == j && n > 0) {
-          const Tensor x = sv->xr.view().slice_rows(row, row + n);
-          const Tensor ga = sv->gate.view().slice_rows(row, row + n);
-          const Tensor up = sv->up.view().slice_rows(row, row + n);
-          const Tensor a = act.view().slice_rows(row, row + n);
-          linear_forward(ctx, x, el.view(w, kW1), ga);
-          linear_forward(ctx, x, el.view(w, kW3), up);
-          ops.swiglu_forward(s, ga, up, a);
-          linear_forward(ctx, a, el.view(w, kW2), yr.view().slice_rows(row, row + n));
-        }
-        row += n;
-      }
-    }
+    sv->for_each_block(j, [&](int64_t row, int64_t n) {
+      const Tensor x = sv->xr.view().slice_rows(row, row + n);
+      const Tensor ga = sv->gate.view().slice_rows(row, row + n);
+      const Tensor up = sv->up.view().slice_rows(row, row + n);
+      const Tensor a = act.view().slice_rows(row, row + n);
+      linear_forward(ctx, x, el.view(w, kW1), ga);
+      linear_forward(ctx, x, el.view(w, kW3), up);
+      ops.swiglu_forward(s, ga, up, a);
+      linear_forward(ctx, a, el.view(w, kW2), yr.view().slice_rows(row, row + n));
+    });
     params.release(g, s);
   }
   act.reset();
@@ -226,7 +235,7 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
   const int64_t N = ctx.rows(), C = cfg_.d_model, F = cfg_.d_ff;
-  const int k = static_cast<int>(cfg_.top_k), ep = rt_.ep_size, Epr = experts_per_rank_;
+  const int k = static_cast<int>(cfg_.top_k), Epr = experts_per_rank_;
 
   // 6'. combine backward: dys (P, C), dweights (N, k); send dys to the expert owners.
   TensorBuffer dys = ctx.alloc_act(Shape{sv->kept, C}, "moe.dys");
@@ -251,24 +260,17 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
     const Tensor w = params.acquire(g, s);
     const Tensor gw = params.grad(g, s);
     const GroupLayout& el = params.layout(g);
-    int64_t row = 0;
-    for (int q = 0; q < ep; ++q) {
-      for (int jj = 0; jj < Epr; ++jj) {
-        const int64_t n = sv->block_rows[static_cast<size_t>(q * Epr + jj)];
-        if (jj == j && n > 0) {
-          auto rows = [&](const TensorBuffer& t) { return t.view().slice_rows(row, row + n); };
-          ops.swiglu_forward(s, rows(sv->gate), rows(sv->up), rows(act));  // recompute
-          linear_backward_data(ctx, rows(dyr), el.view(w, kW2), rows(dact), Accumulate::No);
-          linear_backward_weight(ctx, rows(dyr), rows(act), el.view(gw, kW2));
-          ops.swiglu_backward(s, rows(sv->gate), rows(sv->up), rows(dact), rows(dgate), rows(dup));
-          linear_backward_weight(ctx, rows(dgate), rows(sv->xr), el.view(gw, kW1));
-          linear_backward_weight(ctx, rows(dup), rows(sv->xr), el.view(gw, kW3));
-          linear_backward_data(ctx, rows(dgate), el.view(w, kW1), rows(dxr), Accumulate::No);
-          linear_backward_data(ctx, rows(dup), el.view(w, kW3), rows(dxr), Accumulate::Yes);
-        }
-        row += n;
-      }
-    }
+    sv->for_each_block(j, [&](int64_t row, int64_t n) {
+      auto rows = [&](const TensorBuffer& t) { return t.view().slice_rows(row, row + n); };
+      ops.swiglu_forward(s, rows(sv->gate), rows(sv->up), rows(act));  // recompute
+      linear_backward_data(ctx, rows(dyr), el.view(w, kW2), rows(dact), Accumulate::No);
+      linear_backward_weight(ctx, rows(dyr), rows(act), el.view(gw, kW2));
+      ops.swiglu_backward(s, rows(sv->gate), rows(sv->up), rows(dact), rows(dgate), rows(dup));
+      linear_backward_weight(ctx, rows(dgate), rows(sv->xr), el.view(gw, kW1));
+      linear_backward_weight(ctx, rows(dup), rows(sv->xr), el.view(gw, kW3));
+      linear_backward_data(ctx, rows(dgate), el.view(w, kW1), rows(dxr), Accumulate::No);
+      linear_backward_data(ctx, rows(dup), el.view(w, kW3), rows(dxr), Accumulate::Yes);
+    });
     params.grad_ready(g, s);
     params.release(g, s);
   }
