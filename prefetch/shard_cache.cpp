@@ -1,0 +1,153 @@
+// prefetch/shard_cache.cpp — lookup/admit/evict bookkeeping of the shard cache.
+#include "prefetch/shard_cache.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace moezero::prefetch {
+
+ShardCache::ShardCache(uint64_t capacity_bytes, EvictionPolicy eviction)
+    : capacity_bytes_(capacity_bytes), eviction_(eviction) {}
+
+bool ShardCache::evicted_before(int ia, const Entry& a, int ib, const Entry& b) const {
+  if (eviction_ == EvictionPolicy::Lfu && a.score != b.score) return a.score < b.score;
+  if (a.last_use != b.last_use) return a.last_use < b.last_use;
+  return ia < ib;
+}
+
+void ShardCache::erase(std::map<int, Entry>::iterator it) {
+  counters_.bytes_resident -= it->second.bytes;
+  entries_.erase(it);
+}
+
+CacheLookup ShardCache::lookup(int group, int64_t current_version) {
+  ++clock_;
+  auto it = entries_.find(group);
+  if (it == entries_.end()) {
+    ++counters_.misses;
+    return CacheLookup::Miss;
+  }
+  if (it->second.version != current_version) {
+    MOEZERO_CHECK(it->second.pins == 0, "ShardCache::lookup: group ", group,
+                  " is pinned at version ", it->second.version, " but the current version is ",
+                  current_version);
+    erase(it);
+    ++counters_.misses;
+    ++counters_.stale_drops;
+    return CacheLookup::Stale;
+  }
+  it->second.last_use = clock_;
+  ++counters_.hits;
+  return CacheLookup::Hit;
+}
+
+CacheAdmit ShardCache::admit(int group, uint64_t bytes, int64_t version, double score) {
+  MOEZERO_CHECK(bytes > 0, "ShardCache::admit: group ", group, ": bytes must be > 0");
+  MOEZERO_CHECK(std::isfinite(score), "ShardCache::admit: group ", group, ": score ", score,
+                " is not finite");
+  MOEZERO_CHECK(!contains(group), "ShardCache::admit: group ", group,
+                " is already resident "
+                "(version ",
+                entries_.at(group).version, "); lookup() it first");
+  ++clock_;
+  CacheAdmit result;
+  if (bytes > capacity_bytes_) {  // also capacity 0
+    ++counters_.refusals;
+    return result;
+  }
+  const Entry fresh{bytes, version, score, clock_, 0};
+  // Victims: unpinned entries ranking below the newcomer, lowest first, until it fits.
+  if (counters_.bytes_resident + bytes > capacity_bytes_) {
+    const uint64_t need_bytes = counters_.bytes_resident + bytes - capacity_bytes_;
+    const std::vector<int> order = eviction_order();
+    uint64_t freed_bytes = 0;
+    std::vector<int> victims;
+    for (const int id : order) {
+      if (freed_bytes >= need_bytes) break;
+      const Entry& e = entries_.at(id);
+      if (!evicted_before(id, e, group, fresh)) break;  // would displace a hotter entry
+      victims.push_back(id);
+      freed_bytes += e.bytes;
+    }
+    if (freed_bytes < need_bytes) {
+      ++counters_.refusals;
+      return result;
+    }
+    for (const int id : victims) {
+      erase(entries_.find(id));
+      ++counters_.evictions;
+    }
+    result.evicted = std::move(victims);
+  }
+  entries_.emplace(group, fresh);
+  counters_.bytes_resident += bytes;
+  counters_.peak_bytes = std::max(counters_.peak_bytes, counters_.bytes_resident);
+  ++counters_.admissions;
+  result.admitted = true;
+  return result;
+}
+
+void ShardCache::set_score(int group, double score) {
+  auto it = entries_.find(group);
+  MOEZERO_CHECK(it != entries_.end(), "ShardCache::set_score: group ", group, " is not resident");
+  MOEZERO_CHECK(std::isfinite(score), "ShardCache::set_score: group ", group, ": score ", score,
+                " is not finite");
+  it->second.score = score;
+}
+
+void ShardCache::pin(int group) {
+  auto it = entries_.find(group);
+  MOEZERO_CHECK(it != entries_.end(), "ShardCache::pin: group ", group, " is not resident");
+  ++it->second.pins;
+}
+
+void ShardCache::unpin(int group) {
+  auto it = entries_.find(group);
+  MOEZERO_CHECK(it != entries_.end() && it->second.pins > 0, "ShardCache::unpin: group ", group,
+                " is not pinned");
+  --it->second.pins;
+}
+
+std::vector<int> ShardCache::invalidate_all() { return drop_if_older(0, DropAll::Yes); }
+
+std::vector<int> ShardCache::drop_older_than(int64_t version) {
+  return drop_if_older(version, DropAll::No);
+}
+
+std::vector<int> ShardCache::drop_if_older(int64_t version, DropAll all) {
+  std::vector<int> dropped;
+  for (const auto& [id, e] : entries_) {
+    if (all == DropAll::No && e.version >= version) continue;
+    MOEZERO_CHECK(e.pins == 0, "ShardCache: cannot drop group ", id, " (version ", e.version,
+                  "): it is pinned ", e.pins, " time(s)");
+    dropped.push_back(id);
+  }
+  for (const int id : dropped) erase(entries_.find(id));
+  counters_.stale_drops += dropped.size();
+  return dropped;
+}
+
+int ShardCache::pins(int group) const {
+  const auto it = entries_.find(group);
+  return it == entries_.end() ? 0 : it->second.pins;
+}
+
+std::vector<int> ShardCache::resident() const {
+  std::vector<int> ids;
+  for (const auto& [id, e] : entries_) ids.push_back(id);
+  return ids;
+}
+
+std::vector<int> ShardCache::eviction_order() const {
+  std::vector<int> ids;
+  for (const auto& [id, e] : entries_) {
+    if (e.pins == 0) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end(),
+            [this](int a, int b) { return evicted_before(a, entries_.at(a), b, entries_.at(b)); });
+  return ids;
+}
+
+}  // namespace moezero::prefetch

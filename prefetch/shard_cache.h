@@ -1,0 +1,122 @@
+// prefetch/shard_cache.h — which gathered expert parameter groups stay resident, within a byte
+// budget, from forward to backward and across the micro-batches of one optimizer step
+// (DESIGN.md "Why it exists", point 3: the budget is the dial between ZeRO-3's memory and
+// ZeRO-2's traffic).
+//
+// The cache is bookkeeping only: it holds group ids, byte sizes, the parameter version each was
+// gathered at, scores, recency and pins. The caller owns the buffers and frees those the cache
+// names (evicted, stale, invalidated, or not admitted).
+//
+// Why identical on every rank: a decision (hit, what to evict, whether to admit) depends only on
+// the sequence of calls and their arguments (group ids, bytes, versions, scores from the
+// frequency model), which the engine makes identical on every rank of a group; the recency clock
+// is a logical counter ticked by lookup() and admit(), entries live in an id-ordered map, and
+// every tie is broken by group id. No time, no addresses, no hashing order.
+//
+// Versions: an entry carries the parameter version (optimizer step count) it was gathered at. A
+// lookup is a hit only when the versions are equal; a stale entry is dropped and reported, never
+// served. invalidate_all() (or drop_older_than(v)) at the optimizer step drops the rest.
+//
+// Eviction order (the victim is the entry that ranks lowest; pinned entries are never victims):
+//   lfu: lowest score, then least recently used, then lower group id.
+//   lru: least recently used (logical clock), then lower group id.
+// Admission: a newcomer ranks as the most recently used entry with its score. It is admitted
+// only when it fits after evicting unpinned entries that rank below it (lfu: a newcomer colder
+// than the entries it would displace is refused; lru: every older entry ranks below it), and
+// never when bytes > capacity_bytes. A refused admission evicts nothing. capacity 0 disables
+// the cache: every lookup misses, every admit is refused.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "core/config.h"
+
+namespace moezero::prefetch {
+
+enum class CacheLookup : uint8_t {
+  Hit,    // resident at the requested version: use the cached buffer
+  Miss,   // not resident
+  Stale,  // was resident at another version: dropped now; the caller frees that buffer
+};
+
+struct ShardCacheCounters {
+  uint64_t hits = 0;
+  uint64_t misses = 0;       // lookups that did not hit (Stale ones included)
+  uint64_t stale_drops = 0;  // entries dropped for their version: by lookup, invalidate, drop
+  uint64_t evictions = 0;    // entries evicted to make room
+  uint64_t admissions = 0;
+  uint64_t refusals = 0;  // admit() calls that did not admit
+  uint64_t bytes_resident = 0;
+  uint64_t peak_bytes = 0;  // most bytes resident at once
+};
+
+struct CacheAdmit {
+  bool admitted = false;     // false: the cache does not hold the group; the caller frees it
+  std::vector<int> evicted;  // groups evicted to make room, in eviction order: free them
+};
+
+class ShardCache {
+ public:
+  // [in] capacity_bytes: most bytes resident at once (0: disabled). [in] eviction: lfu | lru.
+  ShardCache(uint64_t capacity_bytes, EvictionPolicy eviction);
+  explicit ShardCache(const ShardCacheConfig& cfg) : ShardCache(cfg.capacity_bytes, cfg.eviction) {}
+
+  // [in] group: parameter group id. [in] current_version: the parameters' current version.
+  // Ticks the clock; a hit makes the entry the most recently used. Throws if the entry is
+  // pinned and stale (an in-use buffer outlived an optimizer step: a caller bug).
+  CacheLookup lookup(int group, int64_t current_version);
+
+  // Offers a gathered group to the cache. [in] bytes: its size (> 0). [in] version: the version
+  // it was gathered at. [in] score: its lfu score (e.g. FrequencyModel::probability), finite;
+  // lru ignores it. Ticks the clock. Throws if the group is already resident (lookup() first).
+  CacheAdmit admit(int group, uint64_t bytes, int64_t version, double score);
+
+  // Updates a resident entry's lfu score (no clock tick). Throws if not resident.
+  void set_score(int group, double score);
+
+  // An entry in use (an acquired expert) is pinned: never evicted, never dropped. Pins count;
+  // every pin needs an unpin. Throws when not resident / not pinned. No clock tick.
+  void pin(int group);
+  void unpin(int group);
+
+  // Drops every entry (call at the optimizer step); returns their ids, ascending.
+  // Throws if any entry is pinned.
+  std::vector<int> invalidate_all();
+  // Drops the entries with version < `version`; returns their ids, ascending. Throws if any of
+  // them is pinned.
+  std::vector<int> drop_older_than(int64_t version);
+
+  bool contains(int group) const { return entries_.count(group) != 0; }
+  int pins(int group) const;          // 0 when not resident
+  std::vector<int> resident() const;  // ascending ids
+  // The unpinned entries in eviction order (first = next victim). For tests and traces.
+  std::vector<int> eviction_order() const;
+  uint64_t capacity_bytes() const { return capacity_bytes_; }
+  EvictionPolicy eviction() const { return eviction_; }
+  uint64_t clock() const { return clock_; }
+  const ShardCacheCounters& counters() const { return counters_; }
+
+ private:
+  struct Entry {
+    uint64_t bytes;
+    int64_t version;
+    double score;
+    uint64_t last_use;  // clock value of the latest admit or hit
+    int pins;
+  };
+  // True when entry a (id ia) is evicted before entry b (id ib).
+  bool evicted_before(int ia, const Entry& a, int ib, const Entry& b) const;
+  void erase(std::map<int, Entry>::iterator it);
+  enum class DropAll : uint8_t { No, Yes };
+  std::vector<int> drop_if_older(int64_t version, DropAll all);
+
+  uint64_t capacity_bytes_;
+  EvictionPolicy eviction_;
+  uint64_t clock_ = 0;
+  std::map<int, Entry> entries_;  // id-ordered: iteration order is part of determinism
+  ShardCacheCounters counters_;
+};
+
+}  // namespace moezero::prefetch

@@ -1,0 +1,181 @@
+// tests/prefetch/prefetch_policy_test.cpp — none / all / frequency plans on crafted models:
+// ordering, threshold, budget (stop, never skip; monotone), ties by id, co-activation changing
+// the plan, argument checks; backward_order.
+#include "prefetch/prefetch_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "core/error.h"
+
+namespace moezero::prefetch {
+namespace {
+
+using Counts = std::vector<int64_t>;
+using Ids = std::vector<int>;
+
+PrefetchConfig config(PrefetchPolicy policy, double min_probability, uint64_t budget_bytes) {
+  PrefetchConfig c;
+  c.policy = policy;
+  c.min_probability = min_probability;
+  c.budget_bytes = budget_bytes;
+  return c;
+}
+
+// One layer, 4 experts, d = 0.5: probabilities {1, 0.5, 0.25, 0.125} after three updates.
+FrequencyModel graded_model() {
+  FrequencyModel m(1, 4, 0.5);
+  m.update(0, Counts{1, 1, 1, 0});
+  m.update(0, Counts{1, 1, 0, 0});
+  m.update(0, Counts{1, 0, 0, 0});
+  return m;
+}
+
+const Ids kShuffled = {3, 1, 2, 0};
+const std::vector<uint64_t> kTenEach = {10, 10, 10, 10};
+
+TEST(PrefetchPolicy, NoneAndAll) {
+  const FrequencyModel m = graded_model();
+  EXPECT_TRUE(
+      plan_prefetch(config(PrefetchPolicy::None, 0.0, 1000), m, 0, kShuffled, kTenEach, nullptr)
+          .empty());
+  // all: ascending id, ignoring threshold and budget.
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::All, 0.9, 5), m, 0, kShuffled, kTenEach, nullptr),
+            (Ids{0, 1, 2, 3}));
+  EXPECT_TRUE(plan_prefetch(config(PrefetchPolicy::All, 0.0, 0), m, 0, {}, {}, nullptr).empty());
+}
+
+TEST(PrefetchPolicy, FrequencyOrdersByProbabilityThenThreshold) {
+  const FrequencyModel m = graded_model();
+  ASSERT_EQ(m.probability(0, 1), 0.5);
+  ASSERT_EQ(m.probability(0, 3), 0.125);
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 1000), m, 0, kShuffled, kTenEach,
+                          nullptr),
+            (Ids{0, 1, 2, 3}));
+  // Threshold is inclusive.
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.25, 1000), m, 0, kShuffled, kTenEach,
+                          nullptr),
+            (Ids{0, 1, 2}));
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.26, 1000), m, 0, kShuffled, kTenEach,
+                          nullptr),
+            (Ids{0, 1}));
+  // Only candidates are planned (an EP rank's local experts).
+  const Ids local = {3, 2};
+  const std::vector<uint64_t> local_bytes = {10, 10};
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 1000), m, 0, local, local_bytes,
+                          nullptr),
+            (Ids{2, 3}));
+}
+
+TEST(PrefetchPolicy, FrequencyTiesGoToTheLowerId) {
+  FrequencyModel m(1, 4, 0.5);
+  m.update(0, Counts{0, 1, 0, 1});  // {0.5, 1, 0.5, 1}
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 1000), m, 0, kShuffled, kTenEach,
+                          nullptr),
+            (Ids{1, 3, 0, 2}));
+  // Cold model: everything ties at 1.0: ascending id within the budget.
+  const FrequencyModel cold(1, 4, 0.9);
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.1, 30), cold, 0, kShuffled, kTenEach,
+                          nullptr),
+            (Ids{0, 1, 2}));
+}
+
+TEST(PrefetchPolicy, FrequencyBudgetStopsAtTheFirstThatDoesNotFit) {
+  const FrequencyModel m = graded_model();
+  // Ranking 0, 1, 2, 3; expert 1 is big. Budget 50: 0 fits (10), 1 (100) does not: stop, even
+  // though 2 and 3 would fit.
+  const Ids ids = {0, 1, 2, 3};
+  const std::vector<uint64_t> bytes = {10, 100, 10, 10};
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 50), m, 0, ids, bytes, nullptr),
+            (Ids{0}));
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 110), m, 0, ids, bytes, nullptr),
+            (Ids{0, 1}));
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 130), m, 0, ids, bytes, nullptr),
+            (Ids{0, 1, 2, 3}));  // exactly the budget
+  EXPECT_TRUE(
+      plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 9), m, 0, ids, bytes, nullptr).empty());
+}
+
+TEST(PrefetchPolicy, FrequencyPlanIsMonotoneInBudgetAndThreshold) {
+  const uint64_t seed = 99;
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  FrequencyModel m(1, 12, 0.8);
+  for (int t = 0; t < 30; ++t) {
+    Counts c(12);
+    for (auto& x : c) x = int64_t(rng() % 3 == 0 ? 0 : rng() % 50);
+    m.update(0, c);
+  }
+  Ids ids(12);
+  std::vector<uint64_t> bytes(12);
+  for (int e = 0; e < 12; ++e) {
+    ids[size_t(e)] = 11 - e;
+    bytes[size_t(e)] = 1 + rng() % 100;
+  }
+  Ids prev_plan;
+  for (uint64_t budget = 0; budget <= 1300; budget += 7) {
+    const Ids plan =
+        plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, budget), m, 0, ids, bytes, nullptr);
+    ASSERT_GE(plan.size(), prev_plan.size());
+    EXPECT_TRUE(std::equal(prev_plan.begin(), prev_plan.end(), plan.begin())) << budget;
+    prev_plan = plan;
+  }
+  EXPECT_EQ(prev_plan.size(), 12u);
+  for (double thr = 1.0; thr >= 0.0; thr -= 0.05) {
+    const Ids plan =
+        plan_prefetch(config(PrefetchPolicy::Frequency, thr, 1u << 20), m, 0, ids, bytes, nullptr);
+    EXPECT_TRUE(std::equal(plan.begin(), plan.end(), prev_plan.begin())) << thr;  // a prefix
+  }
+}
+
+TEST(PrefetchPolicy, CoActivationChangesThePlan) {
+  // Layer 1 uses expert i whenever layer 0 uses expert i; layer 0 alternates 0 and 1.
+  FrequencyModel m(2, 4, 0.8);
+  for (int t = 0; t < 60; ++t) {
+    Counts c(4, 0);
+    c[size_t(t % 2)] = 8;
+    m.update(0, c);
+    m.update(1, c);
+  }
+  const Ids ids = {0, 1, 2, 3};
+  const PrefetchConfig cfg = config(PrefetchPolicy::Frequency, 0.3, 1000);
+  // Marginals: experts 0 and 1 each about one half.
+  EXPECT_EQ(plan_prefetch(cfg, m, 1, ids, kTenEach, nullptr), (Ids{1, 0}));  // 1 was last: likelier
+  const std::vector<char> prev0 = {1, 0, 0, 0}, prev1 = {0, 1, 0, 0}, prev01 = {1, 1, 0, 0};
+  EXPECT_EQ(plan_prefetch(cfg, m, 1, ids, kTenEach, &prev0), (Ids{0}));
+  EXPECT_EQ(plan_prefetch(cfg, m, 1, ids, kTenEach, &prev1), (Ids{1}));
+  EXPECT_EQ(plan_prefetch(cfg, m, 1, ids, kTenEach, &prev01), (Ids{1, 0}));  // p(1|1) > p(0|0)
+  // A predecessor never seen before has no evidence: its conditionals are the marginals.
+  const std::vector<char> prev3 = {0, 0, 0, 1};
+  EXPECT_EQ(plan_prefetch(cfg, m, 1, ids, kTenEach, &prev3),
+            plan_prefetch(cfg, m, 1, ids, kTenEach, nullptr));
+}
+
+TEST(PrefetchPolicy, ArgumentsAreChecked) {
+  const FrequencyModel m(2, 4, 0.9);
+  const PrefetchConfig cfg = config(PrefetchPolicy::Frequency, 0.1, 100);
+  const std::vector<char> prev = {1, 0, 0, 0};
+  const std::vector<char> short_prev = {1, 0};
+  const Ids dup = {1, 1};
+  const Ids bad = {4};
+  const std::vector<uint64_t> two = {1, 1}, one = {1};
+  EXPECT_THROW(plan_prefetch(cfg, m, 0, kShuffled, kTenEach, &prev), Error);  // layer 0
+  EXPECT_THROW(plan_prefetch(cfg, m, 1, kShuffled, kTenEach, &short_prev), Error);
+  EXPECT_THROW(plan_prefetch(cfg, m, 2, kShuffled, kTenEach, nullptr), Error);
+  EXPECT_THROW(plan_prefetch(cfg, m, 0, dup, two, nullptr), Error);
+  EXPECT_THROW(plan_prefetch(cfg, m, 0, bad, one, nullptr), Error);
+  EXPECT_THROW(plan_prefetch(cfg, m, 0, kShuffled, two, nullptr), Error);
+}
+
+TEST(PrefetchPolicy, BackwardOrderIsTheForwardActiveSetAscending) {
+  const std::vector<char> active = {0, 1, 1, 0, 0, 1, 0, 1};
+  EXPECT_EQ(backward_order(Ids{7, 2, 5, 3}, active), (Ids{2, 5, 7}));
+  EXPECT_EQ(backward_order(Ids{0, 3, 4}, active), Ids{});
+  EXPECT_THROW(backward_order(Ids{8}, active), Error);
+  EXPECT_THROW(backward_order(Ids{2, 2}, active), Error);
+}
+
+}  // namespace
+}  // namespace moezero::prefetch
