@@ -39,6 +39,15 @@ struct ParamSpec {
   bool weight_decay = true;  // false for norm weights
 };
 
+// A linear layer's weight (out, in): N(0, std^2), weight decay on.
+inline ParamSpec linear_weight(std::string name, int64_t out, int64_t in, float std) {
+  return ParamSpec{std::move(name), Shape{out, in}, ParamInit::Normal, std, true};
+}
+// A norm's weight (width): ones, no weight decay.
+inline ParamSpec norm_weight(std::string name, int64_t width) {
+  return ParamSpec{std::move(name), Shape{width}, ParamInit::Ones, 0.0f, false};
+}
+
 // Which family a group belongs to (decides its sharding group: world or expert-data-parallel).
 enum class GroupKind : uint8_t { Dense, Expert };
 

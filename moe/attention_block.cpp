@@ -26,22 +26,14 @@ GroupSpec AttentionBlock::param_group() const {
   const std::string p = "model.layers." + std::to_string(layer_) + ".";
   const int64_t q_out = n_heads_ * head_dim_, kv_out = n_kv_heads_ * head_dim_;
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    return ParamSpec{.name = p + name,
-                     .shape = Shape{rows, cols},
-                     .init = ParamInit::Normal,
-                     .init_std = init_std_,
-                     .weight_decay = true};
+    return linear_weight(p + name, rows, cols, init_std_);
   };
   GroupSpec g;
   g.name = "layers." + std::to_string(layer_) + ".attn";
   g.kind = GroupKind::Dense;
   g.layer = layer_;
   g.params = {
-      ParamSpec{.name = p + "input_layernorm.weight",
-                .shape = Shape{d_model_},
-                .init = ParamInit::Ones,
-                .init_std = 0.0f,
-                .weight_decay = false},
+      norm_weight(p + "input_layernorm.weight", d_model_),
       matrix("self_attn.q_proj.weight", q_out, d_model_),
       matrix("self_attn.k_proj.weight", kv_out, d_model_),
       matrix("self_attn.v_proj.weight", kv_out, d_model_),

@@ -14,11 +14,8 @@ GroupSpec Embedding::param_group() const {
   g.name = "embed";
   g.kind = GroupKind::Dense;
   g.layer = -1;
-  g.params.push_back(ParamSpec{.name = "model.embed_tokens.weight",
-                               .shape = Shape{vocab_size_, d_model_},
-                               .init = ParamInit::Normal,
-                               .init_std = init_std_,
-                               .weight_decay = true});
+  // (V, C), initialised and decayed like a linear layer's weight.
+  g.params.push_back(linear_weight("model.embed_tokens.weight", vocab_size_, d_model_, init_std_));
   return g;
 }
 

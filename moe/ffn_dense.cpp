@@ -37,22 +37,14 @@ DenseSwiGLU::DenseSwiGLU(const ModelConfig& cfg, int layer, int group)
 std::vector<GroupSpec> DenseSwiGLU::param_groups() const {
   const std::string p = "model.layers." + std::to_string(layer_) + ".";
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    return ParamSpec{.name = p + name,
-                     .shape = Shape{rows, cols},
-                     .init = ParamInit::Normal,
-                     .init_std = init_std_,
-                     .weight_decay = true};
+    return linear_weight(p + name, rows, cols, init_std_);
   };
   GroupSpec g;
   g.name = "layers." + std::to_string(layer_) + ".ffn";
   g.kind = GroupKind::Dense;
   g.layer = layer_;
   g.params = {
-      ParamSpec{.name = p + "post_attention_layernorm.weight",
-                .shape = Shape{d_model_},
-                .init = ParamInit::Ones,
-                .init_std = 0.0f,
-                .weight_decay = false},
+      norm_weight(p + "post_attention_layernorm.weight", d_model_),
       matrix("mlp.gate_proj.weight", d_ff_, d_model_),
       matrix("mlp.up_proj.weight", d_ff_, d_model_),
       matrix("mlp.down_proj.weight", d_model_, d_ff_),

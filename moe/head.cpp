@@ -19,18 +19,8 @@ GroupSpec Head::param_group() const {
   g.name = "head";
   g.kind = GroupKind::Dense;
   g.layer = -1;
-  g.params = {
-      ParamSpec{.name = "model.norm.weight",
-                .shape = Shape{d_model_},
-                .init = ParamInit::Ones,
-                .init_std = 0.0f,
-                .weight_decay = false},
-      ParamSpec{.name = "lm_head.weight",
-                .shape = Shape{vocab_size_, d_model_},
-                .init = ParamInit::Normal,
-                .init_std = init_std_,
-                .weight_decay = true},
-  };
+  g.params = {norm_weight("model.norm.weight", d_model_),
+              linear_weight("lm_head.weight", vocab_size_, d_model_, init_std_)};
   return g;
 }
 

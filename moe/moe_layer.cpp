@@ -73,8 +73,8 @@ std::vector<GroupSpec> MoeFeedForward::param_groups() const {
   g.name = "layers." + std::to_string(layer_) + ".moe";
   g.kind = GroupKind::Dense;
   g.layer = layer_;
-  g.params = {ParamSpec{p + "post_attention_layernorm.weight", Shape{C}, ParamInit::Ones, 0.0f, false},
-              ParamSpec{p + "block_sparse_moe.gate.weight", Shape{E, C}, ParamInit::Normal, std_, true}};
+  g.params = {norm_weight(p + "post_attention_layernorm.weight", C),
+              linear_weight(p + "block_sparse_moe.gate.weight", E, C, std_)};
   groups.push_back(g);
   for (int j = 0; j < experts_per_rank_; ++j) {
     const int e = rt_.ep_rank * experts_per_rank_ + j;
@@ -84,9 +84,8 @@ std::vector<GroupSpec> MoeFeedForward::param_groups() const {
     eg.kind = GroupKind::Expert;
     eg.layer = layer_;
     eg.expert = e;
-    eg.params = {ParamSpec{x + "w1.weight", Shape{F, C}, ParamInit::Normal, std_, true},
-                 ParamSpec{x + "w2.weight", Shape{C, F}, ParamInit::Normal, std_, true},
-                 ParamSpec{x + "w3.weight", Shape{F, C}, ParamInit::Normal, std_, true}};
+    eg.params = {linear_weight(x + "w1.weight", F, C, std_), linear_weight(x + "w2.weight", C, F, std_),
+                 linear_weight(x + "w3.weight", F, C, std_)};
     groups.push_back(std::move(eg));
   }
   return groups;
