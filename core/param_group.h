@@ -101,6 +101,17 @@ class ParamProvider {
   virtual Tensor grad(int group, Stream& compute) = 0;
   // compute has enqueued its last write into grad(group) for this micro-batch.
   virtual void grad_ready(int group, Stream& compute) = 0;
+
+  // Optional hints (defaults do nothing). Every rank sharing the group must give the same
+  // hints in the same order (they may start collectives).
+  // Start fetching `group` now: a later acquire() finds it in flight or resident.
+  virtual void prefetch(int group, Stream& compute) {}
+  // A prefetched group will not be acquired in this pass (a wrong prediction): the provider
+  // may drop it or keep it resident.
+  virtual void discard_prefetch(int group) {}
+  // How valuable keeping `group` resident is (e.g. its predicted activation probability);
+  // used by caches that evict the least valuable entry first.
+  virtual void set_keep_score(int group, double score) {}
 };
 
 }  // namespace moezero

@@ -13,8 +13,10 @@ using zero_detail::GroupState;
 
 ZeroEngine::ZeroEngine(Device& device, EngineStreams streams, std::vector<GroupSpec> groups,
                        const std::function<GroupComms(const GroupSpec&)>& comms_of,
-                       Communicator& world_misc, ZeroOptions options)
+                       Communicator& world_misc, ZeroOptions options,
+                       std::unique_ptr<ResidencyCache> expert_cache)
     : impl_(std::make_unique<Impl>(device, streams, world_misc, options)), options_(options) {
+  impl_->cache = std::move(expert_cache);
   MOEZERO_CHECK(options.stage >= 0 && options.stage <= 3, "zero stage must be 0..3, got ",
                 options.stage);
   MOEZERO_CHECK(options.compute_dtype == DType::F32 || options.compute_dtype == DType::BF16,
@@ -40,6 +42,13 @@ Tensor ZeroEngine::acquire(int group, Stream& compute) { return impl_->acquire(g
 void ZeroEngine::release(int group, Stream& compute) { impl_->release(group, compute); }
 Tensor ZeroEngine::grad(int group, Stream& compute) { return impl_->grad(group, compute); }
 void ZeroEngine::grad_ready(int group, Stream& compute) { impl_->grad_ready(group, compute); }
+void ZeroEngine::prefetch(int group, Stream&) { impl_->prefetch(group); }
+void ZeroEngine::discard_prefetch(int group) { impl_->discard_prefetch(group); }
+void ZeroEngine::set_keep_score(int group, double score) {
+  auto& st = impl_->group(group);
+  st.keep_score = score;
+  if (impl_->cache && impl_->cache->contains(group)) impl_->cache->set_score(group, score);
+}
 void ZeroEngine::finish_backward() { impl_->flush_buckets(); }
 StepResult ZeroEngine::step(const AdamWHyper& hyper) { return impl_->optimizer_step(hyper); }
 std::vector<float> ZeroEngine::full_params_host(int group) { return impl_->full_params_host(group); }
@@ -74,6 +83,7 @@ void ZeroEngine::Impl::issue_fetch(int g) {
   live_bytes += bytes;
   counters.peak_live_bytes = std::max<uint64_t>(counters.peak_live_bytes, live_bytes);
   counters.gathered_bytes += bytes;
+  (st.expert ? counters.gathered_expert_bytes : counters.gathered_dense_bytes) += bytes;
   counters.gathers += 1;
 }
 
@@ -92,9 +102,26 @@ Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
   } else {
     MOEZERO_CHECK(st.state != GroupState::Full, "acquire of parameter group '",
                   st.layout.spec().name, "', which is already acquired (release it first)");
-    if (st.state == GroupState::Sharded) issue_fetch(g);
-    else counters.prefetch_hits += 1;
-    compute.wait(*st.gathered);
+    const size_t bytes = st.full_bytes(options.compute_dtype);
+    if (st.state == GroupState::Cached) {
+      if (cache->lookup(g, step) == CacheLookup::Hit) {
+        cache->pin(g);
+        counters.cache_hits += 1;
+        live_bytes += bytes;
+      } else {  // stale (cannot happen while the cache is emptied at every step; stay safe)
+        st.full.reset();
+        st.state = GroupState::Sharded;
+      }
+    } else if (st.expert && cache) {
+      counters.cache_misses += 1;
+    }
+    if (st.state == GroupState::Sharded) {
+      issue_fetch(g);
+      counters.prefetch_misses += 1;
+    } else if (st.state == GroupState::Gathering) {
+      counters.prefetch_hits += 1;
+    }
+    measure_wait(compute, *st.gathered);
     st.full.buffer().record_stream(compute);
     st.state = GroupState::Full;
     st.prefetched = false;
@@ -119,7 +146,7 @@ void ZeroEngine::Impl::prefetch_ahead() {
     uint64_t live = live_bytes_of(group(o.recorded.front()).comms.gather);
     for (size_t j = o.pos; j < o.recorded.size(); ++j) {
       GroupState& st = group(o.recorded[j]);
-      if (!st.params_sharded) continue;
+      if (!st.params_sharded || st.expert) continue;  // experts: prefetched by their policy
       const size_t bytes = st.full_bytes(options.compute_dtype);
       if (st.state == GroupState::Sharded) {
         if (ahead + bytes > options.prefetch_bucket_bytes || live + bytes > options.max_live_bytes)
@@ -138,7 +165,8 @@ void ZeroEngine::Impl::prefetch_ahead() {
 uint64_t ZeroEngine::Impl::live_bytes_of(const Communicator* comm) const {
   uint64_t live = 0;
   for (const auto& p : groups)
-    if (p->params_sharded && p->comms.gather == comm && p->state != GroupState::Sharded)
+    if (p->params_sharded && p->comms.gather == comm &&
+        (p->state == GroupState::Gathering || p->state == GroupState::Full))
       live += p->full_bytes(options.compute_dtype);
   return live;
 }
@@ -148,23 +176,102 @@ void ZeroEngine::Impl::release(int g, Stream& compute) {
   if (!st.params_sharded) return;
   MOEZERO_CHECK(st.state == GroupState::Full, "release of parameter group '",
                 st.layout.spec().name, "', which is not acquired");
+  const size_t bytes = st.full_bytes(options.compute_dtype);
+  live_bytes -= bytes;
+  if (st.expert && cache) {
+    if (cache->contains(g)) {  // served by the cache: still resident
+      cache->unpin(g);
+      st.state = GroupState::Cached;
+      return;
+    }
+    CacheAdmit a = cache->admit(g, bytes, step, st.keep_score);
+    for (int e : a.evicted) {
+      drop_resident(e);
+      counters.cache_evictions += 1;
+    }
+    if (a.admitted) {
+      st.state = GroupState::Cached;
+      return;
+    }
+  }
   st.full.reset();  // stream-safe: reused only after gather and compute passed this point
   st.state = GroupState::Sharded;
-  live_bytes -= st.full_bytes(options.compute_dtype);
+}
+
+void ZeroEngine::Impl::drop_resident(int g) {
+  GroupState& st = group(g);
+  if (st.state == GroupState::Gathering)
+    live_bytes -= st.full_bytes(options.compute_dtype);
+  st.full.reset();
+  st.state = GroupState::Sharded;
+  st.prefetched = false;
+}
+
+void ZeroEngine::Impl::prefetch(int g) {
+  GroupState& st = group(g);
+  if (!st.params_sharded || st.state != GroupState::Sharded) return;  // replicated or resident
+  const size_t bytes = st.full_bytes(options.compute_dtype);
+  if (live_bytes_of(st.comms.gather) + bytes > options.max_live_bytes) return;
+  issue_fetch(g);
+  st.prefetched = true;
+  counters.prefetched += 1;
+}
+
+void ZeroEngine::Impl::discard_prefetch(int g) {
+  GroupState& st = group(g);
+  if (!st.params_sharded || st.state != GroupState::Gathering || !st.prefetched) return;
+  const size_t bytes = st.full_bytes(options.compute_dtype);
+  counters.prefetch_wasted_bytes += bytes;
+  st.prefetched = false;
+  if (st.expert && cache && !cache->contains(g)) {
+    CacheAdmit a = cache->admit(g, bytes, step, st.keep_score);
+    for (int e : a.evicted) {
+      drop_resident(e);
+      counters.cache_evictions += 1;
+    }
+    if (a.admitted) {  // kept for a later acquire (its gather may still be in flight)
+      live_bytes -= bytes;
+      st.state = GroupState::Cached;
+      return;
+    }
+  }
+  drop_resident(g);
+}
+
+void ZeroEngine::Impl::measure_wait(Stream& compute, const Event& ready) {
+  if (stall_used == stall_events.size())
+    stall_events.emplace_back(device.create_event(), device.create_event());
+  auto& [before, after] = stall_events[stall_used++];
+  before->record(compute);
+  compute.wait(ready);
+  after->record(compute);
+}
+
+double ZeroEngine::Impl::collect_stall_ms() {
+  double ms = 0.0;
+  for (size_t i = 0; i < stall_used; ++i) {
+    stall_events[i].second->synchronize();
+    ms += stall_events[i].second->elapsed_ms_since(*stall_events[i].first);
+  }
+  stall_used = 0;
+  return ms;
 }
 
 void ZeroEngine::Impl::end_passes() {
-  // Prefetched groups that nobody acquired: give their memory back.
-  for (auto& p : groups) {
-    if (p->params_sharded && p->state == GroupState::Gathering) {
-      p->full.reset();
-      p->state = GroupState::Sharded;
-      live_bytes -= p->full_bytes(options.compute_dtype);
+  // Prefetched groups that nobody acquired: give their memory back. The shard cache is
+  // emptied: the optimizer is about to change every shard.
+  for (size_t i = 0; i < groups.size(); ++i) {
+    GroupState& p = *groups[i];
+    if (p.params_sharded && p.state == GroupState::Gathering) {
+      if (p.prefetched) counters.prefetch_wasted_bytes += p.full_bytes(options.compute_dtype);
+      drop_resident(static_cast<int>(i));
       counters.prefetch_waste += 1;
     }
-    MOEZERO_CHECK(p->state != GroupState::Full, "parameter group '", p->layout.spec().name,
+    MOEZERO_CHECK(p.state != GroupState::Full, "parameter group '", p.layout.spec().name,
                   "' is still acquired at the optimizer step (missing release)");
   }
+  if (cache)
+    for (int g : cache->invalidate_all()) drop_resident(g);
   for (auto& [key, o] : orders) {  // (re-)learn each communicator's order
     if (o.trace != o.recorded) o.recorded = o.trace;
     o.trace.clear();

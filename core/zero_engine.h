@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "core/communicator.h"
+#include "core/residency.h"
 #include "core/param_group.h"
 
 namespace moezero {
@@ -94,17 +95,30 @@ struct EngineCounters {
   uint64_t prefetch_hits = 0;           // acquires that found their gather already issued
   uint64_t prefetch_waste = 0;          // prefetched gathers released unused at step end
   uint64_t peak_live_bytes = 0;         // most gathered (stage-3) parameter bytes alive at once
+  uint64_t gathered_dense_bytes = 0;    // gathered_bytes of dense groups
+  uint64_t gathered_expert_bytes = 0;   // gathered_bytes of expert groups
+  uint64_t prefetch_misses = 0;         // acquires that had to gather on demand
+  uint64_t prefetch_wasted_bytes = 0;   // prefetched, released without being acquired
+  uint64_t cache_hits = 0;              // acquires served by the shard cache
+  uint64_t cache_misses = 0;            // expert acquires the cache could not serve
+  uint64_t cache_evictions = 0;
+  double stall_ms = 0.0;                // compute stream waiting on parameter gathers
 };
 
 class ZeroEngine final : public ParamProvider {
  public:
   // [in] groups: in execution order of forward. [in] comms_of: the communicators of each
   // group's sharding group (called once per group). [in] world_misc: a world communicator for
-  // the gradient-norm all-reduce (its own channel). Parameters are initialised from
+  // the gradient-norm all-reduce (its own channel). [in] expert_cache: keeps gathered expert
+  // groups (GroupKind::Expert) resident between release and the next acquire (forward to
+  // backward, across micro-batches) within its byte budget; every entry is dropped at the
+  // optimizer step (the shards change), so it never serves stale parameters. Null: no cache.
+  // Parameters are initialised from
   // (options.seed, parameter name), so every world size and stage starts identically.
   ZeroEngine(Device& device, EngineStreams streams, std::vector<GroupSpec> groups,
              const std::function<GroupComms(const GroupSpec&)>& comms_of,
-             Communicator& world_misc, ZeroOptions options);
+             Communicator& world_misc, ZeroOptions options,
+             std::unique_ptr<ResidencyCache> expert_cache = nullptr);
   ~ZeroEngine() override;
 
   // ParamProvider
@@ -115,6 +129,9 @@ class ZeroEngine final : public ParamProvider {
   void release(int group, Stream& compute) override;
   Tensor grad(int group, Stream& compute) override;
   void grad_ready(int group, Stream& compute) override;
+  void prefetch(int group, Stream& compute) override;
+  void discard_prefetch(int group) override;
+  void set_keep_score(int group, double score) override;
 
   // Ends a micro-batch's backward: flushes the pending reduce bucket.
   void finish_backward();

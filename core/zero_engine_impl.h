@@ -37,7 +37,11 @@ struct GroupState {
   // Transient.
   TensorBuffer full;       // gathered parameters (params_sharded), compute dtype (padded)
   TensorBuffer grad_full;  // f32 (padded), alive from grad() to the bucket's reduction
-  enum State { Sharded, Gathering, Full } state = Sharded;
+  // Sharded: only the shard exists. Gathering: all-gather issued, not acquired. Full: acquired.
+  // Cached: gathered, released, kept resident by the shard cache (expert groups only).
+  enum State { Sharded, Gathering, Full, Cached } state = Sharded;
+  bool expert = false;      // GroupKind::Expert: policy-driven prefetch, cacheable
+  double keep_score = 1.0;  // the cache's lfu score (set_keep_score)
   bool prefetched = false;
   std::unique_ptr<Event> gathered;  // recorded on the gather stream after the all-gather
 
@@ -69,6 +73,11 @@ struct ZeroEngine::Impl {
   void flush_bucket(Bucket& b);
   void flush_buckets();
   StepResult optimizer_step(const AdamWHyper& hyper);
+  void prefetch(int g);
+  void discard_prefetch(int g);
+  void drop_resident(int g);  // a Cached or unused Gathering buffer goes back to the allocator
+  void measure_wait(Stream& compute, const Event& ready);  // compute waits; the wait is timed
+  double collect_stall_ms();  // sum of timed waits since the last call (events completed)
   std::vector<float> full_params_host(int g);
 
   Device& device;
@@ -99,6 +108,10 @@ struct ZeroEngine::Impl {
 
   int64_t step = 0;
   EngineCounters counters;
+  std::unique_ptr<ResidencyCache> cache;  // expert shard cache (may be null)
+  // Event pairs around the compute stream's waits on gathers, reused across steps.
+  std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> stall_events;
+  size_t stall_used = 0;
 };
 
 }  // namespace moezero

@@ -66,6 +66,7 @@ void ZeroEngine::Impl::add_group(GroupSpec spec, GroupComms comms) {
   st->opt_offset = st->opt_sharded ? st->rank * st->shard_elems : 0;
   st->opt_elems = st->opt_sharded ? st->shard_elems : st->padded;
   st->gathered = device.create_event();
+  st->expert = st->layout.spec().kind == GroupKind::Expert;
   groups.push_back(std::move(st));
 }
 
@@ -162,6 +163,7 @@ StepResult ZeroEngine::Impl::optimizer_step(const AdamWHyper& h) {
   float sum_sq = 0.0f;
   device.memcpy_async(&sum_sq, norm_sq.view().data(), sizeof(float), cs);
   cs.synchronize();  // the one host sync of a step
+  counters.stall_ms += collect_stall_ms();  // every timed wait is before this point
 
   StepResult r;
   r.grad_norm = std::sqrt(static_cast<double>(sum_sq));

@@ -29,6 +29,10 @@ class FeedForward {
   // [first_group, first_group + size) as given to the factory.
   virtual std::vector<GroupSpec> param_groups() const = 0;
 
+  // Called before the layer's attention block runs (so that work started here overlaps it):
+  // a MoE layer starts the gathers of the experts it predicts. Default: nothing.
+  virtual void prepare(const ModuleContext& ctx, ParamProvider& params) {}
+
   // [in] h (B*T, C) compute dtype; [out] out (B*T, C) `=` h + ffn(rmsnorm(h)).
   virtual std::unique_ptr<Saved> forward(const ModuleContext& ctx, ParamProvider& params,
                                          const Tensor& h, const Tensor& out) = 0;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "prefetch/prefetch_policy.h"
 
 namespace moezero::moe {
 
@@ -91,6 +92,24 @@ std::vector<GroupSpec> MoeFeedForward::param_groups() const {
   return groups;
 }
 
+void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params) {
+  planned_.clear();
+  if (!rt_.frequency || rt_.prefetch.policy == PrefetchPolicy::None) return;
+  const int Epr = experts_per_rank_;
+  std::vector<int> candidates(static_cast<size_t>(Epr));
+  std::vector<uint64_t> bytes(static_cast<size_t>(Epr));
+  for (int j = 0; j < Epr; ++j) {
+    candidates[static_cast<size_t>(j)] = rt_.ep_rank * Epr + j;
+    bytes[static_cast<size_t>(j)] = static_cast<uint64_t>(params.layout(expert_group(j)).numel()) *
+                                    dtype_size_bytes(params.compute_dtype());
+  }
+  // The previous MoE layer's agreed active set of this micro-batch (co-activation).
+  const std::vector<char>* prev =
+      moe_index_ > 0 ? &rt_.frequency->last_active(moe_index_ - 1) : nullptr;
+  planned_ = prefetch::plan_prefetch(rt_.prefetch, *rt_.frequency, moe_index_, candidates, bytes, prev);
+  for (int e : planned_) params.prefetch(expert_group(e - rt_.ep_rank * Epr), ctx.s());
+}
+
 void MoeFeedForward::exchange(const ModuleContext& ctx, const Tensor& send,
                               const std::vector<int64_t>& send_rows, const Tensor& recv,
                               const std::vector<int64_t>& recv_rows) {
@@ -172,6 +191,18 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
     const int e = rt_.ep_rank * Epr + j;
     sv->active[static_cast<size_t>(j)] = h_stats[static_cast<size_t>(E + e)] > 0.5f;
   }
+  if (rt_.frequency) {  // learn from the agreed counts; identical on every rank
+    std::vector<int64_t> kept(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e)
+      kept[static_cast<size_t>(e)] = static_cast<int64_t>(h_stats[static_cast<size_t>(E + e)] + 0.5f);
+    rt_.frequency->update(moe_index_, kept);
+    for (int j = 0; j < Epr; ++j)
+      params.set_keep_score(expert_group(j), rt_.frequency->probability(moe_index_, rt_.ep_rank * Epr + j));
+  }
+  for (int e : planned_)  // predicted but not needed: the provider drops (or caches) them
+    if (!sv->active[static_cast<size_t>(e - rt_.ep_rank * Epr)])
+      params.discard_prefetch(expert_group(e - rt_.ep_rank * Epr));
+  planned_.clear();
   if (rt_.stats) {
     auto& tpe = rt_.stats->tokens_per_expert[static_cast<size_t>(moe_index_)];
     for (int64_t e = 0; e < E; ++e) {
@@ -247,7 +278,14 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
   dys.reset();
 
   // 5'. experts in the forward order (the agreed active set: every EDP member issues the same
-  // gathers and gradient reductions).
+  // gathers and gradient reductions). Backward prefetch is exact: the routing is known, so
+  // every needed expert's gather starts now, in the order they will run (cached ones are
+  // resident already; the provider keeps within its live-parameter limit).
+  if (rt_.prefetch.policy != PrefetchPolicy::None) {
+    std::vector<int> candidates(static_cast<size_t>(Epr));
+    for (int j = 0; j < Epr; ++j) candidates[static_cast<size_t>(j)] = j;
+    for (int j : prefetch::backward_order(candidates, sv->active)) params.prefetch(expert_group(j), s);
+  }
   TensorBuffer dxr = ctx.alloc_act(Shape{sv->received, C}, "moe.dxr");
   TensorBuffer act = ctx.alloc_act(Shape{sv->received, F}, "moe.act");
   TensorBuffer dact = ctx.alloc_act(Shape{sv->received, F}, "moe.dact");

@@ -45,6 +45,9 @@ class MoeFeedForward final : public FeedForward {
   ~MoeFeedForward() override;
 
   std::vector<GroupSpec> param_groups() const override;
+  // Routing-aware prefetch: gathers the local experts the frequency model predicts for this
+  // layer (prefetch.policy), within prefetch.budget_bytes, before the attention block runs.
+  void prepare(const ModuleContext& ctx, ParamProvider& params) override;
   std::unique_ptr<Saved> forward(const ModuleContext& ctx, ParamProvider& params, const Tensor& h,
                                  const Tensor& out) override;
   void backward(const ModuleContext& ctx, ParamProvider& params, std::unique_ptr<Saved> saved,
@@ -64,6 +67,7 @@ class MoeFeedForward final : public FeedForward {
   int layer_, moe_index_, first_group_;
   int experts_per_rank_;
   Router router_;
+  std::vector<int> planned_;  // local expert ids prefetched by prepare() for this micro-batch
 };
 
 }  // namespace moezero::moe

@@ -8,6 +8,7 @@
 
 #include "core/communicator.h"
 #include "core/config.h"
+#include "prefetch/frequency_model.h"
 
 namespace moezero::moe {
 
@@ -38,6 +39,10 @@ struct MoeRuntime {
                                    // (1 / grad_accum_steps)
   uint64_t seed = 0;               // router jitter noise
   MoeStats* stats = nullptr;       // where layers report (may be null)
+  // Routing-aware prefetch (may be null: experts are gathered on demand). The model is updated
+  // from the agreed counts, so it is identical on every rank; the plans made from it are too.
+  prefetch::FrequencyModel* frequency = nullptr;
+  PrefetchConfig prefetch;
 };
 
 // Where one micro-batch sits in the global batch (for world-size independent router noise and

@@ -16,6 +16,8 @@
 #include "core/zero_engine.h"
 #include "kernels/backend.h"
 #include "moe/data.h"
+#include "prefetch/frequency_model.h"
+#include "prefetch/shard_cache.h"
 #include "moe/transformer.h"
 
 namespace moezero::moe {
@@ -46,6 +48,15 @@ std::string step_json(const StepLog& s) {
     rj["reduce_scattered_bytes"] = r.reduce_scattered_bytes;
     rj["all_reduced_bytes"] = r.all_reduced_bytes;
     rj["a2a_bytes"] = r.a2a_bytes;
+    rj["gathered_dense_bytes"] = r.gathered_dense_bytes;
+    rj["gathered_expert_bytes"] = r.gathered_expert_bytes;
+    rj["prefetch_hits"] = r.prefetch_hits;
+    rj["prefetch_misses"] = r.prefetch_misses;
+    rj["prefetch_wasted_bytes"] = r.prefetch_wasted_bytes;
+    rj["cache_hits"] = r.cache_hits;
+    rj["cache_misses"] = r.cache_misses;
+    rj["cache_evictions"] = r.cache_evictions;
+    rj["stall_ms"] = r.stall_ms;
     nlohmann::json peak;
     for (size_t t = 0; t < kMemTagCount; ++t) peak[mem_tag_name(static_cast<MemTag>(t))] = r.peak_bytes[t];
     rj["peak_bytes"] = peak;
@@ -77,7 +88,7 @@ void print_progress(std::ostream& os, const StepLog& s, int64_t steps) {
   os << buf << std::endl;
 }
 
-constexpr int kStatFields = 5 + static_cast<int>(kMemTagCount);
+constexpr int kStatFields = 14 + static_cast<int>(kMemTagCount);
 
 }  // namespace
 
@@ -144,6 +155,15 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     rt.loss_weight = 1.0f / static_cast<float>(tc.grad_accum_steps);
     rt.seed = static_cast<uint64_t>(tc.seed);
     rt.stats = &moe_stats;
+    int moe_layers = 0;
+    for (int l = 0; l < static_cast<int>(cfg.model.n_layers); ++l) moe_layers += is_moe_layer(cfg.model, l);
+    std::unique_ptr<prefetch::FrequencyModel> frequency;
+    if (moe_layers > 0) {
+      frequency = std::make_unique<prefetch::FrequencyModel>(moe_layers, static_cast<int>(cfg.model.num_experts),
+                                                             cfg.prefetch.ema_decay);
+      rt.frequency = frequency.get();
+    }
+    rt.prefetch = cfg.prefetch;
     Transformer model(cfg.model, &rt);
     ZeroOptions zo;
     zo.stage = static_cast<int>(cfg.zero.stage);
@@ -156,7 +176,9 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     ZeroEngine engine(dev, streams, model.param_groups(), [&](const GroupSpec& g) {
       if (g.kind == GroupKind::Expert) return GroupComms{edp_gather.get(), edp_reduce.get()};
       return GroupComms{gather.get(), reduce.get()};
-    }, *misc, zo);
+    }, *misc, zo,
+        cfg.shard_cache.capacity_bytes > 0 && moe_layers > 0
+            ? std::make_unique<prefetch::ShardCache>(cfg.shard_cache) : nullptr);
 
     const auto t_start = std::chrono::steady_clock::now();
     EngineCounters before = engine.counters();
@@ -222,7 +244,16 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       mine[2] = static_cast<int64_t>(now.all_reduced_bytes - before.all_reduced_bytes);
       mine[3] = static_cast<int64_t>(mem.total_peak_bytes);
       mine[4] = static_cast<int64_t>(moe_stats.a2a_bytes);
-      for (size_t t = 0; t < kMemTagCount; ++t) mine[5 + t] = static_cast<int64_t>(mem.peak_bytes[t]);
+      mine[5] = static_cast<int64_t>(now.gathered_dense_bytes - before.gathered_dense_bytes);
+      mine[6] = static_cast<int64_t>(now.gathered_expert_bytes - before.gathered_expert_bytes);
+      mine[7] = static_cast<int64_t>(now.prefetch_hits - before.prefetch_hits);
+      mine[8] = static_cast<int64_t>(now.prefetch_misses - before.prefetch_misses);
+      mine[9] = static_cast<int64_t>(now.prefetch_wasted_bytes - before.prefetch_wasted_bytes);
+      mine[10] = static_cast<int64_t>(now.cache_hits - before.cache_hits);
+      mine[11] = static_cast<int64_t>(now.cache_misses - before.cache_misses);
+      mine[12] = static_cast<int64_t>(now.cache_evictions - before.cache_evictions);
+      mine[13] = static_cast<int64_t>((now.stall_ms - before.stall_ms) * 1000.0);  // microseconds
+      for (size_t t = 0; t < kMemTagCount; ++t) mine[14 + t] = static_cast<int64_t>(mem.peak_bytes[t]);
       before = now;
       misc->all_gather(mine.data(), all.data(), kStatFields, DType::I64, cs);
       cs.synchronize();
@@ -248,7 +279,16 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
         rs.all_reduced_bytes = static_cast<uint64_t>(f[2]);
         rs.peak_total_bytes = static_cast<uint64_t>(f[3]);
         rs.a2a_bytes = static_cast<uint64_t>(f[4]);
-        for (size_t t = 0; t < kMemTagCount; ++t) rs.peak_bytes[t] = static_cast<uint64_t>(f[5 + t]);
+        rs.gathered_dense_bytes = static_cast<uint64_t>(f[5]);
+        rs.gathered_expert_bytes = static_cast<uint64_t>(f[6]);
+        rs.prefetch_hits = static_cast<uint64_t>(f[7]);
+        rs.prefetch_misses = static_cast<uint64_t>(f[8]);
+        rs.prefetch_wasted_bytes = static_cast<uint64_t>(f[9]);
+        rs.cache_hits = static_cast<uint64_t>(f[10]);
+        rs.cache_misses = static_cast<uint64_t>(f[11]);
+        rs.cache_evictions = static_cast<uint64_t>(f[12]);
+        rs.stall_ms = static_cast<double>(f[13]) / 1000.0;
+        for (size_t t = 0; t < kMemTagCount; ++t) rs.peak_bytes[t] = static_cast<uint64_t>(f[14 + t]);
         s.ranks.push_back(rs);
       }
       if (metrics.is_open()) metrics << step_json(s) << "\n" << std::flush;

@@ -160,6 +160,7 @@ void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens
   embed_.forward(ctx, params, st->tokens, next_resid("x"));
   for (size_t l = 0; l < attn_.size(); ++l) {
     const Tensor x = st->resid.back();
+    ffn_[l]->prepare(ctx, params);  // e.g. expert prefetch, overlapping the attention block
     st->attn.push_back(attn_[l].forward(ctx, params, x, next_resid("h")));
     const Tensor h = st->resid.back();
     st->ffn.push_back(ffn_[l]->forward(ctx, params, h, next_resid("x")));

@@ -32,32 +32,16 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/residency.h"
 
 namespace moezero::prefetch {
 
-enum class CacheLookup : uint8_t {
-  Hit,    // resident at the requested version: use the cached buffer
-  Miss,   // not resident
-  Stale,  // was resident at another version: dropped now; the caller frees that buffer
-};
+// The result types and counters are core's (core/residency.h): the engine uses them.
+using moezero::CacheAdmit;
+using moezero::CacheLookup;
+using moezero::ShardCacheCounters;
 
-struct ShardCacheCounters {
-  uint64_t hits = 0;
-  uint64_t misses = 0;       // lookups that did not hit (Stale ones included)
-  uint64_t stale_drops = 0;  // entries dropped for their version: by lookup, invalidate, drop
-  uint64_t evictions = 0;    // entries evicted to make room
-  uint64_t admissions = 0;
-  uint64_t refusals = 0;  // admit() calls that did not admit
-  uint64_t bytes_resident = 0;
-  uint64_t peak_bytes = 0;  // most bytes resident at once
-};
-
-struct CacheAdmit {
-  bool admitted = false;     // false: the cache does not hold the group; the caller frees it
-  std::vector<int> evicted;  // groups evicted to make room, in eviction order: free them
-};
-
-class ShardCache {
+class ShardCache final : public ResidencyCache {
  public:
   // [in] capacity_bytes: most bytes resident at once (0: disabled). [in] eviction: lfu | lru.
   ShardCache(uint64_t capacity_bytes, EvictionPolicy eviction);
@@ -66,29 +50,29 @@ class ShardCache {
   // [in] group: parameter group id. [in] current_version: the parameters' current version.
   // Ticks the clock; a hit makes the entry the most recently used. Throws if the entry is
   // pinned and stale (an in-use buffer outlived an optimizer step: a caller bug).
-  CacheLookup lookup(int group, int64_t current_version);
+  CacheLookup lookup(int group, int64_t current_version) override;
 
   // Offers a gathered group to the cache. [in] bytes: its size (> 0). [in] version: the version
   // it was gathered at. [in] score: its lfu score (e.g. FrequencyModel::probability), finite;
   // lru ignores it. Ticks the clock. Throws if the group is already resident (lookup() first).
-  CacheAdmit admit(int group, uint64_t bytes, int64_t version, double score);
+  CacheAdmit admit(int group, uint64_t bytes, int64_t version, double score) override;
 
   // Updates a resident entry's lfu score (no clock tick). Throws if not resident.
-  void set_score(int group, double score);
+  void set_score(int group, double score) override;
 
   // An entry in use (an acquired expert) is pinned: never evicted, never dropped. Pins count;
   // every pin needs an unpin. Throws when not resident / not pinned. No clock tick.
-  void pin(int group);
-  void unpin(int group);
+  void pin(int group) override;
+  void unpin(int group) override;
 
   // Drops every entry (call at the optimizer step); returns their ids, ascending.
   // Throws if any entry is pinned.
-  std::vector<int> invalidate_all();
+  std::vector<int> invalidate_all() override;
   // Drops the entries with version < `version`; returns their ids, ascending. Throws if any of
   // them is pinned.
   std::vector<int> drop_older_than(int64_t version);
 
-  bool contains(int group) const { return entries_.count(group) != 0; }
+  bool contains(int group) const override { return entries_.count(group) != 0; }
   int pins(int group) const;          // 0 when not resident
   std::vector<int> resident() const;  // ascending ids
   // The unpinned entries in eviction order (first = next victim). For tests and traces.
@@ -96,7 +80,7 @@ class ShardCache {
   uint64_t capacity_bytes() const { return capacity_bytes_; }
   EvictionPolicy eviction() const { return eviction_; }
   uint64_t clock() const { return clock_; }
-  const ShardCacheCounters& counters() const { return counters_; }
+  const ShardCacheCounters& counters() const override { return counters_; }
 
  private:
   struct Entry {

@@ -118,8 +118,14 @@ inline std::vector<RankOut> run_layer(const LayerRun& run) {
         if (run.ep > 1) a2a = rc.communicator(pg.ep_group_of(rank), "a2a");
         std::unique_ptr<Communicator> router = rc.communicator(rc.world_group(), "router");
         RankOut& ro = outs[static_cast<size_t>(rank)];
-        moe::MoeRuntime rt{run.moe, run.ep, pg.ep_rank(rank), a2a.get(), router.get(), 1.0f,
-                           run.seed, &ro.stats};
+        moe::MoeRuntime rt;
+        rt.moe = run.moe;
+        rt.ep_size = run.ep;
+        rt.ep_rank = pg.ep_rank(rank);
+        rt.a2a = a2a.get();
+        rt.router = router.get();
+        rt.seed = run.seed;
+        rt.stats = &ro.stats;
         moe::MoeFeedForward layer(run.model, rt, /*layer=*/0, /*moe_index=*/0, /*first_group=*/0);
         Device& dev = *rc.device;
         Stream& s = dev.default_stream();
