@@ -67,7 +67,20 @@ void Buffer::reset() {
   extra_streams_.clear();
 }
 
+void Buffer::retag(MemTag tag) {
+  if (allocator_ && tag != tag_) allocator_->retag(*this, tag);
+  tag_ = tag;
+}
+
 // ---- Allocator -------------------------------------------------------------------------
+
+void Allocator::retag(Buffer& b, MemTag tag) {
+  std::lock_guard lock(mu_);
+  auto from = static_cast<size_t>(b.tag_), to = static_cast<size_t>(tag);
+  stats_.current_bytes[from] -= b.size_bytes_;
+  stats_.current_bytes[to] += b.size_bytes_;
+  stats_.peak_bytes[to] = std::max(stats_.peak_bytes[to], stats_.current_bytes[to]);
+}
 
 Allocator::Allocator(Device& device, size_t capacity_bytes)
     : device_(device), capacity_bytes_(capacity_bytes) {}

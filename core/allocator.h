@@ -73,6 +73,9 @@ class Buffer {
   void record_stream(Stream& stream);
   // Frees now (stream-safe). Idempotent.
   void reset();
+  // Moves this buffer's bytes to another accounting tag (e.g. gathered parameters kept by the
+  // shard cache count as `cache` while resident, as `full_param` while in use).
+  void retag(MemTag tag);
 
  private:
   friend class Allocator;
@@ -114,6 +117,7 @@ class Allocator {
     std::vector<std::unique_ptr<Event>> events;
   };
   void free_block(Buffer& b);
+  void retag(Buffer& b, MemTag tag);
   void reclaim_completed_locked();  // pending -> free pool for blocks whose events completed
   void* take_cached_locked(size_t block_bytes, size_t* got_bytes);
 

@@ -106,6 +106,7 @@ Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
     if (st.state == GroupState::Cached) {
       if (cache->lookup(g, step) == CacheLookup::Hit) {
         cache->pin(g);
+        st.full.buffer().retag(MemTag::FullParam);
         counters.cache_hits += 1;
         live_bytes += bytes;
       } else {  // stale (cannot happen while the cache is emptied at every step; stay safe)
@@ -149,7 +150,7 @@ void ZeroEngine::Impl::prefetch_ahead() {
       if (!st.params_sharded || st.expert) continue;  // experts: prefetched by their policy
       const size_t bytes = st.full_bytes(options.compute_dtype);
       if (st.state == GroupState::Sharded) {
-        if (ahead + bytes > options.prefetch_bucket_bytes || live + bytes > options.max_live_bytes)
+        if (ahead + bytes > options.prefetch_bucket_bytes || live + bytes > live_limit_per_comm)
           break;
         issue_fetch(o.recorded[j]);
         st.prefetched = true;
@@ -181,6 +182,7 @@ void ZeroEngine::Impl::release(int g, Stream& compute) {
   if (st.expert && cache) {
     if (cache->contains(g)) {  // served by the cache: still resident
       cache->unpin(g);
+      st.full.buffer().retag(MemTag::Cache);
       st.state = GroupState::Cached;
       return;
     }
@@ -190,6 +192,7 @@ void ZeroEngine::Impl::release(int g, Stream& compute) {
       counters.cache_evictions += 1;
     }
     if (a.admitted) {
+      st.full.buffer().retag(MemTag::Cache);
       st.state = GroupState::Cached;
       return;
     }
@@ -211,7 +214,7 @@ void ZeroEngine::Impl::prefetch(int g) {
   GroupState& st = group(g);
   if (!st.params_sharded || st.state != GroupState::Sharded) return;  // replicated or resident
   const size_t bytes = st.full_bytes(options.compute_dtype);
-  if (live_bytes_of(st.comms.gather) + bytes > options.max_live_bytes) return;
+  if (live_bytes_of(st.comms.gather) + bytes > live_limit_per_comm) return;
   issue_fetch(g);
   st.prefetched = true;
   counters.prefetched += 1;
@@ -230,6 +233,7 @@ void ZeroEngine::Impl::discard_prefetch(int g) {
       counters.cache_evictions += 1;
     }
     if (a.admitted) {  // kept for a later acquire (its gather may still be in flight)
+      st.full.buffer().retag(MemTag::Cache);
       live_bytes -= bytes;
       st.state = GroupState::Cached;
       return;

@@ -27,7 +27,8 @@
 // started, at most `prefetch_bucket_bytes` ahead and never past `max_live_bytes` of gathered
 // parameters (an on-demand acquire may exceed it by the one group it needs); both are counted
 // per sharding group (dense groups over the world, experts over their EDP group), because a
-// prefetch decision must be identical on every rank that takes part in the gather. When the order
+// prefetch decision must be identical on every rank that takes part in the gather; the live
+// limit is split evenly between those communicators so that the shares add up. When the order
 // changes (MoE routing), the recorder re-learns at the end of the step; a wrong prediction
 // costs a gather, never correctness.
 //

@@ -103,6 +103,10 @@ struct ZeroEngine::Impl {
   std::map<std::string, Order> orders;
   static std::string comm_key(const Communicator* c) { return c->group().str() + "/" + c->channel(); }
   uint64_t live_bytes = 0;    // gathered (params_sharded) bytes alive, all groups
+  // max_live_bytes split evenly over the gather communicators of sharded groups (the world
+  // and this rank's EDP group): each communicator's prefetch decisions see only its own
+  // groups (identical on its ranks), and the shares add up to the limit.
+  uint64_t live_limit_per_comm = 0;
 
   std::map<std::string, Bucket> buckets;  // one per reduce communicator, keyed by comm_key
 

@@ -1,5 +1,6 @@
 // core/zero_step.cpp — ZeroEngine: group set-up, deterministic parameter initialisation,
 // the AdamW step on this rank's optimizer ranges (global-norm clipping), and host read-back.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <list>
@@ -126,6 +127,11 @@ void ZeroEngine::Impl::initialise() {
   }
   params_updated->record(cs);
   cs.synchronize();
+  std::vector<const Communicator*> comms;
+  for (auto& p : groups)
+    if (p->params_sharded && std::find(comms.begin(), comms.end(), p->comms.gather) == comms.end())
+      comms.push_back(p->comms.gather);
+  live_limit_per_comm = options.max_live_bytes / std::max<uint64_t>(1, comms.size());
 }
 
 namespace {

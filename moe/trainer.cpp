@@ -297,6 +297,11 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       std::lock_guard lock(result_mu);
       result.steps.push_back(std::move(s));
     }
+    if (options.collect_params && frequency) {
+      std::lock_guard lock(result_mu);
+      result.frequency_models.resize(static_cast<size_t>(world));
+      result.frequency_models[static_cast<size_t>(ctx.rank)] = frequency->to_json().dump();
+    }
     if (options.collect_params) {
       std::vector<std::vector<float>> params;
       for (int g = 0; g < engine.group_count(); ++g) params.push_back(engine.full_params_host(g));

@@ -82,6 +82,7 @@ struct TrainResult {
   std::vector<StepLog> steps;
   std::vector<std::string> group_names;
   std::vector<std::vector<float>> params;  // per group, fp32 masters after training
+  std::vector<std::string> frequency_models;  // per rank: the expert frequency model (JSON)
 };
 
 // Learning rate of 0-based step `step`: linear warmup to train.lr over warmup_steps, then

@@ -40,6 +40,20 @@ TEST(Allocator, CountsBytesByTagWithPeaks) {
   EXPECT_EQ(alloc.stats().total_peak_bytes, 0u);
 }
 
+TEST(Allocator, RetagMovesBytesBetweenTags) {
+  auto dev = make_cpu_device(0);
+  Allocator& alloc = dev->allocator();
+  Buffer b = alloc.allocate(4096, MemTag::FullParam, dev->default_stream());
+  b.retag(MemTag::Cache);
+  MemStats st = alloc.stats();
+  EXPECT_EQ(st.current_bytes[size_t(MemTag::FullParam)], 0u);
+  EXPECT_EQ(st.current_bytes[size_t(MemTag::Cache)], 4096u);
+  EXPECT_EQ(st.peak_bytes[size_t(MemTag::Cache)], 4096u);
+  EXPECT_EQ(st.total_current_bytes, 4096u);
+  b.reset();
+  EXPECT_EQ(alloc.stats().current_bytes[size_t(MemTag::Cache)], 0u) << "freed under its new tag";
+}
+
 TEST(Allocator, ZeroBytesGivesEmptyBuffer) {
   auto dev = make_cpu_device(0);
   Buffer b = dev->allocator().allocate(0, MemTag::Other, dev->default_stream());

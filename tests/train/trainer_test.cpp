@@ -211,6 +211,85 @@ TEST(TrainerMoe, CapacityBf16JitterAndZLossTrain) {
   EXPECT_LE(kept, int64_t{2} * 12 * 16 * 2) << "capacity can only drop";
 }
 
+// Prefetch policies and the shard cache change when parameters move, never a number of the
+// math: losses are bit-identical for every policy and cache size (the CPU backend is
+// deterministic and collectives reduce in rank order).
+TEST(TrainerPrefetch, EveryPolicyAndCacheSizeGivesIdenticalLosses) {
+  std::vector<std::string> base = {"parallel.world_size=4", "parallel.ep_size=2", "train.steps=4",
+                                   "train.grad_accum_steps=2"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto o = base;
+    o.insert(o.end(), extra.begin(), extra.end());
+    return run(tiny_moe(o));
+  };
+  const TrainResult ref = with({"prefetch.policy=none", "shard_cache.capacity_bytes=0"});
+  for (const char* policy : {"none", "all", "frequency"})
+    for (const char* cache : {"0", "40000", "64MiB"}) {
+      // An expert group of this model is 3 x 48 x 32 f32 = 18 KiB: 40000 bytes hold two of the
+      // four, so the cache churns (evictions); 64 MiB holds all.
+      const TrainResult r = with({std::string("prefetch.policy=") + policy,
+                                  std::string("shard_cache.capacity_bytes=") + cache,
+                                  "prefetch.min_probability=0.5", "prefetch.budget_bytes=8000"});
+      ASSERT_EQ(r.steps.size(), ref.steps.size());
+      for (size_t s = 0; s < r.steps.size(); ++s)
+        EXPECT_EQ(r.steps[s].loss, ref.steps[s].loss) << policy << " cache " << cache << " step " << s + 1;
+      for (size_t g = 0; g < r.params.size(); ++g)
+        EXPECT_EQ(r.params[g], ref.params[g]) << policy << " cache " << cache << " group " << g;
+    }
+}
+
+// A data source whose token distribution is skewed (few distinct tokens, so routing collapses
+// onto few experts) and drifts (the token set changes every few micro-batches): collectives
+// must still match on every rank (the LocalCommunicator checks each call), the frequency model
+// must be identical on every rank, and the cache budget and live limit must hold.
+TEST(TrainerPrefetch, SkewedDriftingRoutingKeepsRanksInStep) {
+  Config cfg = tiny_moe({"parallel.world_size=4", "parallel.ep_size=2", "train.steps=6",
+                         "model.num_experts=8", "prefetch.policy=frequency",
+                         "shard_cache.capacity_bytes=40000", "zero.max_live_parameters=40000"});
+  TrainOptions opt;
+  opt.collect_params = true;
+  opt.data = [](const BatchRequest& b, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
+    tok.resize(static_cast<size_t>(b.rows * b.seq_len));
+    tgt.resize(tok.size());
+    const int phase = static_cast<int>(b.micro_batch / 3);  // drift every 3 micro-batches
+    for (int64_t r = 0; r < b.rows; ++r)
+      for (int64_t t = 0; t < b.seq_len; ++t) {
+        const int64_t row = b.row_begin + r;
+        const int32_t v = static_cast<int32_t>((phase * 37 + (row % 2) * 5 + t % 3) % 256);
+        tok[static_cast<size_t>(r * b.seq_len + t)] = v;
+        tgt[static_cast<size_t>(r * b.seq_len + t)] = static_cast<int32_t>((v + 1) % 256);
+      }
+  };
+  const std::string metrics = ::testing::TempDir() + "moezero_skew_metrics.jsonl";
+  opt.metrics_path = metrics;
+  TrainResult r = train(cfg, opt);
+  ASSERT_EQ(r.frequency_models.size(), 4u);
+  for (int k = 1; k < 4; ++k) EXPECT_EQ(r.frequency_models[k], r.frequency_models[0]) << "rank " << k;
+  std::ifstream in(metrics);
+  std::string line;
+  int active_below_all = 0;
+  uint64_t evictions = 0, hits = 0;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    for (const auto& layer : j["tokens_per_expert"]) {
+      int active = 0;
+      for (const auto& n : layer) active += n.get<int64_t>() > 0;
+      active_below_all += active < 8;
+    }
+    for (const auto& rk : j["ranks"]) {
+      EXPECT_LE(rk["peak_bytes"]["cache"].get<uint64_t>(), 40000u) << "shard cache over budget";
+      // Live gathered parameters: the limit plus the one group an acquire may need (f32
+      // groups of this model are at most the 32 KiB embedding/head).
+      EXPECT_LE(rk["peak_bytes"]["full_param"].get<uint64_t>(), 40000u + 33000u);
+      evictions += rk["cache_evictions"].get<uint64_t>();
+      hits += rk["cache_hits"].get<uint64_t>();
+    }
+  }
+  EXPECT_GT(active_below_all, 0) << "the skewed data should leave some experts unused";
+  EXPECT_GT(hits, 0u) << "forward-to-backward reuse";
+  EXPECT_GT(evictions, 0u) << "a cache of two experts must evict";
+}
+
 // The CUDA path (one rank per GPU, NCCL): on one GPU the MoE model's losses follow the CPU's.
 // Tolerance: cuBLAS and the CUDA kernels sum in other orders than the CPU backend; fp32.
 TEST(TrainerCuda, OneGpuFollowsTheCpu) {
