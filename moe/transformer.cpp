@@ -95,13 +95,13 @@ void Transformer::check_provider(const ParamProvider& params) const {
   }
 }
 
-const std::vector<int32_t>& Transformer::host_positions(int64_t batch, int64_t seq) {
+std::shared_ptr<const std::vector<int32_t>> Transformer::host_positions(int64_t batch, int64_t seq) {
   auto [it, inserted] = positions_host_.try_emplace({batch, seq});
   if (inserted) {
-    it->second.resize(static_cast<size_t>(batch * seq));
+    auto v = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(batch * seq));
     for (int64_t b = 0; b < batch; ++b)
-      for (int64_t t = 0; t < seq; ++t)
-        it->second[static_cast<size_t>(b * seq + t)] = static_cast<int32_t>(t);
+      for (int64_t t = 0; t < seq; ++t) (*v)[static_cast<size_t>(b * seq + t)] = static_cast<int32_t>(t);
+    it->second = std::move(v);
   }
   return it->second;
 }
@@ -148,7 +148,9 @@ void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens
   const size_t ids_bytes = static_cast<size_t>(R) * sizeof(int32_t);
   dev.memcpy_async(st->tokens.view().data(), tokens.data(), ids_bytes, s);
   dev.memcpy_async(st->targets.view().data(), targets.data(), ids_bytes, s);
-  dev.memcpy_async(st->positions.view().data(), host_positions(B, T).data(), ids_bytes, s);
+  auto pos_host = host_positions(B, T);
+  dev.memcpy_async(st->positions.view().data(), pos_host->data(), ids_bytes, s);
+  s.enqueue_host([keep = std::move(pos_host)] {});  // the host source lives until the copy ran
   ctx.positions = st->positions;
 
   st->resid.reserve(static_cast<size_t>(2 * L + 1));

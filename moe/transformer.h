@@ -96,7 +96,7 @@ class Transformer {
  private:
   struct State;
   void check_provider(const ParamProvider& params) const;
-  const std::vector<int32_t>& host_positions(int64_t batch, int64_t seq);
+  std::shared_ptr<const std::vector<int32_t>> host_positions(int64_t batch, int64_t seq);
 
   ModelConfig cfg_;
   Embedding embed_;
@@ -104,9 +104,10 @@ class Transformer {
   std::vector<std::unique_ptr<FeedForward>> ffn_;
   Head head_;
   int group_count_ = 0;
-  // Host positions per (B, T), uploaded each forward; never modified once made, so an
-  // in-flight copy always reads valid memory while the Transformer lives.
-  std::map<std::pair<int64_t, int64_t>, std::vector<int32_t>> positions_host_;
+  // Host positions per (B, T), uploaded each forward; never modified once made. Shared with
+  // the stream (a task after each copy holds a reference), so an in-flight copy reads valid
+  // memory even when the Transformer is destroyed before its stream has run the copy.
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const std::vector<int32_t>>> positions_host_;
   std::unique_ptr<State> state_;
 };
 
