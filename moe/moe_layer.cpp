@@ -110,12 +110,12 @@ void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params) {
   for (int e : planned_) params.prefetch(expert_group(e - rt_.ep_rank * Epr), ctx.s());
 }
 
-void MoeFeedForward::exchange(const ModuleContext& ctx, const Tensor& send,
-                              const std::vector<int64_t>& send_rows, const Tensor& recv,
+void MoeFeedForward::exchange(const ModuleContext& ctx, TensorBuffer& send,
+                              const std::vector<int64_t>& send_rows, TensorBuffer& recv,
                               const std::vector<int64_t>& recv_rows) {
   const int64_t C = cfg_.d_model;
   if (rt_.ep_size == 1) {
-    if (send.numel() > 0) ctx.ops().cast(ctx.s(), send, recv);
+    if (send.view().numel() > 0) ctx.ops().cast(ctx.s(), send, recv);
     return;
   }
   std::vector<size_t> se(send_rows.size()), re(recv_rows.size());
@@ -123,9 +123,23 @@ void MoeFeedForward::exchange(const ModuleContext& ctx, const Tensor& send,
   for (size_t p = 0; p < se.size(); ++p) {
     se[p] = static_cast<size_t>(send_rows[p] * C);
     re[p] = static_cast<size_t>(recv_rows[p] * C);
-    if (static_cast<int>(p) != rt_.a2a->rank()) bytes += se[p] * dtype_size_bytes(send.dtype());
+    if (static_cast<int>(p) != rt_.a2a->rank()) bytes += se[p] * dtype_size_bytes(send.view().dtype());
   }
-  rt_.a2a->all_to_all_v(send.data(), se, recv.data(), re, send.dtype(), ctx.s());
+  Stream& as = a2a_stream(ctx);
+  Device& dev = ctx.s().device();
+  if (&as != &ctx.s()) {
+    auto written = dev.create_event();
+    written->record(ctx.s());
+    as.wait(*written);
+    send.buffer().record_stream(as);
+    recv.buffer().record_stream(as);
+  }
+  rt_.a2a->all_to_all_v(send.view().data(), se, recv.view().data(), re, send.view().dtype(), as);
+  if (&as != &ctx.s()) {
+    auto arrived = dev.create_event();
+    arrived->record(as);
+    ctx.s().wait(*arrived);
+  }
   if (rt_.stats) rt_.stats->a2a_bytes += bytes;
 }
 
@@ -160,10 +174,23 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   router_.finish(ctx, global_tokens, rt_.loss_weight, ctx.loss_out, ctx.aux_out);
   params.release(first_group_, s);  // the router read the gate weight (forward_local/finish)
   TensorBuffer recv_counts = ctx.alloc(DType::I32, Shape{ep * Epr}, "moe.recv_counts");
-  if (ep > 1) {
+  if (ep > 1) {  // on the a2a stream, like every use of the EP communicator
+    Stream& as = a2a_stream(ctx);
+    if (&as != &s) {
+      auto counted = dev.create_event();
+      counted->record(s);
+      as.wait(*counted);
+      local_counts.buffer().record_stream(as);
+      recv_counts.buffer().record_stream(as);
+    }
     std::vector<size_t> per(static_cast<size_t>(ep), static_cast<size_t>(Epr));
     rt_.a2a->all_to_all_v(local_counts.view().data(), per, recv_counts.view().data(), per,
-                          DType::I32, s);
+                          DType::I32, as);
+    if (&as != &s) {
+      auto exchanged = dev.create_event();
+      exchanged->record(as);
+      s.wait(*exchanged);
+    }
   } else {
     ops.cast(s, local_counts, recv_counts);
   }

@@ -59,8 +59,12 @@ class MoeFeedForward final : public FeedForward {
   struct MoeSaved;
   int expert_group(int j) const { return first_group_ + 1 + j; }
   // all_to_all_v of rows (C wide) with per-peer row counts; copies when ep_size == 1.
-  void exchange(const ModuleContext& ctx, const Tensor& send, const std::vector<int64_t>& send_rows,
-                const Tensor& recv, const std::vector<int64_t>& recv_rows);
+  // Runs on rt.a2a_stream when set: it waits for the compute stream's writes of `send`, and
+  // the compute stream waits for `recv` (events only, no host sync).
+  void exchange(const ModuleContext& ctx, TensorBuffer& send, const std::vector<int64_t>& send_rows,
+                TensorBuffer& recv, const std::vector<int64_t>& recv_rows);
+  // The stream the EP communicator runs on.
+  Stream& a2a_stream(const ModuleContext& ctx) const { return rt_.a2a_stream ? *rt_.a2a_stream : ctx.s(); }
 
   ModelConfig cfg_;
   MoeRuntime rt_;

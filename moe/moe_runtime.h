@@ -33,6 +33,8 @@ struct MoeRuntime {
   int ep_rank = 0;        // this rank's position in its EP group (owns experts
                           // [ep_rank * E/ep, (ep_rank + 1) * E/ep))
   Communicator* a2a = nullptr;     // EP group, its own channel; may be null when ep_size == 1
+  Stream* a2a_stream = nullptr;    // the token all-to-all's own stream (null: the compute
+                                   // stream); the a2a communicator is used on it only
   Communicator* router = nullptr;  // world, its own channel: the agreement / aux-statistics
                                    // all-reduce; may be null for a single rank
   float loss_weight = 1.0f;        // weight of each micro-batch's aux and z losses

@@ -151,6 +151,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     rt.ep_size = ep;
     rt.ep_rank = pgs.ep_rank(ctx.rank);
     rt.a2a = a2a.get();
+    rt.a2a_stream = &dev.create_stream("a2a");  // token all-to-all beside compute and gathers
     rt.router = router.get();
     rt.loss_weight = 1.0f / static_cast<float>(tc.grad_accum_steps);
     rt.seed = static_cast<uint64_t>(tc.seed);

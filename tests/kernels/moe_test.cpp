@@ -39,7 +39,9 @@ TEST_P(MoeFixture, HistogramAndStableSortWithDroppedAndEmptyExperts) {
       if (id >= 0) ++rc[id];
     }
     EXPECT_EQ(gc, rc);
-    if (e > 2) EXPECT_EQ(gc[1], 0);
+    if (e > 2) {
+      EXPECT_EQ(gc[1], 0);
+    }
     IVec ro(e + 1, 0);
     for (int i = 0; i < e; ++i) ro[i + 1] = ro[i] + rc[i];
     EXPECT_EQ(go, ro);
@@ -54,7 +56,9 @@ TEST_P(MoeFixture, HistogramAndStableSortWithDroppedAndEmptyExperts) {
     rp.resize(n, -1);
     EXPECT_EQ(gp, rp);
     for (int64_t p = 1; p < kept; ++p) {  // stability, explicitly
-      if (ids[gp[p]] == ids[gp[p - 1]]) EXPECT_LT(gp[p - 1], gp[p]) << "p " << p;
+      if (ids[gp[p]] == ids[gp[p - 1]]) {
+        EXPECT_LT(gp[p - 1], gp[p]) << "p " << p;
+      }
     }
     for (int64_t a = 0; a < n; ++a) {
       if (ids[a] < 0) {
