@@ -5,6 +5,9 @@
 #include <mutex>
 
 #include "core/error.h"
+#if defined(__SANITIZE_THREAD__)
+#include <tbb/global_control.h>
+#endif
 #include "kernels/cpu/cpu_ops.h"
 
 #if MOEZERO_HAVE_OPENBLAS
@@ -180,6 +183,12 @@ CpuDevice::CpuDevice(int index, size_t capacity_bytes) : index_(index) {
   // Ranks are threads and kernels parallelise with oneTBB above BLAS: one BLAS thread per call.
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
+#endif
+#if defined(__SANITIZE_THREAD__)
+  // oneTBB is not built with ThreadSanitizer: the happens-before edges of its task handoff are
+  // invisible, so every parallel_for would be reported. Under TSAN, kernels run their loops on
+  // the calling (stream) thread; our own threads (ranks, streams, collectives) stay checked.
+  static tbb::global_control serial_tbb(tbb::global_control::max_allowed_parallelism, 1);
 #endif
   streams_.push_back(std::make_unique<CpuStream>(*this, "default"));
   ops_ = make_cpu_ops();

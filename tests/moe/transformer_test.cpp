@@ -207,6 +207,7 @@ TEST_P(TransformerTest, LossAccumulatesAndActivationsAreFreed) {
   EXPECT_EQ(dev().allocator().stats().current_bytes[act], base);
   EXPECT_THROW(model.backward(p, s()), Error);
   EXPECT_FALSE(p.any_acquired());
+  s().synchronize();  // the provider's host copies must outlive the queued uploads (TSAN)
 }
 
 TEST_P(TransformerTest, RejectsBadInputs) {
