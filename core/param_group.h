@@ -112,6 +112,13 @@ class ParamProvider {
   // How valuable keeping `group` resident is (e.g. its predicted activation probability);
   // used by caches that evict the least valuable entry first.
   virtual void set_keep_score(int group, double score) {}
+  // True when acquire(group) would neither start a transfer nor wait for one (the parameters
+  // are resident or their gather has completed). A host-side query, no collective: callers
+  // may use it to run work in the order parameters become ready.
+  virtual bool ready(int group) const { return true; }
+  // True when acquire(group) would start a transfer (a collective): such acquires must stay
+  // in an order that is the same on every rank of the group.
+  virtual bool needs_fetch(int group) const { return false; }
 };
 
 }  // namespace moezero

@@ -49,6 +49,20 @@ void ZeroEngine::set_keep_score(int group, double score) {
   st.keep_score = score;
   if (impl_->cache && impl_->cache->contains(group)) impl_->cache->set_score(group, score);
 }
+bool ZeroEngine::ready(int group) const {
+  const auto& st = *impl_->groups.at(static_cast<size_t>(group));
+  if (!st.params_sharded) return true;
+  if (st.state == zero_detail::GroupState::Sharded) return false;
+  try {
+    return st.gathered->query();
+  } catch (...) {
+    return true;  // a failed gather: acquire() will surface the error
+  }
+}
+bool ZeroEngine::needs_fetch(int group) const {
+  const auto& st = *impl_->groups.at(static_cast<size_t>(group));
+  return st.params_sharded && st.state == zero_detail::GroupState::Sharded;
+}
 void ZeroEngine::finish_backward() { impl_->flush_buckets(); }
 StepResult ZeroEngine::step(const AdamWHyper& hyper) { return impl_->optimizer_step(hyper); }
 std::vector<float> ZeroEngine::full_params_host(int group) { return impl_->full_params_host(group); }

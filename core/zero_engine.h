@@ -133,6 +133,8 @@ class ZeroEngine final : public ParamProvider {
   void prefetch(int group, Stream& compute) override;
   void discard_prefetch(int group) override;
   void set_keep_score(int group, double score) override;
+  bool ready(int group) const override;
+  bool needs_fetch(int group) const override;
 
   // Ends a micro-batch's backward: flushes the pending reduce bucket.
   void finish_backward();

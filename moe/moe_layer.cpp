@@ -1,6 +1,7 @@
 // moe/moe_layer.cpp — forward and backward of the MoE FFN sub-layer (see moe_layer.h).
 #include "moe/moe_layer.h"
 
+#include <algorithm>
 #include <numeric>
 #include <string>
 
@@ -108,6 +109,24 @@ void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params) {
       moe_index_ > 0 ? &rt_.frequency->last_active(moe_index_ - 1) : nullptr;
   planned_ = prefetch::plan_prefetch(rt_.prefetch, *rt_.frequency, moe_index_, candidates, bytes, prev);
   for (int e : planned_) params.prefetch(expert_group(e - rt_.ep_rank * Epr), ctx.s());
+}
+
+MoeFeedForward::RunOrder MoeFeedForward::run_order(const ModuleContext& ctx, ParamProvider& params,
+                                                   const std::vector<char>& active) const {
+  std::vector<int> ids;
+  for (int j = 0; j < experts_per_rank_; ++j)
+    if (active[static_cast<size_t>(j)]) ids.push_back(j);
+  for (int j : ids) params.prefetch(expert_group(j), ctx.s());  // agreed order; no-op if resident
+  RunOrder order;
+  std::vector<int> in_flight;
+  for (int j : ids) {
+    const int g = expert_group(j);
+    if (params.needs_fetch(g)) order.then.push_back(j);  // over the live limit: id order
+    else if (params.ready(g)) order.first.push_back(j);
+    else in_flight.push_back(j);
+  }
+  order.first.insert(order.first.end(), in_flight.begin(), in_flight.end());
+  return order;
 }
 
 void MoeFeedForward::exchange(const ModuleContext& ctx, TensorBuffer& send,
@@ -255,8 +274,8 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   sv->up = ctx.alloc_act(Shape{sv->received, F}, "moe.up");
   TensorBuffer act = ctx.alloc_act(Shape{sv->received, F}, "moe.act");
   TensorBuffer yr = ctx.alloc_act(Shape{sv->received, C}, "moe.yr");
-  for (int j = 0; j < Epr; ++j) {
-    if (!sv->active[static_cast<size_t>(j)]) continue;
+  const RunOrder order = run_order(ctx, params, sv->active);
+  auto run_expert = [&](int j) {
     const int g = expert_group(j);
     const Tensor w = params.acquire(g, s);
     const GroupLayout& el = params.layout(g);
@@ -270,7 +289,14 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
       ops.swiglu_forward(s, ga, up, a);
       linear_forward(ctx, a, el.view(w, kW2), yr.view().slice_rows(row, row + n));
     });
-    params.release(g, s);
+  };
+  for (int j : order.first) run_expert(j);  // in the order parameters are ready
+  std::vector<int> first_ids = order.first;
+  std::sort(first_ids.begin(), first_ids.end());
+  for (int j : first_ids) params.release(expert_group(j), s);  // id order: the cache agrees
+  for (int j : order.then) {  // on-demand gathers, one at a time, id order
+    run_expert(j);
+    params.release(expert_group(j), s);
   }
   act.reset();
 
@@ -292,7 +318,7 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
   const int64_t N = ctx.rows(), C = cfg_.d_model, F = cfg_.d_ff;
-  const int k = static_cast<int>(cfg_.top_k), Epr = experts_per_rank_;
+  const int k = static_cast<int>(cfg_.top_k);
 
   // 6'. combine backward: dys (P, C), dweights (N, k); send dys to the expert owners.
   TensorBuffer dys = ctx.alloc_act(Shape{sv->kept, C}, "moe.dys");
@@ -308,18 +334,13 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
   // gathers and gradient reductions). Backward prefetch is exact: the routing is known, so
   // every needed expert's gather starts now, in the order they will run (cached ones are
   // resident already; the provider keeps within its live-parameter limit).
-  if (rt_.prefetch.policy != PrefetchPolicy::None) {
-    std::vector<int> candidates(static_cast<size_t>(Epr));
-    for (int j = 0; j < Epr; ++j) candidates[static_cast<size_t>(j)] = j;
-    for (int j : prefetch::backward_order(candidates, sv->active)) params.prefetch(expert_group(j), s);
-  }
   TensorBuffer dxr = ctx.alloc_act(Shape{sv->received, C}, "moe.dxr");
   TensorBuffer act = ctx.alloc_act(Shape{sv->received, F}, "moe.act");
   TensorBuffer dact = ctx.alloc_act(Shape{sv->received, F}, "moe.dact");
   TensorBuffer dgate = ctx.alloc_act(Shape{sv->received, F}, "moe.dgate");
   TensorBuffer dup = ctx.alloc_act(Shape{sv->received, F}, "moe.dup");
-  for (int j = 0; j < Epr; ++j) {
-    if (!sv->active[static_cast<size_t>(j)]) continue;
+  const RunOrder order = run_order(ctx, params, sv->active);
+  auto run_expert = [&](int j) {
     const int g = expert_group(j);
     const Tensor w = params.acquire(g, s);
     const Tensor gw = params.grad(g, s);
@@ -335,8 +356,18 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
       linear_backward_data(ctx, rows(dgate), el.view(w, kW1), rows(dxr), Accumulate::No);
       linear_backward_data(ctx, rows(dup), el.view(w, kW3), rows(dxr), Accumulate::Yes);
     });
-    params.grad_ready(g, s);
-    params.release(g, s);
+  };
+  auto finish_expert = [&](int j) {
+    params.grad_ready(expert_group(j), s);
+    params.release(expert_group(j), s);
+  };
+  for (int j : order.first) run_expert(j);
+  std::vector<int> first_ids = order.first;
+  std::sort(first_ids.begin(), first_ids.end());
+  for (int j : first_ids) finish_expert(j);  // id order: gradient buckets and the cache agree
+  for (int j : order.then) {
+    run_expert(j);
+    finish_expert(j);
   }
   act.reset();
   dact.reset();

@@ -58,6 +58,18 @@ class MoeFeedForward final : public FeedForward {
  private:
   struct MoeSaved;
   int expert_group(int j) const { return first_group_ + 1 + j; }
+  // The active local experts in the order to run them, in two phases. Gathers are started
+  // for all of them in id order (the agreed order). Phase 1 (`first`): those whose gather was
+  // started or that are resident, resident ones first: they run in the order their parameters
+  // are ready, then are released (and, in backward, reduced) in id order, so the shard cache
+  // and the gradient buckets see the same sequence on every rank. Phase 2 (`then`): those the
+  // live-parameter limit kept from prefetching; each is acquired (an on-demand gather, a
+  // collective), run and released in id order, one at a time, so the limit holds.
+  struct RunOrder {
+    std::vector<int> first, then;
+  };
+  RunOrder run_order(const ModuleContext& ctx, ParamProvider& params,
+                     const std::vector<char>& active) const;
   // all_to_all_v of rows (C wide) with per-peer row counts; copies when ep_size == 1.
   // Runs on rt.a2a_stream when set: it waits for the compute stream's writes of `send`, and
   // the compute stream waits for `recv` (events only, no host sync).
