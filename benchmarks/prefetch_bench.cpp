@@ -20,7 +20,8 @@
 // wasted (prefetched, never used), stall (compute stream waiting on gathers).
 //
 //   moezero-bench-prefetch [--zipf S] [--drift] [--steps N] [--json FILE] [--link-gbps G]
-//                          [--experts E] [--tokens N] [--min-probability P]
+//                          [--experts E] [--tokens N] [--min-probability P] [--ema-decay D]
+//                          [--warmup N]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -247,6 +248,8 @@ int main(int argc, char** argv) {
       else if (a == "--experts") base.experts = std::stoi(next());
       else if (a == "--tokens") base.tokens_per_rank = std::stoll(next());
       else if (a == "--min-probability") base.prefetch.min_probability = std::stod(next());
+      else if (a == "--ema-decay") base.prefetch.ema_decay = std::stod(next());
+      else if (a == "--warmup") base.warmup = std::stoi(next());
       else MOEZERO_THROW("moezero-bench-prefetch: unknown option '", a, "'");
     }
     MOEZERO_CHECK(base.steps > base.warmup, "--steps must exceed the ", base.warmup, " warm-up steps");
