@@ -27,6 +27,7 @@
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "kernels/backend.h"
+#include "tests/common/backend_fixture.h"
 
 namespace moezero::test {
 
@@ -46,25 +47,8 @@ inline Vec round_to(DType t, Vec v) {
 }
 inline DVec to_double(const Vec& v) { return DVec(v.begin(), v.end()); }
 
-class KernelTest : public ::testing::TestWithParam<DeviceKind> {
+class KernelTest : public ::moezero::test::BackendFixture {
  protected:
-  void SetUp() override {
-    if (GetParam() == DeviceKind::Cuda) {
-      std::string why;
-      if (!cuda_available(&why)) GTEST_SKIP() << why;
-    }
-    device_ = make_device(GetParam());
-    stream_ = &device_->default_stream();
-    const char* env = std::getenv("MOEZERO_TEST_SEED");
-    seed_ = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::cout << "[ seed     ] " << info->test_suite_name() << "." << info->name()
-              << ": MOEZERO_TEST_SEED=" << seed_ << std::endl;
-    rng_.seed(seed_);
-  }
-
-  Device& dev() { return *device_; }
-  Stream& s() { return *stream_; }
   Ops& ops() { return device_->ops(); }
   void sync() { stream_->synchronize(); }
 
@@ -160,10 +144,6 @@ class KernelTest : public ::testing::TestWithParam<DeviceKind> {
     stream_->synchronize();
   }
 
-  std::unique_ptr<Device> device_;
-  Stream* stream_ = nullptr;
-  uint64_t seed_ = 0;
-  std::mt19937_64 rng_;
 };
 
 // |got[i] - ref[i]| <= atol + rtol * |ref[i]| for all i; reports the count and worst element.

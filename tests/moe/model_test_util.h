@@ -16,6 +16,7 @@
 
 #include "core/config.h"
 #include "kernels/backend.h"
+#include "tests/common/backend_fixture.h"
 #include "moe/transformer.h"
 #include "tests/moe/reference_model.h"
 #include "tests/moe/simple_params.h"
@@ -49,26 +50,8 @@ inline ModelConfig tiny_config() {
   return c;
 }
 
-class ModelTest : public ::testing::TestWithParam<DeviceKind> {
+class ModelTest : public ::moezero::test::BackendFixture {
  protected:
-  void SetUp() override {
-    if (GetParam() == DeviceKind::Cuda) {
-      std::string why;
-      if (!cuda_available(&why)) GTEST_SKIP() << why;
-    }
-    device_ = make_device(GetParam());
-    stream_ = &device_->default_stream();
-    const char* env = std::getenv("MOEZERO_TEST_SEED");
-    seed_ = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::cout << "[ seed     ] " << info->test_suite_name() << "." << info->name()
-              << ": MOEZERO_TEST_SEED=" << seed_ << std::endl;
-    rng_.seed(seed_);
-  }
-
-  Device& dev() { return *device_; }
-  Stream& s() { return *stream_; }
-
   // Random tokens; targets random too, with `ignored` of them set to -1.
   Batch random_batch(const ModelConfig& c, int64_t batch, int64_t seq, int ignored) {
     Batch b{batch, seq, {}, {}};
@@ -146,10 +129,6 @@ class ModelTest : public ::testing::TestWithParam<DeviceKind> {
   }
 
  private:
-  std::unique_ptr<Device> device_;
-  Stream* stream_ = nullptr;
-  uint64_t seed_ = 0;
-  std::mt19937_64 rng_;
 };
 
 }  // namespace moezero::test
