@@ -95,7 +95,9 @@ std::vector<GroupSpec> MoeFeedForward::param_groups() const {
 
 void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params) {
   planned_.clear();
-  if (!rt_.frequency || rt_.prefetch.policy == PrefetchPolicy::None) return;
+  if (!rt_.frequency || rt_.prefetch.policy == PrefetchPolicy::None ||
+      rt_.prefetch.lookahead_layers == 0)
+    return;
   const int Epr = experts_per_rank_;
   std::vector<int> candidates(static_cast<size_t>(Epr));
   std::vector<uint64_t> bytes(static_cast<size_t>(Epr));
