@@ -303,6 +303,25 @@ TEST(TrainerCuda, OneGpuFollowsTheCpu) {
     EXPECT_NEAR(gpu.steps[s].loss, cpu.steps[s].loss, 1e-3 * cpu.steps[s].loss) << "step " << s + 1;
 }
 
+// A non-finite gradient norm (here: a learning rate that blows the weights up after one step)
+// stops the run with an error naming the step, or, with on_nonfinite = skip, skips the update.
+TEST(Trainer, NonFiniteGradientStopsOrSkips) {
+  try {
+    train(tiny({"train.lr=1e30", "train.warmup_steps=0", "train.min_lr=0", "train.steps=4",
+                "train.grad_clip=0"}), {});
+    FAIL() << "expected a non-finite gradient error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("non-finite gradient norm at step"), std::string::npos) << e.what();
+  }
+  TrainResult r = train(tiny({"train.lr=1e30", "train.warmup_steps=0", "train.min_lr=0",
+                              "train.steps=4", "train.grad_clip=0", "train.on_nonfinite=skip"}), {});
+  ASSERT_EQ(r.steps.size(), 4u);
+  EXPECT_TRUE(r.steps[0].applied);
+  int skipped = 0;
+  for (const auto& s : r.steps) skipped += s.applied ? 0 : 1;
+  EXPECT_GT(skipped, 0);
+}
+
 TEST(Trainer, BadInputFailsBeforeTraining) {
   EXPECT_THROW(train(tiny({"data.path=/nonexistent/file.txt"}), {}), Error);
   EXPECT_THROW(train(tiny({"parallel.backend=cuda"}), {}), Error);
