@@ -330,7 +330,7 @@ void visit_prefetch(V& v, auto& c) {
   v.field("ema_decay", c.ema_decay, "decay of the per-expert activation frequency average", below(0.0, 1.0));
   v.field("min_probability", c.min_probability, "prefetch experts predicted at least this likely", in_range(0.0, 1.0));
   v.bytes("budget_bytes", c.budget_bytes, "bytes of expert parameters prefetched per layer");
-  v.field("lookahead_layers", c.lookahead_layers, "0: no expert prefetch before the router; >= 1: a MoE layer's experts are planned and gathered while its attention block runs (values above 1 act as 1 for now)", in_range<int64_t>(0, 64));
+  v.field("lookahead_layers", c.lookahead_layers, "0: no expert prefetch before the router; n >= 1: a MoE layer's experts are planned while its attention block runs, and those of the next n - 1 layers ahead of time (from marginal statistics)", in_range<int64_t>(0, 64));
 }
 
 template <class V>

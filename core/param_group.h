@@ -104,8 +104,12 @@ class ParamProvider {
 
   // Optional hints (defaults do nothing). Every rank sharing the group must give the same
   // hints in the same order (they may start collectives).
+  // Why a fetch is started ahead of acquire(): Predicted (a prefetch policy's guess: counted
+  // as a prefetch hit when acquired, as waste when discarded) or Needed (known to be needed,
+  // started early only so that work can run in readiness order: counted as a miss).
+  enum class FetchReason : uint8_t { Predicted, Needed };
   // Start fetching `group` now: a later acquire() finds it in flight or resident.
-  virtual void prefetch(int group, Stream& compute) {}
+  virtual void prefetch(int group, Stream& compute, FetchReason reason = FetchReason::Predicted) {}
   // A prefetched group will not be acquired in this pass (a wrong prediction): the provider
   // may drop it or keep it resident.
   virtual void discard_prefetch(int group) {}

@@ -42,7 +42,9 @@ Tensor ZeroEngine::acquire(int group, Stream& compute) { return impl_->acquire(g
 void ZeroEngine::release(int group, Stream& compute) { impl_->release(group, compute); }
 Tensor ZeroEngine::grad(int group, Stream& compute) { return impl_->grad(group, compute); }
 void ZeroEngine::grad_ready(int group, Stream& compute) { impl_->grad_ready(group, compute); }
-void ZeroEngine::prefetch(int group, Stream&) { impl_->prefetch(group); }
+void ZeroEngine::prefetch(int group, Stream&, FetchReason reason) {
+  impl_->prefetch(group, reason == FetchReason::Predicted);
+}
 void ZeroEngine::discard_prefetch(int group) { impl_->discard_prefetch(group); }
 void ZeroEngine::set_keep_score(int group, double score) {
   auto& st = impl_->group(group);
@@ -134,8 +136,10 @@ Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
       issue_fetch(g);
       counters.prefetch_misses += 1;
     } else if (st.state == GroupState::Gathering) {
-      counters.prefetch_hits += 1;
+      // Started early because it was known to be needed: a miss of the prediction.
+      (st.early_needed ? counters.prefetch_misses : counters.prefetch_hits) += 1;
     }
+    st.early_needed = false;
     measure_wait(compute, *st.gathered);
     st.full.buffer().record_stream(compute);
     st.state = GroupState::Full;
@@ -217,6 +221,7 @@ void ZeroEngine::Impl::release(int g, Stream& compute) {
 
 void ZeroEngine::Impl::drop_resident(int g) {
   GroupState& st = group(g);
+  st.early_needed = false;
   if (st.state == GroupState::Gathering)
     live_bytes -= st.full_bytes(options.compute_dtype);
   st.full.reset();
@@ -224,14 +229,15 @@ void ZeroEngine::Impl::drop_resident(int g) {
   st.prefetched = false;
 }
 
-void ZeroEngine::Impl::prefetch(int g) {
+void ZeroEngine::Impl::prefetch(int g, bool predicted) {
   GroupState& st = group(g);
   if (!st.params_sharded || st.state != GroupState::Sharded) return;  // replicated or resident
   const size_t bytes = st.full_bytes(options.compute_dtype);
   if (live_bytes_of(st.comms.gather) + bytes > live_limit_per_comm) return;
   issue_fetch(g);
-  st.prefetched = true;
-  counters.prefetched += 1;
+  st.prefetched = predicted;
+  st.early_needed = !predicted;
+  if (predicted) counters.prefetched += 1;
 }
 
 void ZeroEngine::Impl::discard_prefetch(int g) {

@@ -130,7 +130,7 @@ class ZeroEngine final : public ParamProvider {
   void release(int group, Stream& compute) override;
   Tensor grad(int group, Stream& compute) override;
   void grad_ready(int group, Stream& compute) override;
-  void prefetch(int group, Stream& compute) override;
+  void prefetch(int group, Stream& compute, FetchReason reason = FetchReason::Predicted) override;
   void discard_prefetch(int group) override;
   void set_keep_score(int group, double score) override;
   bool ready(int group) const override;

@@ -42,7 +42,8 @@ struct GroupState {
   enum State { Sharded, Gathering, Full, Cached } state = Sharded;
   bool expert = false;      // GroupKind::Expert: policy-driven prefetch, cacheable
   double keep_score = 1.0;  // the cache's lfu score (set_keep_score)
-  bool prefetched = false;
+  bool prefetched = false;    // gathered ahead on a prediction (prefetch hit or waste)
+  bool early_needed = false;  // gathered ahead because known to be needed (a miss)
   std::unique_ptr<Event> gathered;  // recorded on the gather stream after the all-gather
 
   size_t full_bytes(DType dt) const { return static_cast<size_t>(padded) * dtype_size_bytes(dt); }
@@ -73,7 +74,7 @@ struct ZeroEngine::Impl {
   void flush_bucket(Bucket& b);
   void flush_buckets();
   StepResult optimizer_step(const AdamWHyper& hyper);
-  void prefetch(int g);
+  void prefetch(int g, bool predicted);
   void discard_prefetch(int g);
   void drop_resident(int g);  // a Cached or unused Gathering buffer goes back to the allocator
   void measure_wait(Stream& compute, const Event& ready);  // compute waits; the wait is timed

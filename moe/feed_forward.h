@@ -29,9 +29,14 @@ class FeedForward {
   // [first_group, first_group + size) as given to the factory.
   virtual std::vector<GroupSpec> param_groups() const = 0;
 
-  // Called before the layer's attention block runs (so that work started here overlaps it):
-  // a MoE layer starts the gathers of the experts it predicts. Default: nothing.
-  virtual void prepare(const ModuleContext& ctx, ParamProvider& params) {}
+  // How far ahead prepare() is called: JustInTime before this layer's own attention block
+  // (the previous layer's routing of this micro-batch is known), Ahead from an earlier layer
+  // (prefetch.lookahead_layers > 1: only marginal statistics can be used).
+  enum class Prepare : uint8_t { JustInTime, Ahead };
+  // Called at most once per micro-batch, before the layer's attention block runs (or earlier,
+  // Ahead), so that work started here overlaps it: a MoE layer starts the gathers of the
+  // experts it predicts. Default: nothing.
+  virtual void prepare(const ModuleContext& ctx, ParamProvider& params, Prepare when) {}
 
   // [in] h (B*T, C) compute dtype; [out] out (B*T, C) `=` h + ffn(rmsnorm(h)).
   virtual std::unique_ptr<Saved> forward(const ModuleContext& ctx, ParamProvider& params,

@@ -93,7 +93,7 @@ std::vector<GroupSpec> MoeFeedForward::param_groups() const {
   return groups;
 }
 
-void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params) {
+void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Prepare when) {
   planned_.clear();
   if (!rt_.frequency || rt_.prefetch.policy == PrefetchPolicy::None ||
       rt_.prefetch.lookahead_layers == 0)
@@ -106,19 +106,23 @@ void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params) {
     bytes[static_cast<size_t>(j)] = static_cast<uint64_t>(params.layout(expert_group(j)).numel()) *
                                     dtype_size_bytes(params.compute_dtype());
   }
-  // The previous MoE layer's agreed active set of this micro-batch (co-activation).
-  const std::vector<char>* prev =
-      moe_index_ > 0 ? &rt_.frequency->last_active(moe_index_ - 1) : nullptr;
+  // The previous MoE layer's agreed active set of this micro-batch (co-activation), known only
+  // when planning just in time.
+  const std::vector<char>* prev = moe_index_ > 0 && when == Prepare::JustInTime
+                                      ? &rt_.frequency->last_active(moe_index_ - 1)
+                                      : nullptr;
   planned_ = prefetch::plan_prefetch(rt_.prefetch, *rt_.frequency, moe_index_, candidates, bytes, prev);
   for (int e : planned_) params.prefetch(expert_group(e - rt_.ep_rank * Epr), ctx.s());
 }
 
 MoeFeedForward::RunOrder MoeFeedForward::run_order(const ModuleContext& ctx, ParamProvider& params,
-                                                   const std::vector<char>& active) const {
+                                                   const std::vector<char>& active,
+                                                   ParamProvider::FetchReason reason) const {
   std::vector<int> ids;
   for (int j = 0; j < experts_per_rank_; ++j)
     if (active[static_cast<size_t>(j)]) ids.push_back(j);
-  for (int j : ids) params.prefetch(expert_group(j), ctx.s());  // agreed order; no-op if resident
+  for (int j : ids)  // agreed order; no-op if resident or in flight (a predicted prefetch)
+    params.prefetch(expert_group(j), ctx.s(), reason);
   RunOrder order;
   std::vector<int> in_flight;
   for (int j : ids) {
@@ -276,7 +280,7 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   sv->up = ctx.alloc_act(Shape{sv->received, F}, "moe.up");
   TensorBuffer act = ctx.alloc_act(Shape{sv->received, F}, "moe.act");
   TensorBuffer yr = ctx.alloc_act(Shape{sv->received, C}, "moe.yr");
-  const RunOrder order = run_order(ctx, params, sv->active);
+  const RunOrder order = run_order(ctx, params, sv->active, ParamProvider::FetchReason::Needed);
   auto run_expert = [&](int j) {
     const int g = expert_group(j);
     const Tensor w = params.acquire(g, s);
@@ -341,7 +345,7 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
   TensorBuffer dact = ctx.alloc_act(Shape{sv->received, F}, "moe.dact");
   TensorBuffer dgate = ctx.alloc_act(Shape{sv->received, F}, "moe.dgate");
   TensorBuffer dup = ctx.alloc_act(Shape{sv->received, F}, "moe.dup");
-  const RunOrder order = run_order(ctx, params, sv->active);
+  const RunOrder order = run_order(ctx, params, sv->active, ParamProvider::FetchReason::Predicted);
   auto run_expert = [&](int j) {
     const int g = expert_group(j);
     const Tensor w = params.acquire(g, s);

@@ -47,7 +47,7 @@ class MoeFeedForward final : public FeedForward {
   std::vector<GroupSpec> param_groups() const override;
   // Routing-aware prefetch: gathers the local experts the frequency model predicts for this
   // layer (prefetch.policy), within prefetch.budget_bytes, before the attention block runs.
-  void prepare(const ModuleContext& ctx, ParamProvider& params) override;
+  void prepare(const ModuleContext& ctx, ParamProvider& params, Prepare when) override;
   std::unique_ptr<Saved> forward(const ModuleContext& ctx, ParamProvider& params, const Tensor& h,
                                  const Tensor& out) override;
   void backward(const ModuleContext& ctx, ParamProvider& params, std::unique_ptr<Saved> saved,
@@ -68,8 +68,10 @@ class MoeFeedForward final : public FeedForward {
   struct RunOrder {
     std::vector<int> first, then;
   };
+  // [in] reason: Needed in forward (after the router: on demand), Predicted in backward (the
+  // exact backward prefetch: the routing is known when the layer's backward starts).
   RunOrder run_order(const ModuleContext& ctx, ParamProvider& params,
-                     const std::vector<char>& active) const;
+                     const std::vector<char>& active, ParamProvider::FetchReason reason) const;
   // all_to_all_v of rows (C wide) with per-peer row counts; copies when ep_size == 1.
   // Runs on rt.a2a_stream when set: it waits for the compute stream's writes of `send`, and
   // the compute stream waits for `recv` (events only, no host sync).

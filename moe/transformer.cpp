@@ -2,6 +2,7 @@
 // state between forward and backward, and the parameter-group protocol (transformer.h).
 #include "moe/transformer.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -52,6 +53,7 @@ struct Transformer::State {
 
 Transformer::Transformer(const ModelConfig& cfg, const MoeRuntime* rt)
     : cfg_((validate_model_config(cfg), cfg)), embed_(cfg, 0), head_(cfg, -1) {
+  lookahead_ = rt ? rt->prefetch.lookahead_layers : 1;
   int g = 1;  // 0 is the embedding
   int moe_index = 0;
   for (int l = 0; l < static_cast<int>(cfg_.n_layers); ++l) {
@@ -160,9 +162,17 @@ void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens
   };
 
   embed_.forward(ctx, params, st->tokens, next_resid("x"));
+  std::vector<char> prepared(attn_.size(), 0);
   for (size_t l = 0; l < attn_.size(); ++l) {
     const Tensor x = st->resid.back();
-    ffn_[l]->prepare(ctx, params);  // e.g. expert prefetch, overlapping the attention block
+    // Expert prefetch: this layer's FFN just in time (overlapping its attention block), and with
+    // moe.lookahead_layers = n the FFNs of the next n - 1 layers ahead (marginal statistics).
+    const size_t ahead = static_cast<size_t>(std::max<int64_t>(1, lookahead_));
+    for (size_t m = l; m < std::min(attn_.size(), l + ahead); ++m) {
+      if (prepared[m]) continue;
+      prepared[m] = 1;
+      ffn_[m]->prepare(ctx, params, m == l ? FeedForward::Prepare::JustInTime : FeedForward::Prepare::Ahead);
+    }
     st->attn.push_back(attn_[l].forward(ctx, params, x, next_resid("h")));
     const Tensor h = st->resid.back();
     st->ffn.push_back(ffn_[l]->forward(ctx, params, h, next_resid("x")));

@@ -104,6 +104,7 @@ class Transformer {
   std::vector<std::unique_ptr<FeedForward>> ffn_;
   Head head_;
   int group_count_ = 0;
+  int64_t lookahead_ = 1;  // prefetch.lookahead_layers (how many FFNs are prepared ahead)
   // Host positions per (B, T), uploaded each forward; never modified once made. Shared with
   // the stream (a task after each copy holds a reference), so an in-flight copy reads valid
   // memory even when the Transformer is destroyed before its stream has run the copy.
