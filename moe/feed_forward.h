@@ -38,6 +38,12 @@ class FeedForward {
   // experts it predicts. Default: nothing.
   virtual void prepare(const ModuleContext& ctx, ParamProvider& params, Prepare when) {}
 
+  // Called in backward before the attention block of the layer above runs, so that work
+  // started here overlaps it: a MoE layer starts the gathers of exactly the experts its
+  // backward needs (its forward's routing is known). [in] saved: this layer's forward state.
+  virtual void prepare_backward(const ModuleContext& ctx, ParamProvider& params,
+                                const Saved& saved) {}
+
   // [in] h (B*T, C) compute dtype; [out] out (B*T, C) `=` h + ffn(rmsnorm(h)).
   virtual std::unique_ptr<Saved> forward(const ModuleContext& ctx, ParamProvider& params,
                                          const Tensor& h, const Tensor& out) = 0;

@@ -115,6 +115,18 @@ void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Pr
   for (int e : planned_) params.prefetch(expert_group(e - rt_.ep_rank * Epr), ctx.s());
 }
 
+void MoeFeedForward::prepare_backward(const ModuleContext& ctx, ParamProvider& params,
+                                      const Saved& saved) {
+  const auto* sv = dynamic_cast<const MoeSaved*>(&saved);
+  MOEZERO_CHECK(sv != nullptr, "MoeFeedForward::prepare_backward of layer ", layer_,
+                ": saved state is not a MoeFeedForward's");
+  if (rt_.prefetch.policy == PrefetchPolicy::None) return;
+  std::vector<int> local(static_cast<size_t>(experts_per_rank_));
+  for (int j = 0; j < experts_per_rank_; ++j) local[static_cast<size_t>(j)] = j;
+  for (int j : prefetch::backward_order(local, sv->active))
+    params.prefetch(expert_group(j), ctx.s(), ParamProvider::FetchReason::Predicted);
+}
+
 MoeFeedForward::RunOrder MoeFeedForward::run_order(const ModuleContext& ctx, ParamProvider& params,
                                                    const std::vector<char>& active,
                                                    ParamProvider::FetchReason reason) const {

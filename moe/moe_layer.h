@@ -48,6 +48,8 @@ class MoeFeedForward final : public FeedForward {
   // Routing-aware prefetch: gathers the local experts the frequency model predicts for this
   // layer (prefetch.policy), within prefetch.budget_bytes, before the attention block runs.
   void prepare(const ModuleContext& ctx, ParamProvider& params, Prepare when) override;
+  // Exact backward prefetch: the forward's active experts, in the order backward runs them.
+  void prepare_backward(const ModuleContext& ctx, ParamProvider& params, const Saved& saved) override;
   std::unique_ptr<Saved> forward(const ModuleContext& ctx, ParamProvider& params, const Tensor& h,
                                  const Tensor& out) override;
   void backward(const ModuleContext& ctx, ParamProvider& params, std::unique_ptr<Saved> saved,

@@ -200,6 +200,9 @@ void Transformer::backward(ParamProvider& params, Stream& s) {
   for (size_t l = attn_.size(); l-- > 0;) {
     ffn_[l]->backward(ctx, params, std::move(st->ffn[l]), st->resid.back(), dresid);
     st->resid.pop_back();  // h_l
+    // The next FFN in backward starts its (exact) expert gathers now, overlapping this layer's
+    // attention backward.
+    if (l > 0) ffn_[l - 1]->prepare_backward(ctx, params, *st->ffn[l - 1]);
     attn_[l].backward(ctx, params, st->attn[l], st->resid.back(), dresid);
     st->resid.pop_back();  // x_l
   }
