@@ -8,6 +8,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <type_traits>
 
 #include "comm/world.h"
 #include "core/error.h"
@@ -88,7 +89,10 @@ void print_progress(std::ostream& os, const StepLog& s, int64_t steps) {
   os << buf << std::endl;
 }
 
-constexpr int kStatFields = 14 + static_cast<int>(kMemTagCount);
+static_assert(std::is_trivially_copyable_v<RankStepStats> && sizeof(RankStepStats) % 8 == 0 &&
+                  alignof(RankStepStats) == 8,
+              "RankStepStats is all-gathered as 8-byte words");
+constexpr size_t kStatWords = sizeof(RankStepStats) / 8;
 
 }  // namespace
 
@@ -239,24 +243,26 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       // Per-rank counters of this step, gathered to every rank (i64).
       EngineCounters now = engine.counters();
       MemStats mem = dev.allocator().stats();
-      std::vector<int64_t> mine(kStatFields), all(static_cast<size_t>(kStatFields * world));
-      mine[0] = static_cast<int64_t>(now.gathered_bytes - before.gathered_bytes);
-      mine[1] = static_cast<int64_t>(now.reduce_scattered_bytes - before.reduce_scattered_bytes);
-      mine[2] = static_cast<int64_t>(now.all_reduced_bytes - before.all_reduced_bytes);
-      mine[3] = static_cast<int64_t>(mem.total_peak_bytes);
-      mine[4] = static_cast<int64_t>(moe_stats.a2a_bytes);
-      mine[5] = static_cast<int64_t>(now.gathered_dense_bytes - before.gathered_dense_bytes);
-      mine[6] = static_cast<int64_t>(now.gathered_expert_bytes - before.gathered_expert_bytes);
-      mine[7] = static_cast<int64_t>(now.prefetch_hits - before.prefetch_hits);
-      mine[8] = static_cast<int64_t>(now.prefetch_misses - before.prefetch_misses);
-      mine[9] = static_cast<int64_t>(now.prefetch_wasted_bytes - before.prefetch_wasted_bytes);
-      mine[10] = static_cast<int64_t>(now.cache_hits - before.cache_hits);
-      mine[11] = static_cast<int64_t>(now.cache_misses - before.cache_misses);
-      mine[12] = static_cast<int64_t>(now.cache_evictions - before.cache_evictions);
-      mine[13] = static_cast<int64_t>((now.stall_ms - before.stall_ms) * 1000.0);  // microseconds
-      for (size_t t = 0; t < kMemTagCount; ++t) mine[14 + t] = static_cast<int64_t>(mem.peak_bytes[t]);
+      RankStepStats mine;
+      mine.gathered_bytes = now.gathered_bytes - before.gathered_bytes;
+      mine.reduce_scattered_bytes = now.reduce_scattered_bytes - before.reduce_scattered_bytes;
+      mine.all_reduced_bytes = now.all_reduced_bytes - before.all_reduced_bytes;
+      mine.a2a_bytes = moe_stats.a2a_bytes;
+      mine.gathered_dense_bytes = now.gathered_dense_bytes - before.gathered_dense_bytes;
+      mine.gathered_expert_bytes = now.gathered_expert_bytes - before.gathered_expert_bytes;
+      mine.prefetch_hits = now.prefetch_hits - before.prefetch_hits;
+      mine.prefetch_misses = now.prefetch_misses - before.prefetch_misses;
+      mine.prefetch_wasted_bytes = now.prefetch_wasted_bytes - before.prefetch_wasted_bytes;
+      mine.cache_hits = now.cache_hits - before.cache_hits;
+      mine.cache_misses = now.cache_misses - before.cache_misses;
+      mine.cache_evictions = now.cache_evictions - before.cache_evictions;
+      mine.stall_ms = now.stall_ms - before.stall_ms;
+      mine.peak_bytes = mem.peak_bytes;
+      mine.peak_total_bytes = mem.total_peak_bytes;
       before = now;
-      misc->all_gather(mine.data(), all.data(), kStatFields, DType::I64, cs);
+      // The struct travels as raw 8-byte words (every field is 8 bytes wide; checked below).
+      std::vector<RankStepStats> all(static_cast<size_t>(world));
+      misc->all_gather(&mine, all.data(), kStatWords, DType::I64, cs);
       cs.synchronize();
       if (ctx.rank != 0) continue;
 
@@ -272,26 +278,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       s.tokens = step_tokens;
       s.tokens_per_s = double(step_tokens) / std::chrono::duration<double>(t1 - t0).count();
       s.elapsed_s = std::chrono::duration<double>(t1 - t_start).count();
-      for (int r = 0; r < world; ++r) {
-        RankStepStats rs;
-        const int64_t* f = all.data() + r * kStatFields;
-        rs.gathered_bytes = static_cast<uint64_t>(f[0]);
-        rs.reduce_scattered_bytes = static_cast<uint64_t>(f[1]);
-        rs.all_reduced_bytes = static_cast<uint64_t>(f[2]);
-        rs.peak_total_bytes = static_cast<uint64_t>(f[3]);
-        rs.a2a_bytes = static_cast<uint64_t>(f[4]);
-        rs.gathered_dense_bytes = static_cast<uint64_t>(f[5]);
-        rs.gathered_expert_bytes = static_cast<uint64_t>(f[6]);
-        rs.prefetch_hits = static_cast<uint64_t>(f[7]);
-        rs.prefetch_misses = static_cast<uint64_t>(f[8]);
-        rs.prefetch_wasted_bytes = static_cast<uint64_t>(f[9]);
-        rs.cache_hits = static_cast<uint64_t>(f[10]);
-        rs.cache_misses = static_cast<uint64_t>(f[11]);
-        rs.cache_evictions = static_cast<uint64_t>(f[12]);
-        rs.stall_ms = static_cast<double>(f[13]) / 1000.0;
-        for (size_t t = 0; t < kMemTagCount; ++t) rs.peak_bytes[t] = static_cast<uint64_t>(f[14 + t]);
-        s.ranks.push_back(rs);
-      }
+      s.ranks = std::move(all);
       if (metrics.is_open()) metrics << step_json(s) << "\n" << std::flush;
       if (options.progress && (s.step % tc.log_every == 0 || s.step == 1 || s.step == tc.steps))
         print_progress(*options.progress, s, tc.steps);
