@@ -96,8 +96,7 @@ void ZeroEngine::Impl::issue_fetch(int g) {
                               options.compute_dtype, gs);
   st.gathered->record(gs);
   st.state = GroupState::Gathering;
-  live_bytes += bytes;
-  counters.peak_live_bytes = std::max<uint64_t>(counters.peak_live_bytes, live_bytes);
+  count_live(st, +1);
   counters.gathered_bytes += bytes;
   (st.expert ? counters.gathered_expert_bytes : counters.gathered_dense_bytes) += bytes;
   counters.gathers += 1;
@@ -118,13 +117,12 @@ Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
   } else {
     MOEZERO_CHECK(st.state != GroupState::Full, "acquire of parameter group '",
                   st.layout.spec().name, "', which is already acquired (release it first)");
-    const size_t bytes = st.full_bytes(options.compute_dtype);
     if (st.state == GroupState::Cached) {
       if (cache->lookup(g, step) == CacheLookup::Hit) {
         cache->pin(g);
         st.full.buffer().retag(MemTag::FullParam);
         counters.cache_hits += 1;
-        live_bytes += bytes;
+        count_live(st, +1);
       } else {  // stale (cannot happen while the cache is emptied at every step; stay safe)
         st.full.reset();
         st.state = GroupState::Sharded;
@@ -182,12 +180,34 @@ void ZeroEngine::Impl::prefetch_ahead() {
 }
 
 uint64_t ZeroEngine::Impl::live_bytes_of(const Communicator* comm) const {
-  uint64_t live = 0;
-  for (const auto& p : groups)
-    if (p->params_sharded && p->comms.gather == comm &&
-        (p->state == GroupState::Gathering || p->state == GroupState::Full))
-      live += p->full_bytes(options.compute_dtype);
-  return live;
+  auto it = live_by_comm.find(comm);
+  return it == live_by_comm.end() ? 0 : it->second;
+}
+
+void ZeroEngine::Impl::count_live(const GroupState& st, int sign) {
+  const uint64_t bytes = st.full_bytes(options.compute_dtype);
+  uint64_t& of_comm = live_by_comm[st.comms.gather];
+  if (sign > 0) {
+    of_comm += bytes;
+    live_bytes += bytes;
+    counters.peak_live_bytes = std::max<uint64_t>(counters.peak_live_bytes, live_bytes);
+  } else {
+    of_comm -= bytes;
+    live_bytes -= bytes;
+  }
+}
+
+bool ZeroEngine::Impl::offer_to_cache(int g) {
+  GroupState& st = group(g);
+  CacheAdmit a = cache->admit(g, st.full_bytes(options.compute_dtype), step, st.keep_score);
+  for (int e : a.evicted) {
+    drop_resident(e);
+    counters.cache_evictions += 1;
+  }
+  if (!a.admitted) return false;
+  st.full.buffer().retag(MemTag::Cache);
+  st.state = GroupState::Cached;
+  return true;
 }
 
 void ZeroEngine::Impl::release(int g, Stream& compute) {
@@ -195,8 +215,7 @@ void ZeroEngine::Impl::release(int g, Stream& compute) {
   if (!st.params_sharded) return;
   MOEZERO_CHECK(st.state == GroupState::Full, "release of parameter group '",
                 st.layout.spec().name, "', which is not acquired");
-  const size_t bytes = st.full_bytes(options.compute_dtype);
-  live_bytes -= bytes;
+  count_live(st, -1);
   if (st.expert && cache) {
     if (cache->contains(g)) {  // served by the cache: still resident
       cache->unpin(g);
@@ -204,16 +223,7 @@ void ZeroEngine::Impl::release(int g, Stream& compute) {
       st.state = GroupState::Cached;
       return;
     }
-    CacheAdmit a = cache->admit(g, bytes, step, st.keep_score);
-    for (int e : a.evicted) {
-      drop_resident(e);
-      counters.cache_evictions += 1;
-    }
-    if (a.admitted) {
-      st.full.buffer().retag(MemTag::Cache);
-      st.state = GroupState::Cached;
-      return;
-    }
+    if (offer_to_cache(g)) return;
   }
   st.full.reset();  // stream-safe: reused only after gather and compute passed this point
   st.state = GroupState::Sharded;
@@ -222,8 +232,7 @@ void ZeroEngine::Impl::release(int g, Stream& compute) {
 void ZeroEngine::Impl::drop_resident(int g) {
   GroupState& st = group(g);
   st.early_needed = false;
-  if (st.state == GroupState::Gathering)
-    live_bytes -= st.full_bytes(options.compute_dtype);
+  if (st.state == GroupState::Gathering) count_live(st, -1);
   st.full.reset();
   st.state = GroupState::Sharded;
   st.prefetched = false;
@@ -246,18 +255,9 @@ void ZeroEngine::Impl::discard_prefetch(int g) {
   const size_t bytes = st.full_bytes(options.compute_dtype);
   counters.prefetch_wasted_bytes += bytes;
   st.prefetched = false;
-  if (st.expert && cache && !cache->contains(g)) {
-    CacheAdmit a = cache->admit(g, bytes, step, st.keep_score);
-    for (int e : a.evicted) {
-      drop_resident(e);
-      counters.cache_evictions += 1;
-    }
-    if (a.admitted) {  // kept for a later acquire (its gather may still be in flight)
-      st.full.buffer().retag(MemTag::Cache);
-      live_bytes -= bytes;
-      st.state = GroupState::Cached;
-      return;
-    }
+  if (st.expert && cache && !cache->contains(g) && offer_to_cache(g)) {
+    count_live(st, -1);  // kept for a later acquire (its gather may still be in flight)
+    return;
   }
   drop_resident(g);
 }

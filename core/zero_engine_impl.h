@@ -64,6 +64,8 @@ struct ZeroEngine::Impl {
   void issue_fetch(int g);
   void prefetch_ahead();
   uint64_t live_bytes_of(const Communicator* comm) const;  // gathered bytes of comm's groups
+  void count_live(const zero_detail::GroupState& st, int sign);  // +1 gathered, -1 no longer
+  bool offer_to_cache(int g);  // admits a gathered expert to the shard cache (true: kept)
   void end_passes();
   Tensor grad(int g, Stream& compute);
   void grad_ready(int g, Stream& compute);
@@ -103,7 +105,10 @@ struct ZeroEngine::Impl {
   // must be the same on every rank, so never key by address.
   std::map<std::string, Order> orders;
   static std::string comm_key(const Communicator* c) { return c->group().str() + "/" + c->channel(); }
-  uint64_t live_bytes = 0;    // gathered (params_sharded) bytes alive, all groups
+  // Gathered (Gathering or Full) bytes of params_sharded groups: all, and per gather
+  // communicator (the latter is what prefetch decisions see; never iterated).
+  uint64_t live_bytes = 0;
+  std::map<const Communicator*, uint64_t> live_by_comm;
   // max_live_bytes split evenly over the gather communicators of sharded groups (the world
   // and this rank's EDP group): each communicator's prefetch decisions see only its own
   // groups (identical on its ranks), and the shares add up to the limit.
