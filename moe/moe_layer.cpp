@@ -147,6 +147,26 @@ MoeFeedForward::RunOrder MoeFeedForward::run_order(const ModuleContext& ctx, Par
   return order;
 }
 
+void MoeFeedForward::on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send,
+                                   TensorBuffer& recv, const std::function<void(Stream&)>& call) {
+  Stream& as = a2a_stream(ctx);
+  Stream& cs = ctx.s();
+  if (&as == &cs) {
+    call(cs);
+    return;
+  }
+  Device& dev = cs.device();
+  auto written = dev.create_event();
+  written->record(cs);
+  as.wait(*written);  // send is complete
+  send.buffer().record_stream(as);
+  recv.buffer().record_stream(as);
+  call(as);
+  auto arrived = dev.create_event();
+  arrived->record(as);
+  cs.wait(*arrived);  // recv is complete
+}
+
 void MoeFeedForward::exchange(const ModuleContext& ctx, TensorBuffer& send,
                               const std::vector<int64_t>& send_rows, TensorBuffer& recv,
                               const std::vector<int64_t>& recv_rows) {
@@ -162,21 +182,9 @@ void MoeFeedForward::exchange(const ModuleContext& ctx, TensorBuffer& send,
     re[p] = static_cast<size_t>(recv_rows[p] * C);
     if (static_cast<int>(p) != rt_.a2a->rank()) bytes += se[p] * dtype_size_bytes(send.view().dtype());
   }
-  Stream& as = a2a_stream(ctx);
-  Device& dev = ctx.s().device();
-  if (&as != &ctx.s()) {
-    auto written = dev.create_event();
-    written->record(ctx.s());
-    as.wait(*written);
-    send.buffer().record_stream(as);
-    recv.buffer().record_stream(as);
-  }
-  rt_.a2a->all_to_all_v(send.view().data(), se, recv.view().data(), re, send.view().dtype(), as);
-  if (&as != &ctx.s()) {
-    auto arrived = dev.create_event();
-    arrived->record(as);
-    ctx.s().wait(*arrived);
-  }
+  on_a2a_stream(ctx, send, recv, [&](Stream& as) {
+    rt_.a2a->all_to_all_v(send.view().data(), se, recv.view().data(), re, send.view().dtype(), as);
+  });
   if (rt_.stats) rt_.stats->a2a_bytes += bytes;
 }
 
@@ -212,22 +220,11 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   params.release(first_group_, s);  // the router read the gate weight (forward_local/finish)
   TensorBuffer recv_counts = ctx.alloc(DType::I32, Shape{ep * Epr}, "moe.recv_counts");
   if (ep > 1) {  // on the a2a stream, like every use of the EP communicator
-    Stream& as = a2a_stream(ctx);
-    if (&as != &s) {
-      auto counted = dev.create_event();
-      counted->record(s);
-      as.wait(*counted);
-      local_counts.buffer().record_stream(as);
-      recv_counts.buffer().record_stream(as);
-    }
     std::vector<size_t> per(static_cast<size_t>(ep), static_cast<size_t>(Epr));
-    rt_.a2a->all_to_all_v(local_counts.view().data(), per, recv_counts.view().data(), per,
-                          DType::I32, as);
-    if (&as != &s) {
-      auto exchanged = dev.create_event();
-      exchanged->record(as);
-      s.wait(*exchanged);
-    }
+    on_a2a_stream(ctx, local_counts, recv_counts, [&](Stream& as) {
+      rt_.a2a->all_to_all_v(local_counts.view().data(), per, recv_counts.view().data(), per,
+                            DType::I32, as);
+    });
   } else {
     ops.cast(s, local_counts, recv_counts);
   }

@@ -28,6 +28,7 @@
 // (gate), w2 (C, F) (down), w3 (F, C) (up)} (GroupKind::Expert, expert = e).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -79,6 +80,10 @@ class MoeFeedForward final : public FeedForward {
   // the compute stream waits for `recv` (events only, no host sync).
   void exchange(const ModuleContext& ctx, TensorBuffer& send, const std::vector<int64_t>& send_rows,
                 TensorBuffer& recv, const std::vector<int64_t>& recv_rows);
+  // Runs call(stream) on the a2a stream ordered by events after the compute stream's writes of
+  // `send` and before its reads of `recv` (both buffers recorded as used by that stream).
+  void on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send, TensorBuffer& recv,
+                     const std::function<void(Stream&)>& call);
   // The stream the EP communicator runs on.
   Stream& a2a_stream(const ModuleContext& ctx) const { return rt_.a2a_stream ? *rt_.a2a_stream : ctx.s(); }
 
