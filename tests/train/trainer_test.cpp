@@ -322,6 +322,28 @@ TEST(Trainer, NonFiniteGradientStopsOrSkips) {
   EXPECT_GT(skipped, 0);
 }
 
+TEST(Trainer, BadCustomDataIsRefusedNamingThePlace) {
+  auto expect = [](DataSource src, const std::string& needle) {
+    TrainOptions opt;
+    opt.data = std::move(src);
+    try {
+      train(tiny({"parallel.world_size=2"}), opt);
+      ADD_FAILURE() << "accepted bad data; expected '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect([](const BatchRequest& b, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
+    tok.assign(static_cast<size_t>(b.rows * b.seq_len) - 1, 0);  // one short
+    tgt.assign(tok.size(), 0);
+  }, "data source returned");
+  expect([](const BatchRequest& b, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
+    tok.assign(static_cast<size_t>(b.rows * b.seq_len), 3);
+    tgt.assign(tok.size(), 3);
+    tok[5] = 256;  // outside the byte vocabulary
+  }, "token 256");
+}
+
 TEST(Trainer, BadInputFailsBeforeTraining) {
   EXPECT_THROW(train(tiny({"data.path=/nonexistent/file.txt"}), {}), Error);
   EXPECT_THROW(train(tiny({"parallel.backend=cuda"}), {}), Error);
