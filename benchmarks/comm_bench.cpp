@@ -1,14 +1,14 @@
 // benchmarks/comm_bench.cpp — LocalCommunicator: achieved bus bandwidth of each collective
 // next to what the emulated link allows, measured in the same run.
 //
-// Table 1 (emulated link, default 2 Gbit/s + 20 us, below what 2 shared cores copy): for each collective and size, the
-// model time (latency + bus_bytes / link bandwidth, nccl-tests bus factors) and the achieved
-// time per call; busbw = bus_bytes / time. ratio = achieved busbw / model busbw: 1.0 means the
-// emulation holds the collective to exactly the link's speed; below 1 is overhead (thread
-// wake-ups, the copies themselves when they are slower than the link).
-// Table 2 (no emulation): the raw shared-memory speed of the same collectives; its baseline is
-// single-threaded std::memcpy of the same bytes in this run, ratio = busbw / memcpy GB/s.
-// Usage: comm_bench [--ranks N] [--gbps X] [--latency-us Y] [--quick]
+// Table 1 (emulated link, default 2 Gbit/s + 20 us, below what 2 shared cores copy): for each
+// collective and size, the model time (latency + bus_bytes / link bandwidth, nccl-tests bus
+// factors) and the achieved time per call; busbw = bus_bytes / time. ratio = achieved busbw / model
+// busbw: 1.0 means the emulation holds the collective to exactly the link's speed; below 1 is
+// overhead (thread wake-ups, the copies themselves when they are slower than the link). Table 2 (no
+// emulation): the raw shared-memory speed of the same collectives; its baseline is single-threaded
+// std::memcpy of the same bytes in this run, ratio = busbw / memcpy GB/s. Usage: comm_bench
+// [--ranks N] [--gbps X] [--latency-us Y] [--quick]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -32,38 +32,45 @@ struct Case {
 // Seconds per call of `c` on `n` ranks (rank 0's view, between two barriers).
 double time_collective(int n, const Case& c, int iters, const comm::WorldOptions& opts) {
   double seconds = 0.0;
-  comm::World::run(n, [&](comm::RankContext& ctx) {
-    auto comm = ctx.communicator(ctx.world_group(), "bench");
-    Stream& s = ctx.device->create_stream("bench");
-    const size_t elems = c.size_bytes / sizeof(float);
-    const size_t shard = elems / static_cast<size_t>(n);
-    std::vector<float> a(elems, 1.0f), b(elems, 0.0f);
-    std::vector<size_t> counts(static_cast<size_t>(n), shard);
-    auto once = [&] {
-      switch (c.op) {
-        case CollectiveOp::AllGather: comm->all_gather(a.data(), b.data(), shard, DType::F32, s); break;
-        case CollectiveOp::ReduceScatter:
-          comm->reduce_scatter(a.data(), b.data(), shard, DType::F32, ReduceOp::Sum, s);
-          break;
-        case CollectiveOp::AllReduce:
-          comm->all_reduce(a.data(), b.data(), elems, DType::F32, ReduceOp::Sum, s);
-          break;
-        case CollectiveOp::AllToAllV:
-          comm->all_to_all_v(a.data(), counts, b.data(), counts, DType::F32, s);
-          break;
-        case CollectiveOp::Broadcast: comm->broadcast(a.data(), b.data(), elems, DType::F32, 0, s); break;
-        case CollectiveOp::Barrier: comm->barrier(s); break;
-      }
-    };
-    once();  // warm-up: first touch of the buffers
-    comm->barrier(s);
-    s.synchronize();
-    const auto t0 = Clock::now();
-    for (int i = 0; i < iters; ++i) once();
-    s.synchronize();
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
-    if (ctx.rank == 0) seconds = dt;
-  }, opts);
+  comm::World::run(
+      n,
+      [&](comm::RankContext& ctx) {
+        auto comm = ctx.communicator(ctx.world_group(), "bench");
+        Stream& s = ctx.device->create_stream("bench");
+        const size_t elems = c.size_bytes / sizeof(float);
+        const size_t shard = elems / static_cast<size_t>(n);
+        std::vector<float> a(elems, 1.0f), b(elems, 0.0f);
+        std::vector<size_t> counts(static_cast<size_t>(n), shard);
+        auto once = [&] {
+          switch (c.op) {
+            case CollectiveOp::AllGather:
+              comm->all_gather(a.data(), b.data(), shard, DType::F32, s);
+              break;
+            case CollectiveOp::ReduceScatter:
+              comm->reduce_scatter(a.data(), b.data(), shard, DType::F32, ReduceOp::Sum, s);
+              break;
+            case CollectiveOp::AllReduce:
+              comm->all_reduce(a.data(), b.data(), elems, DType::F32, ReduceOp::Sum, s);
+              break;
+            case CollectiveOp::AllToAllV:
+              comm->all_to_all_v(a.data(), counts, b.data(), counts, DType::F32, s);
+              break;
+            case CollectiveOp::Broadcast:
+              comm->broadcast(a.data(), b.data(), elems, DType::F32, 0, s);
+              break;
+            case CollectiveOp::Barrier: comm->barrier(s); break;
+          }
+        };
+        once();  // warm-up: first touch of the buffers
+        comm->barrier(s);
+        s.synchronize();
+        const auto t0 = Clock::now();
+        for (int i = 0; i < iters; ++i) once();
+        s.synchronize();
+        const double dt = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+        if (ctx.rank == 0) seconds = dt;
+      },
+      opts);
   return seconds;
 }
 
@@ -78,7 +85,8 @@ double memcpy_gbps(size_t bytes) {
 }
 
 std::string size_str(size_t bytes) {
-  return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes >> 10) + " KiB";
+  return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + " MiB"
+                             : std::to_string(bytes >> 10) + " KiB";
 }
 
 int run(int argc, char** argv) {
@@ -91,11 +99,16 @@ int run(int argc, char** argv) {
       MOEZERO_CHECK(i + 1 < argc, "comm_bench: ", a, " needs a value");
       return argv[++i];
     };
-    if (a == "--ranks") n = std::stoi(next());
-    else if (a == "--gbps") gbps = std::stod(next());
-    else if (a == "--latency-us") latency_us = std::stod(next());
-    else if (a == "--quick") quick = true;
-    else MOEZERO_THROW("comm_bench: unknown argument '", a, "' (see the header of comm_bench.cpp)");
+    if (a == "--ranks")
+      n = std::stoi(next());
+    else if (a == "--gbps")
+      gbps = std::stod(next());
+    else if (a == "--latency-us")
+      latency_us = std::stod(next());
+    else if (a == "--quick")
+      quick = true;
+    else
+      MOEZERO_THROW("comm_bench: unknown argument '", a, "' (see the header of comm_bench.cpp)");
   }
   MOEZERO_CHECK(n >= 2, "comm_bench: --ranks must be >= 2, got ", n);
   const std::vector<CollectiveOp> ops{CollectiveOp::AllGather, CollectiveOp::ReduceScatter,
@@ -125,14 +138,16 @@ int run(int argc, char** argv) {
 
   const size_t raw_bytes = sizes.back();
   const double base = memcpy_gbps(raw_bytes);
-  std::printf("\nno emulation, %s: shared-memory bus bandwidth vs single-thread memcpy (%.2f GB/s)\n",
-              size_str(raw_bytes).c_str(), base);
+  std::printf(
+      "\nno emulation, %s: shared-memory bus bandwidth vs single-thread memcpy (%.2f GB/s)\n",
+      size_str(raw_bytes).c_str(), base);
   std::printf("%-15s %8s %10s %12s %7s\n", "collective", "size", "ms", "busbw GB/s", "ratio");
   for (CollectiveOp op : ops) {
     const double bus_bytes = static_cast<double>(raw_bytes) * bus_factor(op, n);
     const double got_s = time_collective(n, {op, raw_bytes}, iters, comm::WorldOptions{});
-    std::printf("%-15s %8s %10.3f %12.3f %7.2f\n", collective_op_name(op), size_str(raw_bytes).c_str(),
-                got_s * 1e3, bus_bytes / got_s / 1e9, bus_bytes / got_s / 1e9 / base);
+    std::printf("%-15s %8s %10.3f %12.3f %7.2f\n", collective_op_name(op),
+                size_str(raw_bytes).c_str(), got_s * 1e3, bus_bytes / got_s / 1e9,
+                bus_bytes / got_s / 1e9 / base);
   }
   return 0;
 }

@@ -24,9 +24,12 @@ int main(int argc, char** argv) {
     std::vector<std::string> overrides = {"parallel.world_size=4"};
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
-      if (a == "--steps" && i + 1 < argc) steps = std::stoi(argv[++i]);
-      else if (a == "--set" && i + 1 < argc) overrides.push_back(argv[++i]);
-      else path = a;
+      if (a == "--steps" && i + 1 < argc)
+        steps = std::stoi(argv[++i]);
+      else if (a == "--set" && i + 1 < argc)
+        overrides.push_back(argv[++i]);
+      else
+        path = a;
     }
     overrides.push_back("train.steps=" + std::to_string(steps));
     struct Row {
@@ -50,17 +53,17 @@ int main(int argc, char** argv) {
       for (const auto& s : r.steps)
         for (const auto& k : s.ranks) {
           row.peak = std::max(row.peak, k.peak_total_bytes);
-          row.states = std::max<uint64_t>(
-              row.states, k.peak_bytes[size_t(MemTag::ParamShard)] + k.peak_bytes[size_t(MemTag::Grad)] +
-                              k.peak_bytes[size_t(MemTag::OptimState)]);
+          row.states = std::max<uint64_t>(row.states, k.peak_bytes[size_t(MemTag::ParamShard)] +
+                                                          k.peak_bytes[size_t(MemTag::Grad)] +
+                                                          k.peak_bytes[size_t(MemTag::OptimState)]);
         }
       const auto& last = r.steps.back().ranks[0];
       row.gathered = last.gathered_bytes;
       row.reduced = last.reduce_scattered_bytes + last.all_reduced_bytes;
       rows.push_back(row);
     }
-    std::printf("ZeRO stages on %s, world size %d, %d steps (rank 0 bytes per step)\n", path.c_str(),
-                world, steps);
+    std::printf("ZeRO stages on %s, world size %d, %d steps (rank 0 bytes per step)\n",
+                path.c_str(), world, steps);
     std::printf("%-6s %12s %14s %16s %16s %16s %10s %10s\n", "stage", "tokens/s", "peak B/rank",
                 "states+grads B", "gathered B/step", "reduced B/step", "tok/s x", "peak x");
     for (const auto& r : rows)

@@ -18,7 +18,8 @@ void move_all_to_all_v(const Slot& slot, int rank) {
     for (size_t q = 0; q < r; ++q) src_offset_elems += peer.send_elems[q];
     const size_t bytes = me.recv_elems[p] * elem_bytes;
     if (bytes > 0)
-      std::memcpy(dst, static_cast<const std::byte*>(peer.send) + src_offset_elems * elem_bytes, bytes);
+      std::memcpy(dst, static_cast<const std::byte*>(peer.send) + src_offset_elems * elem_bytes,
+                  bytes);
     dst += bytes;
   }
 }

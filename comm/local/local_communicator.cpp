@@ -33,8 +33,14 @@ LocalCommunicator::LocalCommunicator(std::shared_ptr<Channel> channel, int globa
 void LocalCommunicator::submit(Arrival arrival, Stream& stream) {
   const int rank = this->rank();
   const uint64_t seq = channel_->take_seq(rank);
-  CommRecord record{arrival.sig.op, group().str(), channel(), stream.name(), seq,
-                    call_size_bytes(arrival, size()), {}, {}};
+  CommRecord record{arrival.sig.op,
+                    group().str(),
+                    channel(),
+                    stream.name(),
+                    seq,
+                    call_size_bytes(arrival, size()),
+                    {},
+                    {}};
   stream.enqueue_host([ch = channel_, log = log(), rank, seq, arrival = std::move(arrival),
                        record = std::move(record)]() mutable {
     record.start = std::chrono::steady_clock::now();
@@ -60,22 +66,25 @@ void LocalCommunicator::all_gather(const void* send, void* recv, size_t send_ele
   const size_t recv_bytes = chunk_bytes * static_cast<size_t>(size());
   check_buffer(send, chunk_bytes, "all_gather", "send");
   check_buffer(recv, recv_bytes, "all_gather", "recv");
-  const void* in_place = static_cast<const std::byte*>(recv) + static_cast<size_t>(rank()) * chunk_bytes;
+  const void* in_place =
+      static_cast<const std::byte*>(recv) + static_cast<size_t>(rank()) * chunk_bytes;
   MOEZERO_CHECK(send == in_place || !overlap(send, chunk_bytes, recv, recv_bytes),
                 "all_gather: send overlaps recv but is not recv + rank * send_elems (in place)");
   submit(Arrival{{CollectiveOp::AllGather, dtype, send_elems}, send, recv, {}, {}}, stream);
 }
 
-void LocalCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_elems,
-                                       DType dtype, ReduceOp op, Stream& stream) {
+void LocalCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_elems, DType dtype,
+                                       ReduceOp op, Stream& stream) {
   check_stream(stream, "reduce_scatter");
   const size_t chunk_bytes = recv_elems * dtype_size_bytes(dtype);
   const size_t send_bytes = chunk_bytes * static_cast<size_t>(size());
   check_buffer(send, send_bytes, "reduce_scatter", "send");
   check_buffer(recv, chunk_bytes, "reduce_scatter", "recv");
-  const void* in_place = static_cast<const std::byte*>(send) + static_cast<size_t>(rank()) * chunk_bytes;
-  MOEZERO_CHECK(recv == in_place || !overlap(send, send_bytes, recv, chunk_bytes),
-                "reduce_scatter: recv overlaps send but is not send + rank * recv_elems (in place)");
+  const void* in_place =
+      static_cast<const std::byte*>(send) + static_cast<size_t>(rank()) * chunk_bytes;
+  MOEZERO_CHECK(
+      recv == in_place || !overlap(send, send_bytes, recv, chunk_bytes),
+      "reduce_scatter: recv overlaps send but is not send + rank * recv_elems (in place)");
   submit(Arrival{{CollectiveOp::ReduceScatter, dtype, recv_elems, op}, send, recv, {}, {}}, stream);
 }
 
@@ -114,11 +123,11 @@ void LocalCommunicator::all_to_all_v(const void* send, std::span<const size_t> s
          stream);
 }
 
-void LocalCommunicator::broadcast(const void* send, void* recv, size_t elems, DType dtype,
-                                  int root, Stream& stream) {
+void LocalCommunicator::broadcast(const void* send, void* recv, size_t elems, DType dtype, int root,
+                                  Stream& stream) {
   check_stream(stream, "broadcast");
-  MOEZERO_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " out of range [0, ",
-                size(), ") of group ", group().str());
+  MOEZERO_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " out of range [0, ", size(),
+                ") of group ", group().str());
   const size_t bytes = elems * dtype_size_bytes(dtype);
   if (rank() == root) check_buffer(send, bytes, "broadcast", "send (root)");
   check_buffer(recv, bytes, "broadcast", "recv");

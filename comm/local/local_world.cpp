@@ -24,10 +24,10 @@ std::unique_ptr<Communicator> LocalWorld::make_communicator(const ProcessGroup& 
   MOEZERO_CHECK(group.size() >= 1, "make_communicator: group '", group.name, "' is empty");
   std::set<int> seen;
   for (int r : group.ranks) {
-    MOEZERO_CHECK(r >= 0 && r < world_size_, "make_communicator: group ", group.str(),
-                  " has rank ", r, " outside the world of ", world_size_);
-    MOEZERO_CHECK(seen.insert(r).second, "make_communicator: group ", group.str(),
-                  " lists rank ", r, " twice");
+    MOEZERO_CHECK(r >= 0 && r < world_size_, "make_communicator: group ", group.str(), " has rank ",
+                  r, " outside the world of ", world_size_);
+    MOEZERO_CHECK(seen.insert(r).second, "make_communicator: group ", group.str(), " lists rank ",
+                  r, " twice");
   }
   MOEZERO_CHECK(group.contains(global_rank), "make_communicator: rank ", global_rank,
                 " is not a member of group ", group.str());

@@ -13,7 +13,8 @@ void move_reduce_scatter(const Slot& slot, int rank) {
   std::vector<const void*> inputs;
   inputs.reserve(slot.arrivals.size());
   for (const Arrival& a : slot.arrivals)
-    inputs.push_back(static_cast<const std::byte*>(a.send) + static_cast<size_t>(rank) * chunk_bytes);
+    inputs.push_back(static_cast<const std::byte*>(a.send) +
+                     static_cast<size_t>(rank) * chunk_bytes);
   // In place (recv == own send chunk) is safe: only this rank reads that chunk, and
   // reduce_elems reads a whole block before writing it.
   reduce_elems(me.recv, inputs, me.sig.elems, me.sig.dtype, me.sig.reduce);

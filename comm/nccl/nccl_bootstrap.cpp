@@ -12,7 +12,7 @@ NcclIdExchange InProcessNcclBootstrap::exchange() {
 }
 
 ncclUniqueId InProcessNcclBootstrap::publish_or_wait(const std::string& key,
-                                                      std::optional<ncclUniqueId> root_id) {
+                                                     std::optional<ncclUniqueId> root_id) {
   std::unique_lock<std::mutex> lock(mu_);
   if (root_id) {
     ids_[key] = *root_id;

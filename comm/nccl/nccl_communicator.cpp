@@ -81,8 +81,8 @@ NcclCommunicator::NcclCommunicator(ProcessGroup group, int global_rank, std::str
   MOEZERO_NCCL_CALL(ncclCommInitRankConfig(&comm_, size(), id, rank(), &config),
                     "ncclCommInitRankConfig for " + key);
   MOEZERO_CUDA_CHECK(cudaMalloc(&sig_device_, (size() + 1) * kSigWords * sizeof(int64_t)));
-  MOEZERO_CUDA_CHECK(
-      cudaMallocHost(reinterpret_cast<void**>(&sig_host_), (size() + 1) * kSigWords * sizeof(int64_t)));
+  MOEZERO_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&sig_host_),
+                                    (size() + 1) * kSigWords * sizeof(int64_t)));
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -165,11 +165,12 @@ void NcclCommunicator::check_call(const CallSignature& sig, Stream& stream) {
   auto* rows = static_cast<int64_t*>(sig_device_);
   int64_t* mine = sig_host_ + static_cast<size_t>(size()) * kSigWords;  // spare pinned row
   encode(sig, mine);
-  MOEZERO_CUDA_CHECK(cudaMemcpyAsync(rows + rank() * kSigWords, mine, row_bytes,
-                                     cudaMemcpyHostToDevice, h));
+  MOEZERO_CUDA_CHECK(
+      cudaMemcpyAsync(rows + rank() * kSigWords, mine, row_bytes, cudaMemcpyHostToDevice, h));
   MOEZERO_NCCL_CALL(ncclAllGather(rows + rank() * kSigWords, rows, kSigWords, ncclInt64, comm_, h),
                     "call check of " + sig.str());
-  MOEZERO_CUDA_CHECK(cudaMemcpyAsync(sig_host_, rows, size() * row_bytes, cudaMemcpyDeviceToHost, h));
+  MOEZERO_CUDA_CHECK(
+      cudaMemcpyAsync(sig_host_, rows, size() * row_bytes, cudaMemcpyDeviceToHost, h));
   synchronize(stream);
   for (int r = 0; r < size(); ++r) {
     const CallSignature other = decode(sig_host_ + static_cast<size_t>(r) * kSigWords);
@@ -212,12 +213,12 @@ void NcclCommunicator::all_gather(const void* send, void* recv, size_t send_elem
                     where(sig, seq));
 }
 
-void NcclCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_elems,
-                                      DType dtype, ReduceOp op, Stream& stream) {
+void NcclCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_elems, DType dtype,
+                                      ReduceOp op, Stream& stream) {
   const CallSignature sig{CollectiveOp::ReduceScatter, dtype, recv_elems, op};
   const uint64_t seq = begin(sig, stream);
-  MOEZERO_NCCL_CALL(ncclReduceScatter(send, recv, recv_elems, nccl_dtype(dtype), nccl_op(op),
-                                      comm_, cuda::cuda_stream_handle(stream)),
+  MOEZERO_NCCL_CALL(ncclReduceScatter(send, recv, recv_elems, nccl_dtype(dtype), nccl_op(op), comm_,
+                                      cuda::cuda_stream_handle(stream)),
                     where(sig, seq));
 }
 
@@ -259,10 +260,10 @@ void NcclCommunicator::all_to_all_v(const void* send, std::span<const size_t> se
   MOEZERO_NCCL_CALL(ncclGroupEnd(), what);
 }
 
-void NcclCommunicator::broadcast(const void* send, void* recv, size_t elems, DType dtype,
-                                 int root, Stream& stream) {
-  MOEZERO_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " out of range [0, ",
-                size(), ") of group ", group().str());
+void NcclCommunicator::broadcast(const void* send, void* recv, size_t elems, DType dtype, int root,
+                                 Stream& stream) {
+  MOEZERO_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " out of range [0, ", size(),
+                ") of group ", group().str());
   const CallSignature sig{CollectiveOp::Broadcast, dtype, elems, ReduceOp::Sum, root};
   const uint64_t seq = begin(sig, stream);
   MOEZERO_NCCL_CALL(ncclBroadcast(send, recv, elems, nccl_dtype(dtype), root, comm_,
@@ -275,9 +276,9 @@ void NcclCommunicator::barrier(Stream& stream) {
   const uint64_t seq = begin(sig, stream);
   // One int64 all-reduced in place: completes on the stream once every rank reached it.
   auto* word = static_cast<int64_t*>(sig_device_) + static_cast<size_t>(size()) * kSigWords;
-  MOEZERO_NCCL_CALL(ncclAllReduce(word, word, 1, ncclInt64, ncclSum, comm_,
-                                  cuda::cuda_stream_handle(stream)),
-                    where(sig, seq));
+  MOEZERO_NCCL_CALL(
+      ncclAllReduce(word, word, 1, ncclInt64, ncclSum, comm_, cuda::cuda_stream_handle(stream)),
+      where(sig, seq));
 }
 
 }  // namespace moezero::comm

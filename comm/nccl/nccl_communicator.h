@@ -73,8 +73,8 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   bool aborted_ = false;
   uint64_t next_seq_ = 0;
-  void* sig_device_ = nullptr;  // (size, kSigWords) int64: barrier word and call signatures
-  int64_t* sig_host_ = nullptr; // pinned copy of the gathered signatures
+  void* sig_device_ = nullptr;   // (size, kSigWords) int64: barrier word and call signatures
+  int64_t* sig_host_ = nullptr;  // pinned copy of the gathered signatures
 };
 
 }  // namespace moezero::comm
