@@ -1,11 +1,10 @@
 // core/zero_engine.cpp — group state, gather/release, gradient buckets (see zero_engine.h).
 // The optimizer step and parameter initialisation live in zero_step.cpp.
-#include "core/zero_engine_impl.h"
-
 #include <algorithm>
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "core/zero_engine_impl.h"
 
 namespace moezero {
 
@@ -67,7 +66,9 @@ bool ZeroEngine::needs_fetch(int group) const {
 }
 void ZeroEngine::finish_backward() { impl_->flush_buckets(); }
 StepResult ZeroEngine::step(const AdamWHyper& hyper) { return impl_->optimizer_step(hyper); }
-std::vector<float> ZeroEngine::full_params_host(int group) { return impl_->full_params_host(group); }
+std::vector<float> ZeroEngine::full_params_host(int group) {
+  return impl_->full_params_host(group);
+}
 
 // ---- Impl: fetch and release ------------------------------------------------------------
 
@@ -92,8 +93,8 @@ void ZeroEngine::Impl::issue_fetch(int g) {
                          st.layout.spec().name.c_str());
   gs.wait(*params_updated);  // the shards are final for this step
   const Tensor& src = st.param_source();
-  st.comms.gather->all_gather(src.data(), st.full.view().data(), static_cast<size_t>(st.shard_elems),
-                              options.compute_dtype, gs);
+  st.comms.gather->all_gather(src.data(), st.full.view().data(),
+                              static_cast<size_t>(st.shard_elems), options.compute_dtype, gs);
   st.gathered->record(gs);
   st.state = GroupState::Gathering;
   count_live(st, +1);
@@ -107,8 +108,10 @@ Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
   {  // follow the recorded order of this group's communicator
     Order& o = orders[comm_key(st.comms.gather)];
     o.trace.push_back(g);
-    if (o.valid && o.pos < o.recorded.size() && o.recorded[o.pos] == g) ++o.pos;
-    else o.valid = false;  // the order changed: no prefetch for this communicator this step
+    if (o.valid && o.pos < o.recorded.size() && o.recorded[o.pos] == g)
+      ++o.pos;
+    else
+      o.valid = false;  // the order changed: no prefetch for this communicator this step
   }
   Tensor out;
   if (!st.params_sharded) {
@@ -213,8 +216,8 @@ bool ZeroEngine::Impl::offer_to_cache(int g) {
 void ZeroEngine::Impl::release(int g, Stream& compute) {
   GroupState& st = group(g);
   if (!st.params_sharded) return;
-  MOEZERO_CHECK(st.state == GroupState::Full, "release of parameter group '",
-                st.layout.spec().name, "', which is not acquired");
+  MOEZERO_CHECK(st.state == GroupState::Full, "release of parameter group '", st.layout.spec().name,
+                "', which is not acquired");
   count_live(st, -1);
   if (st.expert && cache) {
     if (cache->contains(g)) {  // served by the cache: still resident
@@ -340,8 +343,8 @@ void ZeroEngine::Impl::flush_bucket(Bucket& b) {
   Ops& ops = device.ops();
   Stream& rs = *streams.reduce;
   auto ready = device.create_event();
-  ready->record(*streams.compute);  // every grad write of the bucket is before this point
-  rs.wait(*ready);  // the wait holds what it needs; the event may go
+  ready->record(*streams.compute);         // every grad write of the bucket is before this point
+  rs.wait(*ready);                         // the wait holds what it needs; the event may go
   const DType dt = options.compute_dtype;  // gradients travel in the compute dtype
   const GroupState& first = group(bucket.front());
   const int n = first.n;

@@ -16,22 +16,22 @@ namespace zero_detail {
 struct GroupState {
   GroupLayout layout;
   GroupComms comms;
-  int n = 1;     // ranks sharing the group
-  int rank = 0;  // this rank's position among them
+  int n = 1;                    // ranks sharing the group
+  int rank = 0;                 // this rank's position among them
   bool params_sharded = false;  // stage 3 and large enough: gathered on acquire
   bool grads_sharded = false;   // stage >= 2: gradients reduce-scattered into shards
   bool opt_sharded = false;     // stage >= 1: optimizer state is a shard
-  int64_t padded = 0;       // elements, multiple of n * kParamAlignElems
-  int64_t shard_elems = 0;  // padded / n
-  int64_t opt_offset = 0;   // first element of this rank's optimizer range
-  int64_t opt_elems = 0;    // its length (shard_elems when opt_sharded, else padded)
+  int64_t padded = 0;           // elements, multiple of n * kParamAlignElems
+  int64_t shard_elems = 0;      // padded / n
+  int64_t opt_offset = 0;       // first element of this rank's optimizer range
+  int64_t opt_elems = 0;        // its length (shard_elems when opt_sharded, else padded)
 
   // Model states (persistent).
-  TensorBuffer param_shard;      // compute dtype (shard_elems): params_sharded && bf16
-  TensorBuffer full_persistent;  // compute dtype (padded): !params_sharded
-  TensorBuffer master;           // f32 (opt_elems) unless it aliases the compute params
-  Tensor master_view;            // f32 (opt_elems): the fp32 master range
-  TensorBuffer grad_acc;         // compute dtype: (shard_elems) if grads_sharded else (padded)
+  TensorBuffer param_shard;          // compute dtype (shard_elems): params_sharded && bf16
+  TensorBuffer full_persistent;      // compute dtype (padded): !params_sharded
+  TensorBuffer master;               // f32 (opt_elems) unless it aliases the compute params
+  Tensor master_view;                // f32 (opt_elems): the fp32 master range
+  TensorBuffer grad_acc;             // compute dtype: (shard_elems) if grads_sharded else (padded)
   TensorBuffer exp_avg, exp_avg_sq;  // f32 (opt_elems)
 
   // Transient.
@@ -40,10 +40,10 @@ struct GroupState {
   // Sharded: only the shard exists. Gathering: all-gather issued, not acquired. Full: acquired.
   // Cached: gathered, released, kept resident by the shard cache (expert groups only).
   enum State { Sharded, Gathering, Full, Cached } state = Sharded;
-  bool expert = false;      // GroupKind::Expert: policy-driven prefetch, cacheable
-  double keep_score = 1.0;  // the cache's lfu score (set_keep_score)
-  bool prefetched = false;    // gathered ahead on a prediction (prefetch hit or waste)
-  bool early_needed = false;  // gathered ahead because known to be needed (a miss)
+  bool expert = false;              // GroupKind::Expert: policy-driven prefetch, cacheable
+  double keep_score = 1.0;          // the cache's lfu score (set_keep_score)
+  bool prefetched = false;          // gathered ahead on a prediction (prefetch hit or waste)
+  bool early_needed = false;        // gathered ahead because known to be needed (a miss)
   std::unique_ptr<Event> gathered;  // recorded on the gather stream after the all-gather
 
   size_t full_bytes(DType dt) const { return static_cast<size_t>(padded) * dtype_size_bytes(dt); }
@@ -63,7 +63,7 @@ struct ZeroEngine::Impl {
   void release(int g, Stream& compute);
   void issue_fetch(int g);
   void prefetch_ahead();
-  uint64_t live_bytes_of(const Communicator* comm) const;  // gathered bytes of comm's groups
+  uint64_t live_bytes_of(const Communicator* comm) const;        // gathered bytes of comm's groups
   void count_live(const zero_detail::GroupState& st, int sign);  // +1 gathered, -1 no longer
   bool offer_to_cache(int g);  // admits a gathered expert to the shard cache (true: kept)
   void end_passes();
@@ -104,7 +104,9 @@ struct ZeroEngine::Impl {
   // Keyed by comm_key: iteration order (which communicator's prefetches are issued first)
   // must be the same on every rank, so never key by address.
   std::map<std::string, Order> orders;
-  static std::string comm_key(const Communicator* c) { return c->group().str() + "/" + c->channel(); }
+  static std::string comm_key(const Communicator* c) {
+    return c->group().str() + "/" + c->channel();
+  }
   // Gathered (Gathering or Full) bytes of params_sharded groups: all, and per gather
   // communicator (the latter is what prefetch decisions see; never iterated).
   uint64_t live_bytes = 0;

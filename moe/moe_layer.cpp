@@ -11,22 +11,22 @@
 namespace moezero::moe {
 
 namespace {
-constexpr size_t kNorm = 0, kGate = 1;          // layer group
-constexpr size_t kW1 = 0, kW2 = 1, kW3 = 2;     // expert group: gate, down, up
+constexpr size_t kNorm = 0, kGate = 1;       // layer group
+constexpr size_t kW1 = 0, kW2 = 1, kW3 = 2;  // expert group: gate, down, up
 }  // namespace
 
 struct MoeFeedForward::MoeSaved : FeedForward::Saved {
-  TensorBuffer rstd, hn;                // norm: f32 (N), (N, C)
-  TensorBuffer perm, inv_perm, offsets; // i32 (N*k), (N*k), (E+1)
-  TensorBuffer xr;                      // (R, C) rows received for the local experts
-  TensorBuffer gate, up;                // (R, F) pre-activations of those rows
-  TensorBuffer ys;                      // (P, C) expert outputs back in this rank's order
-  Tensor weights;                       // f32 (N, k) combine weights (the router's state)
-  int64_t kept = 0;                     // P: kept assignments of this rank
-  int64_t received = 0;                 // R
+  TensorBuffer rstd, hn;                      // norm: f32 (N), (N, C)
+  TensorBuffer perm, inv_perm, offsets;       // i32 (N*k), (N*k), (E+1)
+  TensorBuffer xr;                            // (R, C) rows received for the local experts
+  TensorBuffer gate, up;                      // (R, F) pre-activations of those rows
+  TensorBuffer ys;                            // (P, C) expert outputs back in this rank's order
+  Tensor weights;                             // f32 (N, k) combine weights (the router's state)
+  int64_t kept = 0;                           // P: kept assignments of this rank
+  int64_t received = 0;                       // R
   std::vector<int64_t> send_rows, recv_rows;  // per EP peer
-  std::vector<int64_t> block_rows;      // (ep, Epr): rows from peer q for local expert j
-  std::vector<char> active;             // (Epr): local expert j is active (globally agreed)
+  std::vector<int64_t> block_rows;            // (ep, Epr): rows from peer q for local expert j
+  std::vector<char> active;                   // (Epr): local expert j is active (globally agreed)
   int ep = 1, experts_per_rank = 1;
 
   // f(row, n) for each non-empty block of rows received for local expert j: the received
@@ -61,7 +61,9 @@ MoeFeedForward::MoeFeedForward(const ModelConfig& cfg, const MoeRuntime& rt, int
     rt_.stats->tokens_per_expert.resize(static_cast<size_t>(moe_index_) + 1);
     rt_.stats->active_experts.resize(static_cast<size_t>(moe_index_) + 1);
   }
-  if (rt_.stats) rt_.stats->tokens_per_expert[static_cast<size_t>(moe_index_)].assign(static_cast<size_t>(cfg.num_experts), 0);
+  if (rt_.stats)
+    rt_.stats->tokens_per_expert[static_cast<size_t>(moe_index_)].assign(
+        static_cast<size_t>(cfg.num_experts), 0);
 }
 
 MoeFeedForward::~MoeFeedForward() = default;
@@ -86,7 +88,8 @@ std::vector<GroupSpec> MoeFeedForward::param_groups() const {
     eg.kind = GroupKind::Expert;
     eg.layer = layer_;
     eg.expert = e;
-    eg.params = {linear_weight(x + "w1.weight", F, C, std_), linear_weight(x + "w2.weight", C, F, std_),
+    eg.params = {linear_weight(x + "w1.weight", F, C, std_),
+                 linear_weight(x + "w2.weight", C, F, std_),
                  linear_weight(x + "w3.weight", F, C, std_)};
     groups.push_back(std::move(eg));
   }
@@ -111,7 +114,8 @@ void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Pr
   const std::vector<char>* prev = moe_index_ > 0 && when == Prepare::JustInTime
                                       ? &rt_.frequency->last_active(moe_index_ - 1)
                                       : nullptr;
-  planned_ = prefetch::plan_prefetch(rt_.prefetch, *rt_.frequency, moe_index_, candidates, bytes, prev);
+  planned_ =
+      prefetch::plan_prefetch(rt_.prefetch, *rt_.frequency, moe_index_, candidates, bytes, prev);
   for (int e : planned_) params.prefetch(expert_group(e - rt_.ep_rank * Epr), ctx.s());
 }
 
@@ -139,16 +143,19 @@ MoeFeedForward::RunOrder MoeFeedForward::run_order(const ModuleContext& ctx, Par
   std::vector<int> in_flight;
   for (int j : ids) {
     const int g = expert_group(j);
-    if (params.needs_fetch(g)) order.then.push_back(j);  // over the live limit: id order
-    else if (params.ready(g)) order.first.push_back(j);
-    else in_flight.push_back(j);
+    if (params.needs_fetch(g))
+      order.then.push_back(j);  // over the live limit: id order
+    else if (params.ready(g))
+      order.first.push_back(j);
+    else
+      in_flight.push_back(j);
   }
   order.first.insert(order.first.end(), in_flight.begin(), in_flight.end());
   return order;
 }
 
-void MoeFeedForward::on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send,
-                                   TensorBuffer& recv, const std::function<void(Stream&)>& call) {
+void MoeFeedForward::on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send, TensorBuffer& recv,
+                                   const std::function<void(Stream&)>& call) {
   Stream& as = a2a_stream(ctx);
   Stream& cs = ctx.s();
   if (&as == &cs) {
@@ -180,7 +187,8 @@ void MoeFeedForward::exchange(const ModuleContext& ctx, TensorBuffer& send,
   for (size_t p = 0; p < se.size(); ++p) {
     se[p] = static_cast<size_t>(send_rows[p] * C);
     re[p] = static_cast<size_t>(recv_rows[p] * C);
-    if (static_cast<int>(p) != rt_.a2a->rank()) bytes += se[p] * dtype_size_bytes(send.view().dtype());
+    if (static_cast<int>(p) != rt_.a2a->rank())
+      bytes += se[p] * dtype_size_bytes(send.view().dtype());
   }
   on_a2a_stream(ctx, send, recv, [&](Stream& as) {
     rt_.a2a->all_to_all_v(send.view().data(), se, recv.view().data(), re, send.view().dtype(), as);
@@ -205,7 +213,8 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   const GroupLayout& lay = params.layout(first_group_);
   sv->rstd = ctx.alloc(DType::F32, Shape{N}, "moe.rstd");
   sv->hn = ctx.alloc_act(Shape{N, C}, "moe.hn");
-  ops.rmsnorm_forward(s, h, lay.view(flat, kNorm), static_cast<float>(cfg_.norm_eps), sv->hn, sv->rstd);
+  ops.rmsnorm_forward(s, h, lay.view(flat, kNorm), static_cast<float>(cfg_.norm_eps), sv->hn,
+                      sv->rstd);
   Router::Routing& rt = router_.forward_local(ctx, sv->hn, lay.view(flat, kGate), ctx.token_offset,
                                               ctx.micro_batch, RouterMode::Train);
   TensorBuffer local_counts = ctx.alloc(DType::I32, Shape{E}, "moe.local_counts");
@@ -213,8 +222,8 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
 
   // 3. agreement: global statistics over the world, per-peer counts over the EP group.
   if (rt_.router && rt_.router->size() > 1)
-    rt_.router->all_reduce(rt.stats.data(), rt.stats.data(), static_cast<size_t>(3 * E),
-                           DType::F32, ReduceOp::Sum, s);
+    rt_.router->all_reduce(rt.stats.data(), rt.stats.data(), static_cast<size_t>(3 * E), DType::F32,
+                           ReduceOp::Sum, s);
   const int64_t global_tokens = ctx.global_tokens > 0 ? ctx.global_tokens : N;
   router_.finish(ctx, global_tokens, rt_.loss_weight, ctx.loss_out, ctx.aux_out);
   params.release(first_group_, s);  // the router read the gate weight (forward_local/finish)
@@ -255,10 +264,12 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   if (rt_.frequency) {  // learn from the agreed counts; identical on every rank
     std::vector<int64_t> kept(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e)
-      kept[static_cast<size_t>(e)] = static_cast<int64_t>(h_stats[static_cast<size_t>(E + e)] + 0.5f);
+      kept[static_cast<size_t>(e)] =
+          static_cast<int64_t>(h_stats[static_cast<size_t>(E + e)] + 0.5f);
     rt_.frequency->update(moe_index_, kept);
     for (int j = 0; j < Epr; ++j)
-      params.set_keep_score(expert_group(j), rt_.frequency->probability(moe_index_, rt_.ep_rank * Epr + j));
+      params.set_keep_score(expert_group(j),
+                            rt_.frequency->probability(moe_index_, rt_.ep_rank * Epr + j));
   }
   for (int e : planned_)  // predicted but not needed: the provider drops (or caches) them
     if (!sv->active[static_cast<size_t>(e - rt_.ep_rank * Epr)])
@@ -267,7 +278,8 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   if (rt_.stats) {
     auto& tpe = rt_.stats->tokens_per_expert[static_cast<size_t>(moe_index_)];
     for (int64_t e = 0; e < E; ++e) {
-      tpe[static_cast<size_t>(e)] += static_cast<int64_t>(h_stats[static_cast<size_t>(E + e)] + 0.5f);
+      tpe[static_cast<size_t>(e)] +=
+          static_cast<int64_t>(h_stats[static_cast<size_t>(E + e)] + 0.5f);
       active_count += h_stats[static_cast<size_t>(E + e)] > 0.5f;
     }
     rt_.stats->active_experts[static_cast<size_t>(moe_index_)] = active_count;

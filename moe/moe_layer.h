@@ -50,7 +50,8 @@ class MoeFeedForward final : public FeedForward {
   // layer (prefetch.policy), within prefetch.budget_bytes, before the attention block runs.
   void prepare(const ModuleContext& ctx, ParamProvider& params, Prepare when) override;
   // Exact backward prefetch: the forward's active experts, in the order backward runs them.
-  void prepare_backward(const ModuleContext& ctx, ParamProvider& params, const Saved& saved) override;
+  void prepare_backward(const ModuleContext& ctx, ParamProvider& params,
+                        const Saved& saved) override;
   std::unique_ptr<Saved> forward(const ModuleContext& ctx, ParamProvider& params, const Tensor& h,
                                  const Tensor& out) override;
   void backward(const ModuleContext& ctx, ParamProvider& params, std::unique_ptr<Saved> saved,
@@ -85,7 +86,9 @@ class MoeFeedForward final : public FeedForward {
   void on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send, TensorBuffer& recv,
                      const std::function<void(Stream&)>& call);
   // The stream the EP communicator runs on.
-  Stream& a2a_stream(const ModuleContext& ctx) const { return rt_.a2a_stream ? *rt_.a2a_stream : ctx.s(); }
+  Stream& a2a_stream(const ModuleContext& ctx) const {
+    return rt_.a2a_stream ? *rt_.a2a_stream : ctx.s();
+  }
 
   ModelConfig cfg_;
   MoeRuntime rt_;

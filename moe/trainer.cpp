@@ -17,16 +17,18 @@
 #include "core/zero_engine.h"
 #include "kernels/backend.h"
 #include "moe/data.h"
+#include "moe/transformer.h"
 #include "prefetch/frequency_model.h"
 #include "prefetch/shard_cache.h"
-#include "moe/transformer.h"
 
 namespace moezero::moe {
 
 double lr_at(const TrainConfig& t, int64_t step) {
-  if (step < t.warmup_steps) return t.lr * static_cast<double>(step + 1) / static_cast<double>(t.warmup_steps);
+  if (step < t.warmup_steps)
+    return t.lr * static_cast<double>(step + 1) / static_cast<double>(t.warmup_steps);
   const int64_t decay = std::max<int64_t>(1, t.steps - t.warmup_steps - 1);
-  const double p = std::min(1.0, static_cast<double>(step - t.warmup_steps) / static_cast<double>(decay));
+  const double p =
+      std::min(1.0, static_cast<double>(step - t.warmup_steps) / static_cast<double>(decay));
   return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * p));
 }
 
@@ -59,7 +61,8 @@ std::string step_json(const StepLog& s) {
     rj["cache_evictions"] = r.cache_evictions;
     rj["stall_ms"] = r.stall_ms;
     nlohmann::json peak;
-    for (size_t t = 0; t < kMemTagCount; ++t) peak[mem_tag_name(static_cast<MemTag>(t))] = r.peak_bytes[t];
+    for (size_t t = 0; t < kMemTagCount; ++t)
+      peak[mem_tag_name(static_cast<MemTag>(t))] = r.peak_bytes[t];
     rj["peak_bytes"] = peak;
     rj["peak_total_bytes"] = r.peak_total_bytes;
     ranks.push_back(rj);
@@ -80,12 +83,13 @@ std::string clock_text(double s) {
 void print_progress(std::ostream& os, const StepLog& s, int64_t steps) {
   char buf[256];
   const double eta = s.step > 0 ? s.elapsed_s / double(s.step) * double(steps - s.step) : 0.0;
-  std::snprintf(buf, sizeof buf,
-                "step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %8.0f tok/s | %s elapsed, "
-                "ETA %s%s",
-                static_cast<long long>(s.step), static_cast<long long>(steps), s.loss, s.lr,
-                s.grad_norm, s.tokens_per_s, clock_text(s.elapsed_s).c_str(), clock_text(eta).c_str(),
-                s.applied ? "" : " | SKIPPED (non-finite gradient)");
+  std::snprintf(
+      buf, sizeof buf,
+      "step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %8.0f tok/s | %s elapsed, "
+      "ETA %s%s",
+      static_cast<long long>(s.step), static_cast<long long>(steps), s.loss, s.lr, s.grad_norm,
+      s.tokens_per_s, clock_text(s.elapsed_s).c_str(), clock_text(eta).c_str(),
+      s.applied ? "" : " | SKIPPED (non-finite gradient)");
   os << buf << std::endl;
 }
 
@@ -102,9 +106,11 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   const bool on_cuda = cfg.parallel.backend == BackendKind::Cuda;
   if (on_cuda) {
     std::string why;
-    if (!cuda_available(&why)) MOEZERO_THROW("parallel.backend is \"cuda\" but CUDA is unavailable: ", why);
+    if (!cuda_available(&why))
+      MOEZERO_THROW("parallel.backend is \"cuda\" but CUDA is unavailable: ", why);
     MOEZERO_CHECK(world <= cuda_device_count(), "parallel.world_size (", world, ") exceeds the ",
-                  cuda_device_count(), " GPU(s) of this machine: parallel.backend \"cuda\" runs one rank per GPU");
+                  cuda_device_count(),
+                  " GPU(s) of this machine: parallel.backend \"cuda\" runs one rank per GPU");
   }
   MOEZERO_CHECK(tc.micro_batch_size % world == 0, "train.micro_batch_size (", tc.micro_batch_size,
                 ") must be divisible by parallel.world_size (", world,
@@ -119,7 +125,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   const float loss_scale = 1.0f / static_cast<float>(step_tokens);
 
   std::ofstream metrics;
-  const std::string metrics_path = options.metrics_path.empty() ? tc.metrics_file : options.metrics_path;
+  const std::string metrics_path =
+      options.metrics_path.empty() ? tc.metrics_file : options.metrics_path;
   if (!metrics_path.empty()) {
     metrics.open(metrics_path, std::ios::trunc);
     if (!metrics) MOEZERO_THROW("cannot write the metrics file '", metrics_path, "'");
@@ -143,7 +150,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     auto misc = ctx.communicator(wg, "misc");
     // Expert parallelism: EP groups exchange tokens; EDP groups share (shard) experts.
     const int ep = static_cast<int>(cfg.parallel.ep_size);
-    const ProcessGroups pgs(world, ep, cfg.model.num_experts > 0 ? static_cast<int>(cfg.model.num_experts) : ep);
+    const ProcessGroups pgs(
+        world, ep, cfg.model.num_experts > 0 ? static_cast<int>(cfg.model.num_experts) : ep);
     auto edp_gather = ctx.communicator(pgs.edp_group_of(ctx.rank), "gather");
     auto edp_reduce = ctx.communicator(pgs.edp_group_of(ctx.rank), "reduce");
     std::unique_ptr<Communicator> a2a, router;
@@ -161,11 +169,12 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     rt.seed = static_cast<uint64_t>(tc.seed);
     rt.stats = &moe_stats;
     int moe_layers = 0;
-    for (int l = 0; l < static_cast<int>(cfg.model.n_layers); ++l) moe_layers += is_moe_layer(cfg.model, l);
+    for (int l = 0; l < static_cast<int>(cfg.model.n_layers); ++l)
+      moe_layers += is_moe_layer(cfg.model, l);
     std::unique_ptr<prefetch::FrequencyModel> frequency;
     if (moe_layers > 0) {
-      frequency = std::make_unique<prefetch::FrequencyModel>(moe_layers, static_cast<int>(cfg.model.num_experts),
-                                                             cfg.prefetch.ema_decay);
+      frequency = std::make_unique<prefetch::FrequencyModel>(
+          moe_layers, static_cast<int>(cfg.model.num_experts), cfg.prefetch.ema_decay);
       rt.frequency = frequency.get();
     }
     rt.prefetch = cfg.prefetch;
@@ -178,12 +187,16 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     zo.max_live_bytes = cfg.zero.max_live_parameters;
     zo.reduce_bucket_bytes = cfg.zero.reduce_bucket_size;
     zo.seed = static_cast<uint64_t>(tc.seed);
-    ZeroEngine engine(dev, streams, model.param_groups(), [&](const GroupSpec& g) {
-      if (g.kind == GroupKind::Expert) return GroupComms{edp_gather.get(), edp_reduce.get()};
-      return GroupComms{gather.get(), reduce.get()};
-    }, *misc, zo,
+    ZeroEngine engine(
+        dev, streams, model.param_groups(),
+        [&](const GroupSpec& g) {
+          if (g.kind == GroupKind::Expert) return GroupComms{edp_gather.get(), edp_reduce.get()};
+          return GroupComms{gather.get(), reduce.get()};
+        },
+        *misc, zo,
         cfg.shard_cache.capacity_bytes > 0 && moe_layers > 0
-            ? std::make_unique<prefetch::ShardCache>(cfg.shard_cache) : nullptr);
+            ? std::make_unique<prefetch::ShardCache>(cfg.shard_cache)
+            : nullptr);
 
     const auto t_start = std::chrono::steady_clock::now();
     EngineCounters before = engine.counters();
@@ -208,8 +221,9 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
           for (size_t i = 0; i < tok.size(); ++i)
             MOEZERO_CHECK(tok[i] >= 0 && tok[i] < cfg.model.vocab_size && tgt[i] >= -1 &&
                               tgt[i] < cfg.model.vocab_size,
-                          "data source: micro-batch ", mb, " row ", ctx.rank * rows + int64_t(i) / T,
-                          " position ", int64_t(i) % T, ": token ", tok[i], " / target ", tgt[i],
+                          "data source: micro-batch ", mb, " row ",
+                          ctx.rank * rows + int64_t(i) / T, " position ", int64_t(i) % T,
+                          ": token ", tok[i], " / target ", tgt[i],
                           " outside [0, model.vocab_size = ", cfg.model.vocab_size, ")");
         } else {
           data->batch(static_cast<uint64_t>(tc.seed), mb, ctx.rank * rows, rows, tok, tgt);
@@ -302,8 +316,10 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     }
     dev.synchronize();
   };
-  if (on_cuda) comm::World::run_cuda(world, rank_main, wopt);
-  else comm::World::run(world, rank_main, wopt);
+  if (on_cuda)
+    comm::World::run_cuda(world, rank_main, wopt);
+  else
+    comm::World::run(world, rank_main, wopt);
   return result;
 }
 

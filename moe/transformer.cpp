@@ -97,12 +97,14 @@ void Transformer::check_provider(const ParamProvider& params) const {
   }
 }
 
-std::shared_ptr<const std::vector<int32_t>> Transformer::host_positions(int64_t batch, int64_t seq) {
+std::shared_ptr<const std::vector<int32_t>> Transformer::host_positions(int64_t batch,
+                                                                        int64_t seq) {
   auto [it, inserted] = positions_host_.try_emplace({batch, seq});
   if (inserted) {
     auto v = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(batch * seq));
     for (int64_t b = 0; b < batch; ++b)
-      for (int64_t t = 0; t < seq; ++t) (*v)[static_cast<size_t>(b * seq + t)] = static_cast<int32_t>(t);
+      for (int64_t t = 0; t < seq; ++t)
+        (*v)[static_cast<size_t>(b * seq + t)] = static_cast<int32_t>(t);
     it->second = std::move(v);
   }
   return it->second;
@@ -171,7 +173,8 @@ void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens
     for (size_t m = l; m < std::min(attn_.size(), l + ahead); ++m) {
       if (prepared[m]) continue;
       prepared[m] = 1;
-      ffn_[m]->prepare(ctx, params, m == l ? FeedForward::Prepare::JustInTime : FeedForward::Prepare::Ahead);
+      ffn_[m]->prepare(ctx, params,
+                       m == l ? FeedForward::Prepare::JustInTime : FeedForward::Prepare::Ahead);
     }
     st->attn.push_back(attn_[l].forward(ctx, params, x, next_resid("h")));
     const Tensor h = st->resid.back();

@@ -1,5 +1,7 @@
 // The whole training path: every ZeRO stage at world sizes 2, 3 and 4 gives the losses and
 // final parameters of one rank; accumulation; the loss falls; metrics; the LR schedule.
+#include "moe/trainer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,18 +11,27 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "kernels/backend.h"
-#include "moe/trainer.h"
 
 namespace moezero::moe {
 namespace {
 
 Config tiny(std::vector<std::string> overrides = {}) {
-  std::vector<std::string> o = {
-      "model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=2",
-      "model.d_ff=48", "model.seq_len=16", "model.num_experts=0", "train.micro_batch_size=12",
-      "train.steps=3", "train.warmup_steps=1", "train.lr=0.01", "train.min_lr=0.001",
-      "zero.param_persistence_threshold=64", "zero.reduce_bucket_size=20000",
-      "zero.prefetch_bucket_size=30000", "comm.timeout_s=60"};
+  std::vector<std::string> o = {"model.d_model=32",
+                                "model.n_layers=2",
+                                "model.n_heads=4",
+                                "model.n_kv_heads=2",
+                                "model.d_ff=48",
+                                "model.seq_len=16",
+                                "model.num_experts=0",
+                                "train.micro_batch_size=12",
+                                "train.steps=3",
+                                "train.warmup_steps=1",
+                                "train.lr=0.01",
+                                "train.min_lr=0.001",
+                                "zero.param_persistence_threshold=64",
+                                "zero.reduce_bucket_size=20000",
+                                "zero.prefetch_bucket_size=30000",
+                                "comm.timeout_s=60"};
   o.insert(o.end(), overrides.begin(), overrides.end());
   return parse_config("{}", "tiny", o);
 }
@@ -54,8 +65,9 @@ void expect_equivalent(const TrainResult& ref, const TrainResult& got, const std
       ++total;
     }
   }
-  EXPECT_LE(off, total / 10000 + 1) << what << ": " << off << " of " << total
-                                     << " parameters differ by more than 1e-5 (worst " << worst << ")";
+  EXPECT_LE(off, total / 10000 + 1)
+      << what << ": " << off << " of " << total << " parameters differ by more than 1e-5 (worst "
+      << worst << ")";
 }
 
 TEST(Trainer, EveryStageAtWorldSizes2To4MatchesOneRank) {
@@ -64,22 +76,27 @@ TEST(Trainer, EveryStageAtWorldSizes2To4MatchesOneRank) {
   for (int stage = 0; stage <= 3; ++stage)
     for (int world : {2, 3, 4}) {
       const std::string what = "stage " + std::to_string(stage) + " world " + std::to_string(world);
-      expect_equivalent(ref, run(tiny({"parallel.world_size=" + std::to_string(world),
-                                       "zero.stage=" + std::to_string(stage)})), what);
+      expect_equivalent(ref,
+                        run(tiny({"parallel.world_size=" + std::to_string(world),
+                                  "zero.stage=" + std::to_string(stage)})),
+                        what);
     }
 }
 
 TEST(Trainer, GradientAccumulationIsWorldSizeIndependent) {
-  const TrainResult a = run(tiny({"parallel.world_size=1", "train.grad_accum_steps=2", "zero.stage=3"}));
-  const TrainResult b = run(tiny({"parallel.world_size=4", "train.grad_accum_steps=2", "zero.stage=3"}));
+  const TrainResult a =
+      run(tiny({"parallel.world_size=1", "train.grad_accum_steps=2", "zero.stage=3"}));
+  const TrainResult b =
+      run(tiny({"parallel.world_size=4", "train.grad_accum_steps=2", "zero.stage=3"}));
   expect_equivalent(a, b, "accumulation");
   // Two micro-batches are twice the tokens of one.
   EXPECT_EQ(a.steps[0].tokens, 2 * 12 * 16);
 }
 
 TEST(Trainer, TinyConfigLossFallsClearly) {
-  TrainResult r = train(tiny({"train.steps=40", "parallel.world_size=2", "train.lr=0.003",
-                              "train.warmup_steps=4"}), {});
+  TrainResult r = train(
+      tiny({"train.steps=40", "parallel.world_size=2", "train.lr=0.003", "train.warmup_steps=4"}),
+      {});
   ASSERT_EQ(r.steps.size(), 40u);
   double last = 0;
   for (size_t s = 35; s < 40; ++s) last += r.steps[s].loss / 5;
@@ -153,7 +170,9 @@ Config tiny_moe(std::vector<std::string> overrides = {}) {
 TEST(TrainerMoe, WorldSizesEpWidthsAndStagesGiveTheSameLosses) {
   const TrainResult ref = run(tiny_moe({"parallel.world_size=1", "zero.stage=3", "train.steps=4"}));
   ASSERT_EQ(ref.steps.size(), 4u);
-  struct Case { int world, ep, stage; };
+  struct Case {
+    int world, ep, stage;
+  };
   for (Case c : {Case{4, 1, 3}, Case{4, 2, 3}, Case{4, 4, 3}, Case{2, 2, 0}, Case{4, 2, 1},
                  Case{3, 1, 2}, Case{2, 2, 2}}) {
     const TrainResult r = run(tiny_moe({"parallel.world_size=" + std::to_string(c.world),
@@ -163,11 +182,13 @@ TEST(TrainerMoe, WorldSizesEpWidthsAndStagesGiveTheSameLosses) {
                              " stage " + std::to_string(c.stage);
     ASSERT_EQ(r.steps.size(), ref.steps.size()) << what;
     for (size_t s = 0; s < ref.steps.size(); ++s) {
-      EXPECT_NEAR(r.steps[s].loss, ref.steps[s].loss, 1e-5 * ref.steps[s].loss) << what << " step " << s + 1;
+      EXPECT_NEAR(r.steps[s].loss, ref.steps[s].loss, 1e-5 * ref.steps[s].loss)
+          << what << " step " << s + 1;
       EXPECT_NEAR(r.steps[s].grad_norm, ref.steps[s].grad_norm, 1e-4 * ref.steps[s].grad_norm)
           << what << " step " << s + 1;
       EXPECT_NEAR(r.steps[s].aux_loss, ref.steps[s].aux_loss, 1e-5 * ref.steps[s].aux_loss) << what;
-      EXPECT_EQ(r.steps[s].tokens_per_expert, ref.steps[s].tokens_per_expert) << what << " step " << s + 1;
+      EXPECT_EQ(r.steps[s].tokens_per_expert, ref.steps[s].tokens_per_expert)
+          << what << " step " << s + 1;
     }
   }
 }
@@ -177,7 +198,8 @@ TEST(TrainerMoe, MetricsReportRoutingAndTraffic) {
   TrainOptions opt;
   opt.metrics_path = path;
   TrainResult r = train(tiny_moe({"parallel.world_size=4", "parallel.ep_size=2",
-                                  "model.moe_every=2", "model.n_layers=4"}), opt);
+                                  "model.moe_every=2", "model.n_layers=4"}),
+                        opt);
   for (const StepLog& s : r.steps) {
     ASSERT_EQ(s.tokens_per_expert.size(), 2u) << "layers 1 and 3 are MoE with moe_every = 2";
     for (const auto& layer : s.tokens_per_expert) {
@@ -199,10 +221,11 @@ TEST(TrainerMoe, MetricsReportRoutingAndTraffic) {
 }
 
 TEST(TrainerMoe, CapacityBf16JitterAndZLossTrain) {
-  TrainResult r = train(tiny_moe({"parallel.world_size=2", "parallel.ep_size=2", "train.steps=12",
-                                  "train.dtype=bf16", "moe.capacity_factor=1.0",
-                                  "moe.router_jitter=0.01", "moe.z_loss_coef=0.001",
-                                  "train.lr=0.003"}), {});
+  TrainResult r =
+      train(tiny_moe({"parallel.world_size=2", "parallel.ep_size=2", "train.steps=12",
+                      "train.dtype=bf16", "moe.capacity_factor=1.0", "moe.router_jitter=0.01",
+                      "moe.z_loss_coef=0.001", "train.lr=0.003"}),
+            {});
   ASSERT_EQ(r.steps.size(), 12u);
   EXPECT_LT(r.steps.back().loss, r.steps.front().loss - 0.5);
   int64_t kept = 0;
@@ -232,7 +255,8 @@ TEST(TrainerPrefetch, EveryPolicyAndCacheSizeGivesIdenticalLosses) {
                                   "prefetch.min_probability=0.5", "prefetch.budget_bytes=8000"});
       ASSERT_EQ(r.steps.size(), ref.steps.size());
       for (size_t s = 0; s < r.steps.size(); ++s)
-        EXPECT_EQ(r.steps[s].loss, ref.steps[s].loss) << policy << " cache " << cache << " step " << s + 1;
+        EXPECT_EQ(r.steps[s].loss, ref.steps[s].loss)
+            << policy << " cache " << cache << " step " << s + 1;
       for (size_t g = 0; g < r.params.size(); ++g)
         EXPECT_EQ(r.params[g], ref.params[g]) << policy << " cache " << cache << " group " << g;
     }
@@ -264,7 +288,8 @@ TEST(TrainerPrefetch, SkewedDriftingRoutingKeepsRanksInStep) {
   opt.metrics_path = metrics;
   TrainResult r = train(cfg, opt);
   ASSERT_EQ(r.frequency_models.size(), 4u);
-  for (int k = 1; k < 4; ++k) EXPECT_EQ(r.frequency_models[k], r.frequency_models[0]) << "rank " << k;
+  for (int k = 1; k < 4; ++k)
+    EXPECT_EQ(r.frequency_models[k], r.frequency_models[0]) << "rank " << k;
   std::ifstream in(metrics);
   std::string line;
   int active_below_all = 0;
@@ -296,8 +321,8 @@ TEST(TrainerCuda, OneGpuFollowsTheCpu) {
   std::string why;
   if (!cuda_available(&why)) GTEST_SKIP() << "CUDA unavailable: " << why;
   const TrainResult cpu = train(tiny_moe({"parallel.world_size=1", "train.steps=5"}), {});
-  const TrainResult gpu = train(tiny_moe({"parallel.world_size=1", "train.steps=5",
-                                          "parallel.backend=cuda"}), {});
+  const TrainResult gpu =
+      train(tiny_moe({"parallel.world_size=1", "train.steps=5", "parallel.backend=cuda"}), {});
   ASSERT_EQ(gpu.steps.size(), cpu.steps.size());
   for (size_t s = 0; s < cpu.steps.size(); ++s)
     EXPECT_NEAR(gpu.steps[s].loss, cpu.steps[s].loss, 1e-3 * cpu.steps[s].loss) << "step " << s + 1;
@@ -308,13 +333,16 @@ TEST(TrainerCuda, OneGpuFollowsTheCpu) {
 TEST(Trainer, NonFiniteGradientStopsOrSkips) {
   try {
     train(tiny({"train.lr=1e30", "train.warmup_steps=0", "train.min_lr=0", "train.steps=4",
-                "train.grad_clip=0"}), {});
+                "train.grad_clip=0"}),
+          {});
     FAIL() << "expected a non-finite gradient error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("non-finite gradient norm at step"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("non-finite gradient norm at step"), std::string::npos)
+        << e.what();
   }
   TrainResult r = train(tiny({"train.lr=1e30", "train.warmup_steps=0", "train.min_lr=0",
-                              "train.steps=4", "train.grad_clip=0", "train.on_nonfinite=skip"}), {});
+                              "train.steps=4", "train.grad_clip=0", "train.on_nonfinite=skip"}),
+                        {});
   ASSERT_EQ(r.steps.size(), 4u);
   EXPECT_TRUE(r.steps[0].applied);
   int skipped = 0;
@@ -333,15 +361,19 @@ TEST(Trainer, BadCustomDataIsRefusedNamingThePlace) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect([](const BatchRequest& b, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
-    tok.assign(static_cast<size_t>(b.rows * b.seq_len) - 1, 0);  // one short
-    tgt.assign(tok.size(), 0);
-  }, "data source returned");
-  expect([](const BatchRequest& b, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
-    tok.assign(static_cast<size_t>(b.rows * b.seq_len), 3);
-    tgt.assign(tok.size(), 3);
-    tok[5] = 256;  // outside the byte vocabulary
-  }, "token 256");
+  expect(
+      [](const BatchRequest& b, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
+        tok.assign(static_cast<size_t>(b.rows * b.seq_len) - 1, 0);  // one short
+        tgt.assign(tok.size(), 0);
+      },
+      "data source returned");
+  expect(
+      [](const BatchRequest& b, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
+        tok.assign(static_cast<size_t>(b.rows * b.seq_len), 3);
+        tgt.assign(tok.size(), 3);
+        tok[5] = 256;  // outside the byte vocabulary
+      },
+      "token 256");
 }
 
 TEST(Trainer, BadInputFailsBeforeTraining) {
