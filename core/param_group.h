@@ -120,6 +120,10 @@ class ParamProvider {
   // are resident or their gather has completed). A host-side query, no collective: callers
   // may use it to run work in the order parameters become ready.
   virtual bool ready(int group) const { return true; }
+  // True when the group is held by a residency cache: acquiring it updates that cache's
+  // bookkeeping (recency), so such acquires must stay in an order that is the same on every
+  // rank of the group.
+  virtual bool cached(int group) const { return false; }
   // True when acquire(group) would start a transfer (a collective): such acquires must stay
   // in an order that is the same on every rank of the group.
   virtual bool needs_fetch(int group) const { return false; }

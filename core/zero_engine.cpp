@@ -60,6 +60,9 @@ bool ZeroEngine::ready(int group) const {
     return true;  // a failed gather: acquire() will surface the error
   }
 }
+bool ZeroEngine::cached(int group) const {
+  return impl_->groups.at(static_cast<size_t>(group))->state == zero_detail::GroupState::Cached;
+}
 bool ZeroEngine::needs_fetch(int group) const {
   const auto& st = *impl_->groups.at(static_cast<size_t>(group));
   return st.params_sharded && st.state == zero_detail::GroupState::Sharded;

@@ -135,6 +135,7 @@ class ZeroEngine final : public ParamProvider {
   void set_keep_score(int group, double score) override;
   bool ready(int group) const override;
   bool needs_fetch(int group) const override;
+  bool cached(int group) const override;
 
   // Ends a micro-batch's backward: flushes the pending reduce bucket.
   void finish_backward();

@@ -139,17 +139,23 @@ MoeFeedForward::RunOrder MoeFeedForward::run_order(const ModuleContext& ctx, Par
     if (active[static_cast<size_t>(j)]) ids.push_back(j);
   for (int j : ids)  // agreed order; no-op if resident or in flight (a predicted prefetch)
     params.prefetch(expert_group(j), ctx.s(), reason);
+  // Cached experts first, in id order: acquiring them updates the shard cache's recency, which
+  // must advance identically on every rank. Then the rest by readiness (a host-side query of
+  // local timing: their acquires touch no shared decision state).
   RunOrder order;
-  std::vector<int> in_flight;
+  std::vector<int> ready, in_flight;
   for (int j : ids) {
     const int g = expert_group(j);
     if (params.needs_fetch(g))
       order.then.push_back(j);  // over the live limit: id order
-    else if (params.ready(g))
+    else if (params.cached(g))
       order.first.push_back(j);
+    else if (params.ready(g))
+      ready.push_back(j);
     else
       in_flight.push_back(j);
   }
+  order.first.insert(order.first.end(), ready.begin(), ready.end());
   order.first.insert(order.first.end(), in_flight.begin(), in_flight.end());
   return order;
 }

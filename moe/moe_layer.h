@@ -64,10 +64,11 @@ class MoeFeedForward final : public FeedForward {
   int expert_group(int j) const { return first_group_ + 1 + j; }
   // The active local experts in the order to run them, in two phases. Gathers are started
   // for all of them in id order (the agreed order). Phase 1 (`first`): those whose gather was
-  // started or that are resident, resident ones first: they run in the order their parameters
-  // are ready, then are released (and, in backward, reduced) in id order, so the shard cache
-  // and the gradient buckets see the same sequence on every rank. Phase 2 (`then`): those the
-  // live-parameter limit kept from prefetching; each is acquired (an on-demand gather, a
+  // started or that are resident: cached ones first in id order (acquiring them updates the
+  // cache's recency, which must agree across ranks), then the others in the order their
+  // parameters are ready; all are then released (and, in backward, reduced) in id order, so the
+  // shard cache and the gradient buckets see the same sequence on every rank. Phase 2 (`then`):
+  // those the live-parameter limit kept from prefetching; each is acquired (an on-demand gather, a
   // collective), run and released in id order, one at a time, so the limit holds.
   struct RunOrder {
     std::vector<int> first, then;

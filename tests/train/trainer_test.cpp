@@ -266,10 +266,15 @@ TEST(TrainerPrefetch, EveryPolicyAndCacheSizeGivesIdenticalLosses) {
 // onto few experts) and drifts (the token set changes every few micro-batches): collectives
 // must still match on every rank (the LocalCommunicator checks each call), the frequency model
 // must be identical on every rank, and the cache budget and live limit must hold.
-TEST(TrainerPrefetch, SkewedDriftingRoutingKeepsRanksInStep) {
+class TrainerPrefetchEviction : public ::testing::TestWithParam<const char*> {};
+
+// LFU and LRU: the cache's recency bookkeeping advances with acquires, so both must see the same
+// acquire order on every rank of an EDP group (the LocalCommunicator's call check fails otherwise).
+TEST_P(TrainerPrefetchEviction, SkewedDriftingRoutingKeepsRanksInStep) {
   Config cfg = tiny_moe({"parallel.world_size=4", "parallel.ep_size=2", "train.steps=6",
                          "model.num_experts=8", "prefetch.policy=frequency",
-                         "shard_cache.capacity_bytes=40000", "zero.max_live_parameters=40000"});
+                         "shard_cache.capacity_bytes=40000", "zero.max_live_parameters=40000",
+                         std::string("shard_cache.eviction=") + GetParam()});
   TrainOptions opt;
   opt.collect_params = true;
   opt.data = [](const BatchRequest& b, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
@@ -314,6 +319,7 @@ TEST(TrainerPrefetch, SkewedDriftingRoutingKeepsRanksInStep) {
   EXPECT_GT(hits, 0u) << "forward-to-backward reuse";
   EXPECT_GT(evictions, 0u) << "a cache of two experts must evict";
 }
+INSTANTIATE_TEST_SUITE_P(Eviction, TrainerPrefetchEviction, ::testing::Values("lfu", "lru"));
 
 // The CUDA path (one rank per GPU, NCCL): on one GPU the MoE model's losses follow the CPU's.
 // Tolerance: cuBLAS and the CUDA kernels sum in other orders than the CPU backend; fp32.
