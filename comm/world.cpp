@@ -42,7 +42,7 @@ void World::run(int world_size, const std::function<void(RankContext&)>& fn,
       std::unique_ptr<Device> device;
       try {
         device = make_cpu_device(r, options.device);
-        RankContext ctx{r, world_size, device.get(), &world};
+        RankContext ctx{r, world_size, device.get(), &world, {}};
         fn(ctx);
         device->synchronize();  // surfaces errors of work still queued on its streams
       } catch (...) {
