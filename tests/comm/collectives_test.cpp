@@ -38,7 +38,9 @@ void check_all_gather(int n) {
       std::copy(send.begin(), send.end(), buf.begin() + ctx.rank * count);
       comm->all_gather(buf.data() + ctx.rank * count, buf.data(), count, dtype_of<T>::value, s);
       s.synchronize();
-      if (!recv.empty()) ASSERT_EQ(0, std::memcmp(buf.data(), recv.data(), recv.size() * sizeof(T)));
+      if (!recv.empty()) {
+        ASSERT_EQ(0, std::memcmp(buf.data(), recv.data(), recv.size() * sizeof(T)));
+      }
     }
   }, test_options());
 }
