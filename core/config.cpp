@@ -289,6 +289,7 @@ void visit_train(V& v, auto& c) {
   v.field("metrics_file", c.metrics_file, "JSON-lines metrics, one object per step (empty: none)");
   v.field("save_dir", c.save_dir, "checkpoint directory (empty: none)");
   v.field("save_every", c.save_every, "checkpoint every n steps (0: only at the end if save_dir is set)", at_least<int64_t>(0));
+  v.field("keep_checkpoints", c.keep_checkpoints, "complete checkpoints kept in save_dir, newest first (0: all)", at_least<int64_t>(0));
   v.choice("on_nonfinite", c.on_nonfinite, Choices<NonFinitePolicy>{{"stop", NonFinitePolicy::Stop}, {"skip", NonFinitePolicy::Skip}}, "what a non-finite gradient does: stop the run or skip the step");
   v.field("init_from", c.init_from, "Hugging Face style directory to initialise from (empty: random)");
 }

@@ -40,6 +40,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/communicator.h"
@@ -150,6 +152,39 @@ class ZeroEngine final : public ParamProvider {
   std::vector<float> full_params_host(int group);
   EngineCounters counters() const;
   int64_t step_count() const;
+
+  // ---- Checkpoint state (core/zero_state.cpp). Call between steps only (after step(), before
+  // the next acquire): no gradient accumulation state exists then (step() zeroes it), no
+  // parameters are gathered and the shard cache is empty.
+  enum class StateTensor : uint8_t { Master = 0, ExpAvg = 1, ExpAvgSq = 2 };  // all fp32
+  struct StateRange {
+    int64_t begin_elems = 0;  // first element of the group's unpadded flat buffer
+    int64_t count_elems = 0;  // 0: this rank writes nothing for the group
+  };
+  // The part of group `group`'s state (elements of its unpadded flat buffer, [0, numel)) this
+  // rank writes to a checkpoint: its optimizer range clipped to numel. With an unsharded
+  // optimizer (stage 0) every rank of the group holds the same values: only its first rank
+  // writes them, the others get an empty range. The ranges of a group's ranks tile [0, numel).
+  StateRange checkpoint_range(int group) const;
+  // This rank's values of `which` over checkpoint_range(group), fp32 on the host (synchronises).
+  std::vector<float> export_state(int group, StateTensor which);
+  // Where imported state comes from: fills dst[0, count) with elements [begin, begin + count)
+  // of group `group`'s `which` (0 <= begin, begin + count <= numel; never asked for padding).
+  using StateReader = std::function<void(int group, StateTensor which, int64_t begin_elems,
+                                         int64_t count_elems, float* dst)>;
+  // Replaces this rank's model and optimizer state: fp32 masters (and the compute-dtype copies
+  // cast from them, as the optimizer writes them), both AdamW moments, and the count of
+  // applied optimizer steps (AdamW bias correction, the cache's parameter version). Asks
+  // `read` only for what this rank holds: its optimizer range of masters and moments, and all
+  // parameters of a group whose parameters are replicated. Any world size, EP size or stage
+  // may have written the source. Synchronises the device.
+  void import_state(const StateReader& read, int64_t step_count);
+  // The dense prefetcher's recorded acquire order per gather communicator (key, group ids):
+  // saved so that a resumed run on the same world prefetches as the uninterrupted one would.
+  // Restoring is optional (a missing order is re-learned in one step) and only valid for the
+  // same world size, EP size and stage.
+  std::vector<std::pair<std::string, std::vector<int>>> prefetch_orders() const;
+  void set_prefetch_orders(const std::vector<std::pair<std::string, std::vector<int>>>& orders);
 
  private:
   struct Impl;
