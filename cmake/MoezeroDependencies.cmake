@@ -31,6 +31,9 @@ unset(CMAKE_REQUIRED_LIBRARIES)
 find_package(nlohmann_json 3 CONFIG QUIET)
 moezero_require(nlohmann_json_FOUND "nlohmann-json" nlohmann-json3-dev)
 
+find_package(ZLIB QUIET)  # crc32 of checkpoint files
+moezero_require(ZLIB_FOUND "zlib" zlib1g-dev)
+
 if(MOEZERO_BUILD_TESTS)
   find_package(GTest CONFIG QUIET)
   moezero_require(GTest_FOUND "GoogleTest" libgtest-dev)

@@ -8,7 +8,7 @@
 # installed target are P/include (`#include <moezero/moezero.h>`) and P/include/moezero (the
 # in-tree "core/tensor.h" style the headers use among themselves).
 #
-# Dependencies recorded for consumers: Threads, TBB, nlohmann_json and, in a CUDA build,
+# Dependencies recorded for consumers: Threads, TBB, nlohmann_json, ZLIB and, in a CUDA build,
 # CUDAToolkit are found again by moezeroConfig.cmake. The BLAS libraries and NCCL are linked
 # by the absolute paths found at build time: right on the machine (or image) that built the
 # package, not relocatable to one whose OpenBLAS/NCCL lives elsewhere.

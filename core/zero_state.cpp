@@ -43,8 +43,8 @@ std::vector<float> ZeroEngine::export_state(int group, StateTensor which) {
   std::vector<float> out(static_cast<size_t>(r.count_elems));
   if (r.count_elems == 0) return out;
   Stream& cs = *impl_->streams.compute;
-  const Tensor src = state_view(st, which).view_elems(r.begin_elems - st.opt_offset,
-                                                      Shape{r.count_elems});
+  const Tensor src =
+      state_view(st, which).view_elems(r.begin_elems - st.opt_offset, Shape{r.count_elems});
   impl_->device.memcpy_async(out.data(), src.data(), out.size() * sizeof(float), cs);
   cs.synchronize();
   return out;
@@ -110,8 +110,8 @@ void ZeroEngine::set_prefetch_orders(
   const int n = static_cast<int>(impl_->groups.size());
   for (const auto& [key, ids] : orders)
     for (int g : ids)
-      MOEZERO_CHECK(g >= 0 && g < n, "prefetch order '", key, "': group ", g, " out of range (",
-                    n, " groups)");
+      MOEZERO_CHECK(g >= 0 && g < n, "prefetch order '", key, "': group ", g, " out of range (", n,
+                    " groups)");
   impl_->orders.clear();
   for (const auto& [key, ids] : orders) {
     Impl::Order& o = impl_->orders[key];

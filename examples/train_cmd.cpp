@@ -1,5 +1,5 @@
 // examples/train_cmd.cpp — `moezero train --config FILE [--set section.key=value ...]
-// [--metrics FILE] [--quiet]`: checks the config before anything runs, prints what will run,
+// [--metrics FILE] [--resume DIR] [--stop-at STEP] [--quiet]`: checks the config before anything runs, prints what will run,
 // then a progress line per train.log_every steps and a summary.
 #include <chrono>
 #include <cstdio>
@@ -14,7 +14,8 @@
 namespace moezero::cli {
 
 int train(const std::vector<std::string>& args) {
-  std::string config_path, metrics_path;
+  std::string config_path, metrics_path, resume;
+  int64_t stop_at = 0;
   std::vector<std::string> overrides;
   bool quiet = false;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -25,6 +26,18 @@ int train(const std::vector<std::string>& args) {
     if (args[i] == "--config") config_path = value("--config");
     else if (args[i] == "--set") overrides.push_back(value("--set"));
     else if (args[i] == "--metrics") metrics_path = value("--metrics");
+    else if (args[i] == "--resume") resume = value("--resume");
+    else if (args[i] == "--stop-at") {
+      const std::string v = value("--stop-at");
+      size_t used = 0;
+      try {
+        stop_at = std::stoll(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != v.size() || stop_at <= 0)
+        MOEZERO_THROW("train: --stop-at needs a step number > 0, got '", v, "'");
+    }
     else if (args[i] == "--quiet") quiet = true;
     else MOEZERO_THROW("train: unknown option '", args[i], "' (see `moezero help`)");
   }
@@ -59,6 +72,9 @@ int train(const std::vector<std::string>& args) {
   moe::TrainOptions opt;
   opt.progress = quiet ? nullptr : &std::cout;
   opt.metrics_path = metrics_path;
+  opt.resume_from = resume;
+  opt.stop_at_step = stop_at;
+  if (!resume.empty()) std::printf("  resume   %s\n", resume.c_str());
   const auto t0 = std::chrono::steady_clock::now();
   moe::TrainResult r = moe::train(cfg, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -88,11 +88,13 @@ void AtomicFile::commit() {
 
 void fsync_dir(const std::string& dir) {
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) MOEZERO_THROW("checkpoint: cannot open directory '", dir, "': ", std::strerror(errno));
+  if (fd < 0)
+    MOEZERO_THROW("checkpoint: cannot open directory '", dir, "': ", std::strerror(errno));
   const int rc = ::fsync(fd);
   const int e = errno;
   ::close(fd);
-  if (rc != 0) MOEZERO_THROW("checkpoint: fsync of directory '", dir, "' failed: ", std::strerror(e));
+  if (rc != 0)
+    MOEZERO_THROW("checkpoint: fsync of directory '", dir, "' failed: ", std::strerror(e));
 }
 
 std::pair<uint64_t, uint32_t> write_text_atomic(const std::string& path, const std::string& text) {
@@ -145,7 +147,9 @@ uint32_t file_crc(const std::string& path) {
 
 namespace {
 
-uint32_t parse_crc(const nlohmann::json& v) { return static_cast<uint32_t>(std::stoul(v.get<std::string>(), nullptr, 16)); }
+uint32_t parse_crc(const nlohmann::json& v) {
+  return static_cast<uint32_t>(std::stoul(v.get<std::string>(), nullptr, 16));
+}
 
 }  // namespace
 
@@ -180,8 +184,12 @@ nlohmann::json to_json(const Manifest& m) {
   for (const auto& g : m.groups) {
     auto segs = nlohmann::json::array();
     for (const auto& s : g.segments)
-      segs.push_back({{"rank", s.rank}, {"begin", s.begin}, {"count", s.count}, {"file", s.file},
-                      {"offset", s.offset}, {"crc32", crc_hex(s.crc)}});
+      segs.push_back({{"rank", s.rank},
+                      {"begin", s.begin},
+                      {"count", s.count},
+                      {"file", s.file},
+                      {"offset", s.offset},
+                      {"crc32", crc_hex(s.crc)}});
     groups.push_back({{"name", g.name}, {"numel", g.numel}, {"shards", segs}});
   }
   j["groups"] = groups;
@@ -211,8 +219,8 @@ Manifest read_manifest(const std::string& step_dir) {
   std::string where = "format";
   try {
     if (!j.is_object() || j.value("format", "") != kFormatName)
-      MOEZERO_THROW("checkpoint: '", path, "' is not a moezero checkpoint manifest (format is not \"",
-                    kFormatName, "\")");
+      MOEZERO_THROW("checkpoint: '", path,
+                    "' is not a moezero checkpoint manifest (format is not \"", kFormatName, "\")");
     where = "format_version";
     const int version = j.at("format_version").get<int>();
     if (version != kFormatVersion)
@@ -254,10 +262,11 @@ Manifest read_manifest(const std::string& step_dir) {
       m.prefetch_orders.push_back(std::move(o));
     }
   } catch (const nlohmann::json::exception& e) {
-    MOEZERO_THROW("checkpoint: '", path, "': field '", where, "' is missing or malformed: ",
-                  e.what());
+    MOEZERO_THROW("checkpoint: '", path, "': field '", where,
+                  "' is missing or malformed: ", e.what());
   } catch (const std::logic_error& e) {  // stoul of a crc
-    MOEZERO_THROW("checkpoint: '", path, "': field '", where, "' has a malformed crc32: ", e.what());
+    MOEZERO_THROW("checkpoint: '", path, "': field '", where,
+                  "' has a malformed crc32: ", e.what());
   }
   // Structure: segments tile each group and lie inside their (listed) files.
   for (auto& g : m.groups) {
@@ -288,7 +297,8 @@ void check_files(const Manifest& m) {
     std::error_code ec;
     const auto size = fs::file_size(path, ec);
     if (ec)
-      MOEZERO_THROW("checkpoint: '", path, "' is missing (listed in manifest.json): ", ec.message());
+      MOEZERO_THROW("checkpoint: '", path,
+                    "' is missing (listed in manifest.json): ", ec.message());
     if (size < f.bytes)
       MOEZERO_THROW("checkpoint: '", path, "' is truncated: ", size, " bytes, manifest.json says ",
                     f.bytes);
@@ -305,8 +315,7 @@ std::string step_dir_name(int64_t step) {
 }
 
 std::string resolve_step_dir(const std::string& dir) {
-  if (!fs::is_directory(dir))
-    MOEZERO_THROW("checkpoint: '", dir, "' is not a directory");
+  if (!fs::is_directory(dir)) MOEZERO_THROW("checkpoint: '", dir, "' is not a directory");
   if (fs::exists(dir + "/manifest.json")) return dir;
   const std::string latest = dir + "/latest";
   if (!fs::exists(latest))

@@ -58,10 +58,10 @@ void read_range(const std::string& path, uint64_t offset, size_t bytes, void* ds
 uint32_t file_crc(const std::string& path);
 
 // ---- Manifest (manifest.json of one step directory) ----------------------------------------
-struct Segment {      // one group's state on one rank: elements [begin, begin + count)
+struct Segment {  // one group's state on one rank: elements [begin, begin + count)
   int rank = 0;
   int64_t begin = 0, count = 0;
-  std::string file;   // "rank_00001.bin"
+  std::string file;     // "rank_00001.bin"
   uint64_t offset = 0;  // bytes: master (count f32), then exp_avg, then exp_avg_sq
   uint32_t crc = 0;     // crc32 of the segment's 12 * count bytes
 };

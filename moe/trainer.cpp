@@ -128,7 +128,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   const std::string metrics_path =
       options.metrics_path.empty() ? tc.metrics_file : options.metrics_path;
   if (!metrics_path.empty()) {
-    metrics.open(metrics_path, std::ios::trunc);
+    // A resumed run appends to the metrics of the run it continues.
+    metrics.open(metrics_path, options.resume_from.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics) MOEZERO_THROW("cannot write the metrics file '", metrics_path, "'");
   }
 
@@ -198,9 +199,15 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
             ? std::make_unique<prefetch::ShardCache>(cfg.shard_cache)
             : nullptr);
 
+    const checkpoint::RankState ckpt{&cfg, &engine, frequency.get(), misc.get(), &dev, &cs};
+    const int64_t first_step =
+        options.resume_from.empty() ? 0 : checkpoint::restore(ckpt, options.resume_from);
+    const int64_t end_step =
+        options.stop_at_step > 0 ? std::min(options.stop_at_step, tc.steps) : tc.steps;
+
     const auto t_start = std::chrono::steady_clock::now();
     EngineCounters before = engine.counters();
-    for (int64_t step = 0; step < tc.steps; ++step) {
+    for (int64_t step = first_step; step < end_step; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       dev.allocator().reset_peak();
       TensorBuffer loss(dev, DType::F32, Shape{1}, MemTag::Other, cs, "loss");
@@ -278,6 +285,9 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       std::vector<RankStepStats> all(static_cast<size_t>(world));
       misc->all_gather(&mine, all.data(), kStatWords, DType::I64, cs);
       cs.synchronize();
+      if (!tc.save_dir.empty() &&
+          ((tc.save_every > 0 && (step + 1) % tc.save_every == 0) || step + 1 == end_step))
+        checkpoint::save(ckpt, step + 1, options.save_fault);
       if (ctx.rank != 0) continue;
 
       const auto t1 = std::chrono::steady_clock::now();
@@ -294,7 +304,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       s.elapsed_s = std::chrono::duration<double>(t1 - t_start).count();
       s.ranks = std::move(all);
       if (metrics.is_open()) metrics << step_json(s) << "\n" << std::flush;
-      if (options.progress && (s.step % tc.log_every == 0 || s.step == 1 || s.step == tc.steps))
+      if (options.progress &&
+          (s.step % tc.log_every == 0 || s.step == first_step + 1 || s.step == end_step))
         print_progress(*options.progress, s, tc.steps);
       std::lock_guard lock(result_mu);
       result.steps.push_back(std::move(s));

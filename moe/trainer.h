@@ -20,6 +20,7 @@
 
 #include "core/allocator.h"
 #include "core/config.h"
+#include "moe/checkpoint.h"
 
 namespace moezero::moe {
 
@@ -76,6 +77,13 @@ struct TrainOptions {
   DataSource data;                   // custom data; empty: data.path / the built-in corpus
   std::string metrics_path;          // overrides train.metrics_file when not empty
   bool collect_params = false;       // fill TrainResult::params (tests)
+  // Checkpoints (docs/checkpoints.md). resume_from: a save_dir or step directory to continue
+  // from (`moezero train --resume DIR`); the run continues at the saved step up to train.steps.
+  std::string resume_from;
+  // Stop after this (1-based) step although train.steps is larger (the LR schedule still spans
+  // train.steps), saving a checkpoint there when train.save_dir is set; 0: run to train.steps.
+  int64_t stop_at_step = 0;
+  checkpoint::SaveFault save_fault;  // test hook: a rank file write that fails midway
 };
 
 struct TrainResult {

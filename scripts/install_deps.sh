@@ -10,6 +10,7 @@ PACKAGES=(
   libtbb-dev             # oneTBB: CPU parallel loops
   libopenblas-dev        # CBLAS: CPU GEMM
   nlohmann-json3-dev     # config and metrics JSON
+  zlib1g-dev             # crc32 of checkpoint files
   libgtest-dev libgmock-dev
   libbenchmark-dev       # Google Benchmark
 )
