@@ -51,7 +51,7 @@ struct TrainConfig {
   int64_t log_every = 10;
   std::string metrics_file;  // JSON lines, one per step; empty: none
   std::string save_dir;
-  int64_t save_every = 0;  // 0: no periodic checkpoints (one at the end when save_dir is set)
+  int64_t save_every = 0;        // 0: no periodic checkpoints (one at the end when save_dir is set)
   int64_t keep_checkpoints = 0;  // complete checkpoints kept in save_dir, newest first; 0: all
   NonFinitePolicy on_nonfinite = NonFinitePolicy::Stop;
   std::string init_from;  // a Hugging Face style directory to start from; empty: random init

@@ -1,6 +1,6 @@
 // examples/train_cmd.cpp — `moezero train --config FILE [--set section.key=value ...]
-// [--metrics FILE] [--resume DIR] [--stop-at STEP] [--quiet]`: checks the config before anything runs, prints what will run,
-// then a progress line per train.log_every steps and a summary.
+// [--metrics FILE] [--resume DIR] [--stop-at STEP] [--quiet]`: checks the config before anything
+// runs, prints what will run, then a progress line per train.log_every steps and a summary.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -12,6 +12,21 @@
 #include "moe/transformer.h"
 
 namespace moezero::cli {
+
+namespace {
+int64_t parse_step(const std::string& v, const char* flag) {
+  size_t used = 0;
+  int64_t step = 0;
+  try {
+    step = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || step <= 0)
+    MOEZERO_THROW("train: ", flag, " needs a step number > 0, got '", v, "'");
+  return step;
+}
+}  // namespace
 
 int train(const std::vector<std::string>& args) {
   std::string config_path, metrics_path, resume;
@@ -27,17 +42,7 @@ int train(const std::vector<std::string>& args) {
     else if (args[i] == "--set") overrides.push_back(value("--set"));
     else if (args[i] == "--metrics") metrics_path = value("--metrics");
     else if (args[i] == "--resume") resume = value("--resume");
-    else if (args[i] == "--stop-at") {
-      const std::string v = value("--stop-at");
-      size_t used = 0;
-      try {
-        stop_at = std::stoll(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != v.size() || stop_at <= 0)
-        MOEZERO_THROW("train: --stop-at needs a step number > 0, got '", v, "'");
-    }
+    else if (args[i] == "--stop-at") stop_at = parse_step(value("--stop-at"), "--stop-at");
     else if (args[i] == "--quiet") quiet = true;
     else MOEZERO_THROW("train: unknown option '", args[i], "' (see `moezero help`)");
   }
