@@ -180,7 +180,7 @@ void commit_checkpoint(const RankState& s, const fs::path& root, const fs::path&
     m.files.push_back({kFrequencyFile, bytes, crc});
     m.frequency_model = kFrequencyFile;
   }
-  io::write_text_atomic((tmp / "manifest.json").string(), io::to_json(m).dump(1));
+  io::write_text_atomic((tmp / "manifest.json").string(), io::manifest_text(m));
   (void)io::read_manifest(tmp.string());  // the same checks a loader makes (shards tile groups)
   const std::string name = io::step_dir_name(step);
   const fs::path final_dir = root / name;

@@ -165,8 +165,8 @@ const GroupEntry* Manifest::group(const std::string& name) const {
   return nullptr;
 }
 
-nlohmann::json to_json(const Manifest& m) {
-  nlohmann::json j;
+std::string manifest_text(const Manifest& m) {
+  nlohmann::ordered_json j;  // fields in the order of docs/checkpoints.md
   j["format"] = kFormatName;
   j["format_version"] = kFormatVersion;
   j["step"] = m.step;
@@ -176,13 +176,13 @@ nlohmann::json to_json(const Manifest& m) {
   j["zero_stage"] = m.zero_stage;
   j["dtype"] = m.dtype;
   j["frequency_model"] = m.frequency_model;
-  auto files = nlohmann::json::array();
+  auto files = nlohmann::ordered_json::array();
   for (const auto& f : m.files)
     files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"crc32", crc_hex(f.crc)}});
   j["files"] = files;
-  auto groups = nlohmann::json::array();
+  auto groups = nlohmann::ordered_json::array();
   for (const auto& g : m.groups) {
-    auto segs = nlohmann::json::array();
+    auto segs = nlohmann::ordered_json::array();
     for (const auto& s : g.segments)
       segs.push_back({{"rank", s.rank},
                       {"begin", s.begin},
@@ -193,15 +193,15 @@ nlohmann::json to_json(const Manifest& m) {
     groups.push_back({{"name", g.name}, {"numel", g.numel}, {"shards", segs}});
   }
   j["groups"] = groups;
-  auto orders = nlohmann::json::array();
+  auto orders = nlohmann::ordered_json::array();
   for (const auto& per_rank : m.prefetch_orders) {
-    auto o = nlohmann::json::object();
+    auto o = nlohmann::ordered_json::object();
     for (const auto& [key, ids] : per_rank) o[key] = ids;
     orders.push_back(o);
   }
   j["prefetch_orders"] = orders;
-  j["config"] = m.config;
-  return j;
+  j["config"] = nlohmann::ordered_json::parse(m.config.dump());
+  return j.dump(1);
 }
 
 Manifest read_manifest(const std::string& step_dir) {

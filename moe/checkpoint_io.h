@@ -90,7 +90,7 @@ struct Manifest {
   const GroupEntry* group(const std::string& name) const;  // nullptr when absent
 };
 
-nlohmann::json to_json(const Manifest& m);
+std::string manifest_text(const Manifest& m);  // JSON, fields in documented order
 // Parses and checks DIR/manifest.json (format name and version, every field's type, segments
 // tiling each group, segments inside their files): an Error names the file and the field.
 Manifest read_manifest(const std::string& step_dir);

@@ -202,6 +202,9 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     const checkpoint::RankState ckpt{&cfg, &engine, frequency.get(), misc.get(), &dev, &cs};
     const int64_t first_step =
         options.resume_from.empty() ? 0 : checkpoint::restore(ckpt, options.resume_from);
+    if (first_step > 0 && ctx.rank == 0 && options.progress)
+      *options.progress << "resumed from " << options.resume_from << " after step " << first_step
+                        << std::endl;
     const int64_t end_step =
         options.stop_at_step > 0 ? std::min(options.stop_at_step, tc.steps) : tc.steps;
 
@@ -285,9 +288,17 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       std::vector<RankStepStats> all(static_cast<size_t>(world));
       misc->all_gather(&mine, all.data(), kStatWords, DType::I64, cs);
       cs.synchronize();
+      auto save_time = std::chrono::steady_clock::duration::zero();  // not counted in tok/s
       if (!tc.save_dir.empty() &&
-          ((tc.save_every > 0 && (step + 1) % tc.save_every == 0) || step + 1 == end_step))
+          ((tc.save_every > 0 && (step + 1) % tc.save_every == 0) || step + 1 == end_step)) {
+        const auto ts = std::chrono::steady_clock::now();
         checkpoint::save(ckpt, step + 1, options.save_fault);
+        save_time = std::chrono::steady_clock::now() - ts;
+        if (ctx.rank == 0 && options.progress)
+          *options.progress << "checkpoint saved: " << tc.save_dir << " step " << step + 1 << " ("
+                            << std::chrono::duration<double>(save_time).count() << " s)"
+                            << std::endl;
+      }
       if (ctx.rank != 0) continue;
 
       const auto t1 = std::chrono::steady_clock::now();
@@ -300,7 +311,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       s.tokens_per_expert = moe_stats.tokens_per_expert;
       s.applied = sr.finite;
       s.tokens = step_tokens;
-      s.tokens_per_s = double(step_tokens) / std::chrono::duration<double>(t1 - t0).count();
+      s.tokens_per_s =
+          double(step_tokens) / std::chrono::duration<double>(t1 - t0 - save_time).count();
       s.elapsed_s = std::chrono::duration<double>(t1 - t_start).count();
       s.ranks = std::move(all);
       if (metrics.is_open()) metrics << step_json(s) << "\n" << std::flush;

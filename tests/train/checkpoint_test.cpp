@@ -176,6 +176,18 @@ TEST(Checkpoint, ResumeAtWorld1Bf16WithAccumulationIsBitExact) {
   expect_params_identical(checkpoint::load_full_params(a), checkpoint::load_full_params(b));
 }
 
+TEST(Checkpoint, DenseModelAtWorld3Stage2ResumesBitExact) {
+  const std::vector<std::string> o = {"model.num_experts=0", "parallel.world_size=3",
+                                      "parallel.ep_size=1", "zero.stage=2"};
+  const std::string a = fresh_dir("dense_full"), b = fresh_dir("dense_split");
+  const TrainResult full = run(ckpt_config(a, o));
+  run(ckpt_config(b, o), "", 4);
+  EXPECT_FALSE(fs::exists(b + "/step_00000004/frequency_model.json"));  // no experts
+  const TrainResult second = run(ckpt_config(b, o), b);
+  expect_steps_identical(full, 4, second);
+  EXPECT_TRUE(second.params == full.params);
+}
+
 TEST(Checkpoint, ResumesAtOtherWorldSizesEpSizesAndStages) {
   const std::string a = fresh_dir("rs_full"), b = fresh_dir("rs_split");
   const TrainResult full = run(ckpt_config(a));
