@@ -115,6 +115,10 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   MOEZERO_CHECK(tc.micro_batch_size % world == 0, "train.micro_batch_size (", tc.micro_batch_size,
                 ") must be divisible by parallel.world_size (", world,
                 "): it is the global number of sequences per micro-batch");
+  if (!options.resume_from.empty() && !tc.init_from.empty())
+    MOEZERO_THROW("train.init_from (", tc.init_from, ") and a resume from ", options.resume_from,
+                  " were both given: a resumed run takes its parameters from the checkpoint; "
+                  "drop one of them");
   std::unique_ptr<TokenData> data;
   if (!options.data)
     data = std::make_unique<TokenData>(cfg.data.path, cfg.model.vocab_size, cfg.model.seq_len,
@@ -207,6 +211,10 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
                         << std::endl;
     const int64_t end_step =
         options.stop_at_step > 0 ? std::min(options.stop_at_step, tc.steps) : tc.steps;
+    if (!options.resume_from.empty() && first_step >= end_step)
+      MOEZERO_THROW("the checkpoint at ", options.resume_from, " is after step ", first_step,
+                    ": nothing left to train up to step ", end_step,
+                    " (raise train.steps to continue)");
 
     const auto t_start = std::chrono::steady_clock::now();
     EngineCounters before = engine.counters();

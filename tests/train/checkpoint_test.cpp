@@ -352,6 +352,13 @@ TEST_F(CheckpointRefusal, UnknownFormatVersion) {
   expect_has(resume_error(d), "manifest.json': unknown format_version 99");
 }
 
+TEST_F(CheckpointRefusal, NothingLeftToTrainOrInitFromBesides) {
+  expect_has(error_of([&] { run(ckpt_config(fresh_dir("bad_out"), {"train.steps=2"}), good_); }),
+             "is after step 2: nothing left to train up to step 2 (raise train.steps");
+  expect_has(resume_error(good_, {"train.init_from=/some/hf_dir"}),
+             "train.init_from (/some/hf_dir) and a resume from");
+}
+
 TEST_F(CheckpointRefusal, DirectoryWithoutCheckpoint) {
   const std::string d = fresh_dir("empty");
   fs::create_directories(d);
