@@ -73,6 +73,10 @@ std::vector<float> ZeroEngine::full_params_host(int group) {
   return impl_->full_params_host(group);
 }
 
+void ZeroEngine::set_full_params_host(int group, std::span<const float> values) {
+  impl_->set_full_params_host(group, values);
+}
+
 // ---- Impl: fetch and release ------------------------------------------------------------
 
 ZeroEngine::Impl::Impl(Device& d, EngineStreams s, Communicator& misc, ZeroOptions o)

@@ -42,6 +42,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <span>
 #include <vector>
 
 #include "core/communicator.h"
@@ -150,6 +151,14 @@ class ZeroEngine final : public ParamProvider {
   // The full parameters of `group` as fp32 on the host (a collective over the group's
   // sharding group at stage 3: every member must call it; synchronises). For tests/export.
   std::vector<float> full_params_host(int group);
+  // Overwrites the parameters of `group` with `values` (fp32, layout(group).numel() of them:
+  // what full_params_host returns), e.g. to start from an exported model: this rank copies its
+  // own range into its fp32 master (shard or replica) and into its compute-dtype copy (the
+  // bf16 shard, or the replicated full buffer). Optimizer moments, gradients and the step
+  // count are left as they are. No collective: every rank of the group must pass the same
+  // values. Call between steps: the group must not be gathered (acquired, prefetched or held
+  // by the shard cache). Synchronises the compute and gather streams.
+  void set_full_params_host(int group, std::span<const float> values);
   EngineCounters counters() const;
   int64_t step_count() const;
 

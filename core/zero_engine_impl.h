@@ -82,6 +82,7 @@ struct ZeroEngine::Impl {
   void measure_wait(Stream& compute, const Event& ready);  // compute waits; the wait is timed
   double collect_stall_ms();  // sum of timed waits since the last call (events completed)
   std::vector<float> full_params_host(int g);
+  void set_full_params_host(int g, std::span<const float> values);
 
   Device& device;
   EngineStreams streams;

@@ -11,10 +11,17 @@ namespace moezero::cli {
 // float64 references and the collectives on N ranks-as-threads, prints one line per check.
 int selfcheck(const std::vector<std::string>& args);
 
-// `moezero train --config FILE [--set section.key=value ...] [--metrics FILE] [--quiet]`.
+// `moezero train --config FILE [--set section.key=value ...] [--metrics FILE] [--quiet]
+//  [--export-hf HF_DIR [--export-dtype f32|bf16]]`.
 int train(const std::vector<std::string>& args);
 
 // `moezero config [--doc | --defaults | FILE [--set section.key=value ...]]`.
 int config(const std::vector<std::string>& args);
+
+// `moezero export --checkpoint DIR --out HF_DIR [--dtype f32|bf16]`.
+int export_model(const std::vector<std::string>& args);
+
+// `moezero score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]`.
+int score(const std::vector<std::string>& args);
 
 }  // namespace moezero::cli

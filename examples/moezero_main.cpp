@@ -14,14 +14,19 @@ constexpr const char* kUsage =
     "usage: moezero <command> [options]\n"
     "commands:\n"
     "  train --config FILE [--set section.key=value ...] [--metrics FILE] [--quiet]\n"
-    "        [--resume DIR] [--stop-at STEP]\n"
+    "        [--resume DIR] [--stop-at STEP] [--export-hf HF_DIR [--export-dtype f32|bf16]]\n"
     "      train the model the config describes (ranks as threads on the CPU);\n"
     "      --resume continues from a checkpoint (a train.save_dir or one step directory),\n"
-    "      --stop-at ends the run after STEP (schedule still spans train.steps)\n"
+    "      --stop-at ends the run after STEP (schedule still spans train.steps),\n"
+    "      --export-hf writes the trained model as a Hugging Face directory\n"
     "  selfcheck [--ranks N] [--backend cpu|cuda|all]\n"
     "      run kernels against float64 references and collectives on N ranks-as-threads\n"
     "  config [--doc | --defaults | FILE [--set section.key=value ...]]\n"
     "      print the config reference (Markdown), the defaults, or a checked, resolved file\n"
+    "  export --checkpoint DIR --out HF_DIR [--dtype f32|bf16]\n"
+    "      write a checkpoint as a Hugging Face directory (config.json + model.safetensors)\n"
+    "  score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]\n"
+    "      mean next-token cross-entropy (nats) of an exported model on a byte file, as JSON\n"
     "  help      print this text\n";
 
 }  // namespace
@@ -38,6 +43,8 @@ int main(int argc, char** argv) {
     if (cmd == "train") return moezero::cli::train(args);
     if (cmd == "selfcheck") return moezero::cli::selfcheck(args);
     if (cmd == "config") return moezero::cli::config(args);
+    if (cmd == "export") return moezero::cli::export_model(args);
+    if (cmd == "score") return moezero::cli::score(args);
     std::cerr << "moezero: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
   } catch (const moezero::Error& e) {

@@ -8,6 +8,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "examples/cli.h"
+#include "moe/hf_export.h"
 #include "moe/trainer.h"
 #include "moe/transformer.h"
 
@@ -33,6 +34,8 @@ int train(const std::vector<std::string>& args) {
   int64_t stop_at = 0;
   std::vector<std::string> overrides;
   bool quiet = false;
+  std::string export_dir;
+  moe::HfExportOptions export_opt;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
       MOEZERO_CHECK(i + 1 < args.size(), "train: ", flag, " needs a value");
@@ -44,10 +47,17 @@ int train(const std::vector<std::string>& args) {
     else if (args[i] == "--resume") resume = value("--resume");
     else if (args[i] == "--stop-at") stop_at = parse_step(value("--stop-at"), "--stop-at");
     else if (args[i] == "--quiet") quiet = true;
-    else MOEZERO_THROW("train: unknown option '", args[i], "' (see `moezero help`)");
+    else if (args[i] == "--export-hf") export_dir = value("--export-hf");
+    else if (args[i] == "--export-dtype") {
+      const std::string d = value("--export-dtype");
+      MOEZERO_CHECK(d == "f32" || d == "bf16", "train: --export-dtype must be f32 or bf16, got '",
+                    d, "'");
+      export_opt.dtype = d == "f32" ? moe::SafetensorsDType::F32 : moe::SafetensorsDType::BF16;
+    } else MOEZERO_THROW("train: unknown option '", args[i], "' (see `moezero help`)");
   }
   MOEZERO_CHECK(!config_path.empty(), "train: --config FILE is required");
   const Config cfg = load_config(config_path, overrides);
+  if (!export_dir.empty()) moe::hf_architecture(cfg);  // refuse before training, not after
 
   int64_t params = 0;
   for (const auto& g : moe::Transformer(cfg.model).param_groups())
@@ -80,12 +90,21 @@ int train(const std::vector<std::string>& args) {
   opt.resume_from = resume;
   opt.stop_at_step = stop_at;
   if (!resume.empty()) std::printf("  resume   %s\n", resume.c_str());
+  opt.collect_params = !export_dir.empty();
   const auto t0 = std::chrono::steady_clock::now();
   moe::TrainResult r = moe::train(cfg, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!r.steps.empty())
     std::printf("done: %zu steps in %.1f s, loss %.4f -> %.4f\n", r.steps.size(), secs,
                 r.steps.front().loss, r.steps.back().loss);
+  if (!export_dir.empty()) {
+    std::vector<moe::GroupValues> groups;
+    for (size_t g = 0; g < r.params.size(); ++g)
+      groups.push_back({r.group_names[g], std::move(r.params[g])});
+    moe::export_hf(cfg, groups, export_dir, export_opt);
+    std::printf("exported %s to %s\n", moe::hf_architecture_name(moe::hf_architecture(cfg)),
+                export_dir.c_str());
+  }
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <deque>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -17,6 +18,7 @@
 #include "core/zero_engine.h"
 #include "kernels/backend.h"
 #include "moe/data.h"
+#include "moe/hf_export.h"
 #include "moe/transformer.h"
 #include "prefetch/frequency_model.h"
 #include "prefetch/shard_cache.h"
@@ -137,8 +139,17 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     if (!metrics) MOEZERO_THROW("cannot write the metrics file '", metrics_path, "'");
   }
 
+  // train.init_from: an exported directory's parameters, by group name (checked once, here).
+  std::map<std::string, std::vector<float>> init_values;
+  if (!tc.init_from.empty()) {
+    const HfModel hf = read_hf_dir(tc.init_from);
+    check_same_shape(cfg.model, hf, "train.init_from");
+    for (GroupValues& g : hf_group_values(hf)) init_values.emplace(g.name, std::move(g.data));
+  }
+
   TrainResult result;
   std::mutex result_mu;
+  std::map<std::string, std::vector<float>> collected;  // collect_params: every rank's groups
   comm::WorldOptions wopt;
   wopt.comm.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000.0));
   wopt.comm.emulation = CommEmulation{cfg.comm_emulation.link_gbps, cfg.comm_emulation.latency_us};
@@ -203,6 +214,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
             ? std::make_unique<prefetch::ShardCache>(cfg.shard_cache)
             : nullptr);
 
+    for (int g = 0; g < engine.group_count() && !init_values.empty(); ++g)
+      engine.set_full_params_host(g, init_values.at(engine.layout(g).spec().name));
     const checkpoint::RankState ckpt{&cfg, &engine, frequency.get(), misc.get(), &dev, &cs};
     const int64_t first_step =
         options.resume_from.empty() ? 0 : checkpoint::restore(ckpt, options.resume_from);
@@ -335,15 +348,13 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       result.frequency_models.resize(static_cast<size_t>(world));
       result.frequency_models[static_cast<size_t>(ctx.rank)] = frequency->to_json().dump();
     }
-    if (options.collect_params) {
+    if (options.collect_params) {  // with expert parallelism each rank holds some experts
       std::vector<std::vector<float>> params;
       for (int g = 0; g < engine.group_count(); ++g) params.push_back(engine.full_params_host(g));
-      if (ctx.rank == 0) {
-        std::lock_guard lock(result_mu);
-        result.params = std::move(params);
-        for (int g = 0; g < engine.group_count(); ++g)
-          result.group_names.push_back(engine.layout(g).spec().name);
-      }
+      std::lock_guard lock(result_mu);
+      for (int g = 0; g < engine.group_count(); ++g)
+        collected.try_emplace(engine.layout(g).spec().name,
+                              std::move(params[static_cast<size_t>(g)]));
     }
     dev.synchronize();
   };
@@ -351,6 +362,11 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     comm::World::run_cuda(world, rank_main, wopt);
   else
     comm::World::run(world, rank_main, wopt);
+  if (options.collect_params)  // every group of the model, in execution order
+    for (const GroupSpec& g : full_param_groups(cfg.model)) {
+      result.group_names.push_back(g.name);
+      result.params.push_back(std::move(collected.at(g.name)));
+    }
   return result;
 }
 

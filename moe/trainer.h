@@ -88,8 +88,10 @@ struct TrainOptions {
 
 struct TrainResult {
   std::vector<StepLog> steps;
+  // collect_params: every parameter group of the model (all experts, whatever the expert
+  // parallelism) in execution order, fp32 masters after training.
   std::vector<std::string> group_names;
-  std::vector<std::vector<float>> params;  // per group, fp32 masters after training
+  std::vector<std::vector<float>> params;
   std::vector<std::string> frequency_models;  // per rank: the expert frequency model (JSON)
 };
 

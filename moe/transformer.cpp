@@ -112,6 +112,8 @@ std::shared_ptr<const std::vector<int32_t>> Transformer::host_positions(int64_t 
 
 void Transformer::discard_activations() { state_.reset(); }
 
+Tensor Transformer::last_logits() const { return state_ ? state_->head.logits.view() : Tensor(); }
+
 void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens,
                           const Tensor& targets, float loss_scale, const Tensor& loss_out,
                           const MicroBatchInfo& mb, const Tensor& aux_out) {

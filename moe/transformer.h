@@ -92,6 +92,9 @@ class Transformer {
   bool has_activations() const { return state_ != nullptr; }
   // Drops the saved activations (evaluation: forward without backward).
   void discard_activations();
+  // The logits (B*T, V), compute dtype, of the last forward (valid once its stream has run it,
+  // until backward or discard_activations); an undefined tensor without saved activations.
+  Tensor last_logits() const;
 
  private:
   struct State;

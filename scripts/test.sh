@@ -5,5 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
+bash scripts/install_python_deps.sh  # tests/hf: torch (Debian) + transformers (PyPI)
 bash scripts/build.sh "$@"
 ctest --test-dir "${MOEZERO_BUILD_DIR:-build}" --output-on-failure --timeout 600
