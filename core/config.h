@@ -53,6 +53,7 @@ struct TrainConfig {
   std::string save_dir;
   int64_t save_every = 0;  // 0: no periodic checkpoints
   NonFinitePolicy on_nonfinite = NonFinitePolicy::Stop;
+  uint64_t memory_limit = 0;  // bytes per rank on its device; 0: no limit (docs/health.md)
   std::string init_from;  // a Hugging Face style directory to start from; empty: random init
 };
 
