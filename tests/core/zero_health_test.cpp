@@ -44,7 +44,8 @@ struct RunOut {
 
 // One engine step per entry of `data`; at step `poison` (index into data) rank 1 writes
 // `bad` into element 7 of parameter 1 of group 1 through the grad hook.
-RunOut run(int world, int stage, const std::vector<int>& data, int poison, float bad) {
+RunOut run(int world, int stage, const std::vector<int>& data, int poison, float bad,
+           DType dtype = DType::F32) {
   RunOut out;
   out.params.resize(static_cast<size_t>(world));
   out.results.resize(static_cast<size_t>(world));
@@ -59,6 +60,7 @@ RunOut run(int world, int stage, const std::vector<int>& data, int poison, float
     auto misc = ctx.communicator(wg, "misc");
     ZeroOptions opt;
     opt.stage = stage;
+    opt.compute_dtype = dtype;
     opt.persistence_threshold_elems = 16;
     opt.grad_hook = [&](const GradReadyInfo& gi) {
       if (ctx.rank != 1 || gi.step != poison || gi.group != 1) return;
@@ -137,11 +139,21 @@ TEST(ZeroHealth, ShardSquaresAddUpToTheGradientNormAtEveryStage) {
 TEST(ZeroHealth, PoisonedStepIsLocatedAndSkippedWithoutTouchingState) {
   const float kNaN = std::numeric_limits<float>::quiet_NaN();
   const float kInf = std::numeric_limits<float>::infinity();
-  for (int stage : {0, 1, 2, 3}) {
-    for (float bad : {kNaN, -kInf}) {
-      SCOPED_TRACE("stage " + std::to_string(stage) + " value " + std::to_string(bad));
-      const RunOut poisoned = run(2, stage, {0, 1, 2}, 1, bad);
-      const RunOut clean = run(2, stage, {0, 2}, -1, 0.0f);
+  struct Case {
+    int stage;
+    float bad;
+    DType dtype;
+  };
+  for (Case c :
+       {Case{0, kNaN, DType::F32}, Case{1, -kInf, DType::F32}, Case{2, kNaN, DType::F32},
+        Case{3, -kInf, DType::F32}, Case{3, kNaN, DType::BF16}, Case{1, kInf, DType::BF16}}) {
+    {
+      const int stage = c.stage;
+      const float bad = c.bad;
+      SCOPED_TRACE("stage " + std::to_string(stage) + " value " + std::to_string(bad) + " " +
+                   std::string(dtype_name(c.dtype)));
+      const RunOut poisoned = run(2, stage, {0, 1, 2}, 1, bad, c.dtype);
+      const RunOut clean = run(2, stage, {0, 2}, -1, 0.0f, c.dtype);
       for (int rank = 0; rank < 2; ++rank) {
         const auto& rs = poisoned.results[size_t(rank)];
         EXPECT_TRUE(rs[0].finite);
@@ -162,7 +174,7 @@ TEST(ZeroHealth, PoisonedStepIsLocatedAndSkippedWithoutTouchingState) {
       EXPECT_EQ(f.param, 1);
       EXPECT_EQ(f.index, 7);
       EXPECT_EQ(f.flat_index, GroupLayout(groups()[1]).offset(1) + 7);
-      EXPECT_EQ(f.kind, std::isnan(bad) ? 1 : 3);
+      EXPECT_EQ(f.kind, std::isnan(bad) ? 1 : bad > 0 ? 2 : 3);
       EXPECT_EQ(f.count, 1);
       EXPECT_EQ(f.micro_batch, 0);
       EXPECT_EQ(f.order, 1) << "group 1 was the second gradient checked";
