@@ -1,6 +1,7 @@
 #include "core/allocator.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
 
@@ -14,6 +15,33 @@ size_t round_block(size_t bytes) {
 // A cached block may serve a smaller request when the waste is modest.
 bool fits(size_t cached, size_t wanted) { return cached <= wanted + wanted / 4 + 4096; }
 }  // namespace
+
+std::string format_bytes(uint64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+
+std::string top_tags_text(const std::array<size_t, kMemTagCount>& bytes_by_tag) {
+  std::array<size_t, kMemTagCount> order;
+  for (size_t t = 0; t < kMemTagCount; ++t) order[t] = t;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return bytes_by_tag[a] > bytes_by_tag[b]; });
+  std::string out;
+  for (size_t t : order) {
+    if (bytes_by_tag[t] == 0) break;
+    if (!out.empty()) out += ", ";
+    out += std::string(mem_tag_name(static_cast<MemTag>(t))) + " " + format_bytes(bytes_by_tag[t]);
+  }
+  return out.empty() ? "nothing" : out;
+}
 
 const char* mem_tag_name(MemTag t) {
   switch (t) {
@@ -180,13 +208,20 @@ Buffer Allocator::allocate(size_t bytes, MemTag tag, Stream& stream, const char*
       }
     }
     if (!ptr) {
-      MOEZERO_THROW_AS(OutOfMemoryError, "out of memory on ", device_.name(), ": ", what,
-                       (what[0] ? " " : ""), "asked for ", bytes, " bytes of tag '",
-                       mem_tag_name(tag), "'; in use ", stats_.total_current_bytes,
-                       " bytes (", mem_tag_name(tag), ": ",
-                       stats_.current_bytes[static_cast<size_t>(tag)], "), reserved ",
-                       stats_.reserved_bytes, ", capacity ",
-                       capacity_bytes_ ? std::to_string(capacity_bytes_) : "unlimited");
+      const bool over_limit =
+          capacity_bytes_ != 0 && stats_.reserved_bytes + block > capacity_bytes_;
+      MOEZERO_THROW_AS(
+          OutOfMemoryError, "out of memory on ", device_.name(), ": ", mem_tag_name(tag), " buffer",
+          (what[0] ? " '" : ""), what, (what[0] ? "'" : ""), " asked for ", bytes, " bytes (",
+          format_bytes(bytes), "); ",
+          over_limit
+              ? "the limit is " + std::to_string(capacity_bytes_) + " bytes (" +
+                    format_bytes(capacity_bytes_) + ", train.memory_limit)"
+              : std::string("the device has no more memory (limit: ") +
+                    (capacity_bytes_ ? format_bytes(capacity_bytes_) : std::string("none")) + ")",
+          ", reserved ", format_bytes(stats_.reserved_bytes), "; in use ",
+          format_bytes(stats_.total_current_bytes),
+          ", by tag: ", top_tags_text(stats_.current_bytes));
     }
     auto t = static_cast<size_t>(tag);
     stats_.current_bytes[t] += bytes;

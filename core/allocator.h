@@ -38,6 +38,10 @@ enum class MemTag : uint8_t {
 };
 constexpr size_t kMemTagCount = static_cast<size_t>(MemTag::kCount);
 const char* mem_tag_name(MemTag t);
+// "1.5 MiB" (binary units, one decimal; "512 B" below 1 KiB).
+std::string format_bytes(uint64_t bytes);
+// Non-zero tags, largest first: "full_param 1.5 MiB, activation 200.0 KiB" ("nothing" if none).
+std::string top_tags_text(const std::array<size_t, kMemTagCount>& bytes_by_tag);
 
 struct MemStats {
   std::array<size_t, kMemTagCount> current_bytes{};
@@ -92,8 +96,12 @@ class Buffer {
 class Allocator {
  public:
   // capacity_bytes: 0 = unlimited (up to what the device gives); otherwise allocations that
-  // would take reserved bytes past it fail with OutOfMemoryError (used to emulate small
-  // devices and to test out-of-memory reports).
+  // would take reserved bytes past it fail with OutOfMemoryError (train.memory_limit; also
+  // emulates small devices). Before failing, the allocator returns its cached blocks to the
+  // device and waits for pending frees, so the limit applies to bytes really in use. A device
+  // refusal (raw_alloc returns nullptr: cudaMalloc out of memory) fails the same way. The
+  // error names the tag, the buffer (`what`: the parameter group for gathers, gradients and
+  // shards), the request, the limit, and the bytes in use by tag, largest first.
   explicit Allocator(Device& device, size_t capacity_bytes = 0);
   ~Allocator();
   Allocator(const Allocator&) = delete;

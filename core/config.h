@@ -54,6 +54,7 @@ struct TrainConfig {
   int64_t save_every = 0;        // 0: no periodic checkpoints (one at the end when save_dir is set)
   int64_t keep_checkpoints = 0;  // complete checkpoints kept in save_dir, newest first; 0: all
   NonFinitePolicy on_nonfinite = NonFinitePolicy::Stop;
+  uint64_t memory_limit = 0;  // bytes per rank on its device; 0: no limit (docs/health.md)
   std::string init_from;  // a Hugging Face style directory to start from; empty: random init
 };
 

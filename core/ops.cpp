@@ -233,6 +233,17 @@ void Ops::sum_squares(Stream& s, const Tensor& x, const Tensor& out) {
   do_sum_squares(s, x, out);
 }
 
+void Ops::find_nonfinite(Stream& s, const Tensor& x, const Tensor& result) {
+  Check ck("find_nonfinite", s);
+  ck.on_device("x", x);
+  ck.floating("x", x);
+  ck.on_device("result", result);
+  if (result.dtype() != DType::I64 || result.numel() != 3) {
+    MOEZERO_THROW("find_nonfinite: result is ", desc(result), " but must be i64 with 3 elements");
+  }
+  do_find_nonfinite(s, x, result);
+}
+
 // ---- embedding ------------------------------------------------------------------------------
 
 void Ops::embedding_forward(Stream& s, const Tensor& ids, const Tensor& table, const Tensor& out) {

@@ -26,6 +26,9 @@ namespace moezero {
 
 enum class Transpose : uint8_t { No, Yes };
 
+// result[2] of Ops::find_nonfinite.
+enum class NonFiniteKind : int64_t { None = 0, NaN = 1, PosInf = 2, NegInf = 3 };
+
 // C = alpha * op(A) @ op(B) + beta * C.
 //   a: (m, k), or (k, m) when trans_a; b: (k, n), or (n, k) when trans_b; c: (m, n).
 //   Batched (strided): a, b, c carry one more leading dim `batch`, the same for all three
@@ -86,6 +89,14 @@ class Ops {
   // out[0] += sum(x^2) in fp32 accumulation (out: f32 (1)); x float of any dtype. `+=` so
   // that a global norm over many shards takes one scalar and no host sync.
   void sum_squares(Stream& s, const Tensor& x, const Tensor& out);
+  // Finds non-finite values (NaN, +Inf, -Inf) in x (float of any dtype, any shape, read in
+  // flat order); result i64 (3) `=`:
+  //   result[0] = flat index of the first non-finite element, or -1 when every one is finite;
+  //   result[1] = how many elements are non-finite;
+  //   result[2] = the kind of the first: 0 none, 1 NaN, 2 +Inf, 3 -Inf (NonFiniteKind).
+  // Integer results, so both backends agree exactly. No host sync: the gradient-health check
+  // (docs/health.md) reads many results at the step's one sync.
+  void find_nonfinite(Stream& s, const Tensor& x, const Tensor& result);
 
   // ---- embedding -----------------------------------------------------------------------
   // out[t] = table[ids[t]]; ids i32 (T) in [0, V) (else the op fails on the stream);
@@ -187,6 +198,7 @@ class Ops {
   virtual void do_fill(Stream& s, const Tensor& x, double value) = 0;
   virtual void do_cast(Stream& s, const Tensor& src, const Tensor& dst) = 0;
   virtual void do_sum_squares(Stream& s, const Tensor& x, const Tensor& out) = 0;
+  virtual void do_find_nonfinite(Stream& s, const Tensor& x, const Tensor& result) = 0;
   virtual void do_embedding_forward(Stream& s, const Tensor& ids, const Tensor& table,
                                     const Tensor& out) = 0;
   virtual void do_embedding_backward(Stream& s, const Tensor& ids, const Tensor& dout,

@@ -67,7 +67,10 @@ bool ZeroEngine::needs_fetch(int group) const {
   const auto& st = *impl_->groups.at(static_cast<size_t>(group));
   return st.params_sharded && st.state == zero_detail::GroupState::Sharded;
 }
-void ZeroEngine::finish_backward() { impl_->flush_buckets(); }
+void ZeroEngine::finish_backward() {
+  impl_->flush_buckets();
+  impl_->micro_batch += 1;
+}
 StepResult ZeroEngine::step(const AdamWHyper& hyper) { return impl_->optimizer_step(hyper); }
 std::vector<float> ZeroEngine::full_params_host(int group) {
   return impl_->full_params_host(group);
@@ -330,6 +333,7 @@ void ZeroEngine::Impl::grad_ready(int g, Stream& compute) {
   GroupState& st = group(g);
   MOEZERO_CHECK(static_cast<bool>(st.grad_full), "grad_ready of group '", st.layout.spec().name,
                 "' without grad() in this backward pass");
+  check_gradient(g, compute);  // hook and non-finite scan, before anything reads it
   // One bucket per reduce communicator: a bucket's composition (hence the size of its
   // collective) must be a function of that communicator's groups only, never of how other
   // groups (experts of other EDP groups) interleave on this rank.
@@ -338,6 +342,24 @@ void ZeroEngine::Impl::grad_ready(int g, Stream& compute) {
   b.groups.push_back(g);
   b.bytes += static_cast<uint64_t>(st.padded) * dtype_size_bytes(options.compute_dtype);
   if (b.bytes >= options.reduce_bucket_bytes) flush_bucket(b);
+}
+
+void ZeroEngine::Impl::check_gradient(int g, Stream& compute) {
+  GroupState& st = group(g);
+  if (options.grad_hook)
+    options.grad_hook(
+        GradReadyInfo{g, &st.layout, st.grad_full.view(), &compute, step_calls, micro_batch});
+  if (!options.check_finite) return;
+  // One i64 (3) result per check, in chunks that live as long as the engine; read at the step.
+  const auto k = static_cast<int64_t>(checks.size());
+  const auto chunk = static_cast<size_t>(k / kChecksPerChunk);
+  if (chunk == check_chunks.size())
+    check_chunks.emplace_back(device, DType::I64, Shape{kChecksPerChunk, 3}, MemTag::Other, compute,
+                              "non-finite checks");
+  device.ops().find_nonfinite(
+      compute, st.grad_full.view(),
+      check_chunks[chunk].view().view_elems((k % kChecksPerChunk) * 3, Shape{3}));
+  checks.push_back({g, micro_batch});
 }
 
 void ZeroEngine::Impl::flush_buckets() {

@@ -43,6 +43,7 @@
 #include <string>
 #include <utility>
 #include <span>
+#include <optional>
 #include <vector>
 
 #include "core/communicator.h"
@@ -50,6 +51,17 @@
 #include "core/param_group.h"
 
 namespace moezero {
+
+// What ZeroOptions::grad_hook sees: a group's full gradient of one micro-batch, complete on
+// `stream` (the compute stream), before the non-finite check and the reduction.
+struct GradReadyInfo {
+  int group = 0;  // engine index
+  const GroupLayout* layout = nullptr;
+  Tensor grad;               // f32 (padded numel): the full gradient; writable
+  Stream* stream = nullptr;  // enqueue reads/writes of `grad` here
+  int64_t step = 0;          // 0-based: calls of step() before this one
+  int64_t micro_batch = 0;   // 0-based: finish_backward() calls since the last step()
+};
 
 struct ZeroOptions {
   int stage = 3;
@@ -59,6 +71,12 @@ struct ZeroOptions {
   uint64_t max_live_bytes = 1ull << 30;
   uint64_t reduce_bucket_bytes = 64ull << 20;
   uint64_t seed = 1234;  // parameter initialisation
+  // Gradient health (docs/health.md). check_finite: every full gradient is scanned for
+  // NaN/Inf on the compute stream before it is reduced (Ops::find_nonfinite); the results
+  // are read at the step's one host sync and the first one is StepResult::nonfinite.
+  bool check_finite = true;
+  // Test/debug hook, called on the host in grad_ready() before the check (may be empty).
+  std::function<void(const GradReadyInfo&)> grad_hook;
 };
 
 // The communicators of a group's sharding group (world for dense groups, the EDP group for
@@ -83,10 +101,32 @@ struct AdamWHyper {
   float grad_clip = 0.0f;  // 0: no clipping
 };
 
+// The first non-finite value found in this rank's full gradients of a step (before reduction).
+struct NonFiniteGrad {
+  int group = -1;             // engine index of the group
+  int param = -1;             // parameter index inside the group; -1: padding (never expected)
+  int64_t index = 0;          // element index inside that parameter (flat group index if -1)
+  int64_t flat_index = 0;     // element index inside the flat group buffer
+  int64_t kind = 1;           // NonFiniteKind: 1 NaN, 2 +Inf, 3 -Inf
+  int64_t count = 0;          // non-finite values in that gradient
+  int64_t micro_batch = 0;    // 0-based micro-batch of the step
+  int64_t order = 0;          // position among this step's checked gradients (backward order)
+  int64_t bad_gradients = 0;  // checked gradients of this step with a non-finite value
+};
+
 struct StepResult {
-  double grad_norm = 0.0;     // global L2 norm of the gradient, before clipping
+  double grad_norm = 0.0;  // global L2 norm of the gradient, before clipping
   float clip_scale = 1.0f;
-  bool finite = true;         // false: the step was not applied (non-finite gradient)
+  bool finite = true;  // false: the step was not applied (non-finite gradient)
+  // Squared L2 norms of the gradient shards, every rank of world_misc: element
+  // [r * shard_sq_slots + g] is rank r's shard of its group g (engine order on rank r; slots
+  // past rank r's group count are 0). A rank's shard of a group is its 1/n slice of the reduced
+  // gradient (n = ranks sharing the group): the shard it holds at stages 2-3, the range whose
+  // optimizer state it owns at stage 1, the same slice of the replicated gradient at stage 0.
+  // grad_norm is the square root of their sum (summed in double, the same order on every rank).
+  std::vector<float> shard_sq;
+  int shard_sq_slots = 0;
+  std::optional<NonFiniteGrad> nonfinite;  // this rank's first non-finite value (check_finite)
 };
 
 // Exact, machine-independent counters (bytes this rank moved), cumulative.

@@ -121,6 +121,20 @@ struct ZeroEngine::Impl {
 
   int64_t step = 0;
   EngineCounters counters;
+
+  // Gradient health (docs/health.md).
+  int64_t step_calls = 0;   // calls of optimizer_step (applied or skipped)
+  int64_t micro_batch = 0;  // finish_backward calls since the last step
+  int norm_slots = 0;       // max group count over the ranks of world_misc
+  static constexpr int64_t kChecksPerChunk = 256;
+  std::vector<TensorBuffer> check_chunks;  // i64 (kChecksPerChunk, 3): find_nonfinite results
+  struct Check {
+    int group;
+    int64_t micro_batch;
+  };
+  std::vector<Check> checks;  // this step's checks, in the order they were enqueued
+  void check_gradient(int g, Stream& compute);
+  std::optional<NonFiniteGrad> resolve_checks(const std::vector<int64_t>& results);
   std::unique_ptr<ResidencyCache> cache;  // expert shard cache (may be null)
   // Event pairs around the compute stream's waits on gathers, reused across steps.
   std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> stall_events;

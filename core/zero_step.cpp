@@ -132,6 +132,19 @@ void ZeroEngine::Impl::initialise() {
     if (p->params_sharded && std::find(comms.begin(), comms.end(), p->comms.gather) == comms.end())
       comms.push_back(p->comms.gather);
   live_limit_per_comm = options.max_live_bytes / std::max<uint64_t>(1, comms.size());
+
+  // Slots of the per-group norm vector: the largest group count of any rank (EP ranks hold
+  // different experts, but the all-gather needs one count).
+  norm_slots = static_cast<int>(groups.size());
+  if (world_misc.size() > 1) {
+    float count = static_cast<float>(groups.size());
+    TensorBuffer c(device, DType::F32, Shape{1}, MemTag::Other, cs, "group count");
+    device.memcpy_async(c.view().data(), &count, sizeof count, cs);
+    world_misc.all_reduce(c.view().data(), c.view().data(), 1, DType::F32, ReduceOp::Max, cs);
+    device.memcpy_async(&count, c.view().data(), sizeof count, cs);
+    cs.synchronize();
+    norm_slots = static_cast<int>(count);
+  }
 }
 
 namespace {
@@ -140,7 +153,42 @@ Tensor grad_range(GroupState& st) {
   if (st.grads_sharded) return st.grad_acc.view();
   return st.grad_acc.view().view_elems(st.opt_offset, Shape{st.opt_elems});
 }
+// This rank's shard of the reduced gradient: its 1/n slice (stages 2-3: what it holds; stage
+// 1: its optimizer range; stage 0: the same slice of the replicated gradient).
+Tensor shard_range(GroupState& st) {
+  if (st.grads_sharded) return st.grad_acc.view();
+  return st.grad_acc.view().view_elems(st.rank * st.shard_elems, Shape{st.shard_elems});
+}
 }  // namespace
+
+std::optional<NonFiniteGrad> ZeroEngine::Impl::resolve_checks(const std::vector<int64_t>& res) {
+  std::optional<NonFiniteGrad> out;
+  int64_t bad = 0;
+  for (size_t k = 0; k < checks.size(); ++k) {
+    const int64_t at = res[k * 3], count = res[k * 3 + 1], kind = res[k * 3 + 2];
+    if (at < 0) continue;
+    ++bad;
+    if (out) continue;
+    NonFiniteGrad f;
+    f.group = checks[k].group;
+    f.flat_index = f.index = at;
+    f.kind = kind;
+    f.count = count;
+    f.micro_batch = checks[k].micro_batch;
+    f.order = static_cast<int64_t>(k);
+    const GroupLayout& l = group(f.group).layout;
+    for (size_t i = 0; i < l.param_count(); ++i) {
+      const int64_t off = l.offset(i), n = l.spec().params[i].shape.numel();
+      if (at >= off && at < off + n) {
+        f.param = static_cast<int>(i);
+        f.index = at - off;
+      }
+    }
+    out = f;
+  }
+  if (out) out->bad_gradients = bad;
+  return out;
+}
 
 StepResult ZeroEngine::Impl::optimizer_step(const AdamWHyper& h) {
   Stream& cs = *streams.compute;
@@ -155,24 +203,47 @@ StepResult ZeroEngine::Impl::optimizer_step(const AdamWHyper& h) {
     cs.wait(*gather_idle);
   }
 
-  // Global gradient norm: each element is counted on exactly one rank: the owner of its
-  // optimizer range when the optimizer is sharded, else (stage 0: the group is replicated over
-  // its sharding group) the group's first rank. Then one all-reduce over the world (experts
-  // live on their EDP group only, so the world sum is what covers them).
-  TensorBuffer norm_sq(device, DType::F32, Shape{1}, MemTag::Other, cs, "grad norm");
-  ops.fill(cs, norm_sq, 0.0);
-  for (auto& p : groups)
-    if (p->opt_sharded || p->rank == 0) ops.sum_squares(cs, grad_range(*p), norm_sq);
-  if (world_misc.size() > 1)
-    world_misc.all_reduce(norm_sq.view().data(), norm_sq.view().data(), 1, DType::F32,
-                          ReduceOp::Sum, cs);
-  float sum_sq = 0.0f;
-  device.memcpy_async(&sum_sq, norm_sq.view().data(), sizeof(float), cs);
-  cs.synchronize();  // the one host sync of a step
-  counters.stall_ms += collect_stall_ms();  // every timed wait is before this point
-
+  // Gradient norms (docs/health.md): the squared norm of each group's shard on this rank, one
+  // slot per group, all-gathered over the world (experts live on their EDP group only, so the
+  // world is what covers them): every element of every gradient is counted exactly once, on
+  // the rank whose shard holds it. Plus the non-finite check results of the step's gradients.
+  // All of it is read at the step's one host sync.
   StepResult r;
-  r.grad_norm = std::sqrt(static_cast<double>(sum_sq));
+  const int world = world_misc.size();
+  TensorBuffer sq(device, DType::F32, Shape{norm_slots}, MemTag::Other, cs, "grad norm squares");
+  ops.fill(cs, sq, 0.0);
+  for (size_t g = 0; g < groups.size(); ++g)
+    ops.sum_squares(cs, shard_range(*groups[g]),
+                    sq.view().view_elems(static_cast<int64_t>(g), Shape{1}));
+  TensorBuffer all_sq;
+  Tensor all_view = sq.view();
+  if (world > 1) {
+    all_sq = TensorBuffer(device, DType::F32, Shape{int64_t{world} * norm_slots}, MemTag::Other, cs,
+                          "grad norm squares, all ranks");
+    world_misc.all_gather(sq.view().data(), all_sq.view().data(), static_cast<size_t>(norm_slots),
+                          DType::F32, cs);
+    all_view = all_sq.view();
+  }
+  r.shard_sq.resize(static_cast<size_t>(all_view.numel()));
+  r.shard_sq_slots = norm_slots;
+  device.memcpy_async(r.shard_sq.data(), all_view.data(), all_view.size_bytes(), cs);
+  std::vector<int64_t> check_results(checks.size() * 3);
+  for (size_t c = 0; c * kChecksPerChunk < checks.size(); ++c) {
+    const size_t first = c * kChecksPerChunk;
+    const size_t n = std::min<size_t>(kChecksPerChunk, checks.size() - first);
+    device.memcpy_async(check_results.data() + first * 3, check_chunks[c].view().data(),
+                        n * 3 * sizeof(int64_t), cs);
+  }
+  cs.synchronize();                         // the one host sync of a step
+  counters.stall_ms += collect_stall_ms();  // every timed wait is before this point
+  r.nonfinite = resolve_checks(check_results);
+  checks.clear();
+  micro_batch = 0;
+  ++step_calls;
+
+  double sum_sq = 0.0;  // rank-major, the same order (and so the same value) on every rank
+  for (float v : r.shard_sq) sum_sq += static_cast<double>(v);
+  r.grad_norm = std::sqrt(sum_sq);
   r.finite = std::isfinite(r.grad_norm);
   if (r.finite) {
     if (h.grad_clip > 0.0f && r.grad_norm > h.grad_clip)  // torch.nn.utils.clip_grad_norm_

@@ -70,6 +70,7 @@ std::string step_json(const StepLog& s) {
     ranks.push_back(rj);
   }
   j["ranks"] = ranks;
+  add_health_json(s.grad_norms, s.nonfinite, j);
   return j.dump();
 }
 
@@ -157,6 +158,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
 
   const auto rank_main = [&](comm::RankContext& ctx) {
     Device& dev = *ctx.device;
+    if (tc.memory_limit > 0) dev.allocator().set_capacity_bytes(tc.memory_limit);
     EngineStreams streams{&dev.create_stream("compute"), &dev.create_stream("gather"),
                           &dev.create_stream("reduce")};
     Stream& cs = *streams.compute;
@@ -203,6 +205,13 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     zo.max_live_bytes = cfg.zero.max_live_parameters;
     zo.reduce_bucket_bytes = cfg.zero.reduce_bucket_size;
     zo.seed = static_cast<uint64_t>(tc.seed);
+    zo.check_finite = cfg.profile.check_finite;
+    int64_t hook_step = 0;  // 1-based step for the hook
+    if (options.grad_hook)
+      zo.grad_hook = [&](const GradReadyInfo& gi) {
+        options.grad_hook(GradHookInfo{ctx.rank, hook_step, gi.micro_batch, &gi.layout->spec(),
+                                       gi.layout, gi.grad, gi.stream});
+      };
     ZeroEngine engine(
         dev, streams, model.param_groups(),
         [&](const GroupSpec& g) {
@@ -213,6 +222,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
         cfg.shard_cache.capacity_bytes > 0 && moe_layers > 0
             ? std::make_unique<prefetch::ShardCache>(cfg.shard_cache)
             : nullptr);
+    GradHealth health(dev, cs, *misc, engine);  // a collective: names of every rank's groups
 
     for (int g = 0; g < engine.group_count() && !init_values.empty(); ++g)
       engine.set_full_params_host(g, init_values.at(engine.layout(g).spec().name));
@@ -233,6 +243,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     EngineCounters before = engine.counters();
     for (int64_t step = first_step; step < end_step; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
+      hook_step = step + 1;
       dev.allocator().reset_peak();
       TensorBuffer loss(dev, DType::F32, Shape{1}, MemTag::Other, cs, "loss");
       TensorBuffer aux(dev, DType::F32, Shape{1}, MemTag::Other, cs, "aux loss");
@@ -281,9 +292,15 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       dev.memcpy_async(&loss_host, loss.view().data(), sizeof(float), cs);
       dev.memcpy_async(&aux_host, aux.view().data(), sizeof(float), cs);
       cs.synchronize();
-      if (!sr.finite && tc.on_nonfinite == NonFinitePolicy::Stop)
-        MOEZERO_THROW("non-finite gradient norm at step ", step + 1, " (loss ", loss_host,
-                      "); train.on_nonfinite = stop. Parameters were not updated.");
+      // A non-finite norm is the same on every rank (computed from the same all-gathered
+      // squares), so every rank takes this branch, agrees on the report, and stops or skips.
+      std::optional<NonFiniteReport> nonfinite;
+      if (!sr.finite) nonfinite = health.agree_nonfinite(sr, step + 1);
+      const std::string stop_error =
+          !sr.finite && tc.on_nonfinite == NonFinitePolicy::Stop
+              ? nonfinite_message(nonfinite, step + 1, loss_host, cfg.profile.check_finite,
+                                  NonFinitePolicy::Stop)
+              : std::string();
 
       // Per-rank counters of this step, gathered to every rank (i64).
       EngineCounters now = engine.counters();
@@ -310,7 +327,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       misc->all_gather(&mine, all.data(), kStatWords, DType::I64, cs);
       cs.synchronize();
       auto save_time = std::chrono::steady_clock::duration::zero();  // not counted in tok/s
-      if (!tc.save_dir.empty() &&
+      if (stop_error.empty() && !tc.save_dir.empty() &&
           ((tc.save_every > 0 && (step + 1) % tc.save_every == 0) || step + 1 == end_step)) {
         const auto ts = std::chrono::steady_clock::now();
         checkpoint::save(ckpt, step + 1, options.save_fault);
@@ -320,7 +337,10 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
                             << std::chrono::duration<double>(save_time).count() << " s)"
                             << std::endl;
       }
-      if (ctx.rank != 0) continue;
+      if (ctx.rank != 0) {
+        if (!stop_error.empty()) MOEZERO_THROW(stop_error);
+        continue;
+      }
 
       const auto t1 = std::chrono::steady_clock::now();
       StepLog s;
@@ -336,10 +356,19 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
           double(step_tokens) / std::chrono::duration<double>(t1 - t0 - save_time).count();
       s.elapsed_s = std::chrono::duration<double>(t1 - t_start).count();
       s.ranks = std::move(all);
+      if (cfg.profile.grad_norms) s.grad_norms = health.norms(sr);
+      s.nonfinite = nonfinite;
       if (metrics.is_open()) metrics << step_json(s) << "\n" << std::flush;
       if (options.progress &&
-          (s.step % tc.log_every == 0 || s.step == first_step + 1 || s.step == end_step))
+          (s.step % tc.log_every == 0 || s.step == first_step + 1 || s.step == end_step ||
+           !s.applied))
         print_progress(*options.progress, s, tc.steps);
+      if (options.progress && !s.applied && stop_error.empty())
+        *options.progress << "  "
+                          << nonfinite_message(nonfinite, s.step, s.loss, cfg.profile.check_finite,
+                                               NonFinitePolicy::Skip)
+                          << std::endl;
+      if (!stop_error.empty()) MOEZERO_THROW(stop_error);  // after its metrics line
       std::lock_guard lock(result_mu);
       result.steps.push_back(std::move(s));
     }
@@ -352,9 +381,15 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       std::vector<std::vector<float>> params;
       for (int g = 0; g < engine.group_count(); ++g) params.push_back(engine.full_params_host(g));
       std::lock_guard lock(result_mu);
-      for (int g = 0; g < engine.group_count(); ++g)
+      result.rank_params.resize(static_cast<size_t>(world));
+      result.rank_group_names.resize(static_cast<size_t>(world));
+      result.rank_params[static_cast<size_t>(ctx.rank)] = params;
+      for (int g = 0; g < engine.group_count(); ++g) {
+        result.rank_group_names[static_cast<size_t>(ctx.rank)].push_back(
+            engine.layout(g).spec().name);
         collected.try_emplace(engine.layout(g).spec().name,
                               std::move(params[static_cast<size_t>(g)]));
+      }
     }
     dev.synchronize();
   };

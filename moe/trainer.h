@@ -15,12 +15,14 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/allocator.h"
 #include "core/config.h"
 #include "moe/checkpoint.h"
+#include "moe/grad_health.h"
 
 namespace moezero::moe {
 
@@ -55,6 +57,10 @@ struct StepLog {
   double tokens_per_s = 0.0;
   double elapsed_s = 0.0;
   std::vector<RankStepStats> ranks;
+  // Shard health (docs/health.md): norms when profile.grad_norms; the agreed first non-finite
+  // gradient value on a step whose gradient norm was non-finite (check_finite on).
+  std::optional<GradNorms> grad_norms;
+  std::optional<NonFiniteReport> nonfinite;
 };
 
 // A batch a custom data source must fill: rows [row_begin, row_begin + rows) of global
@@ -84,6 +90,10 @@ struct TrainOptions {
   // train.steps), saving a checkpoint there when train.save_dir is set; 0: run to train.steps.
   int64_t stop_at_step = 0;
   checkpoint::SaveFault save_fault;  // test hook: a rank file write that fails midway
+  // Called on every rank when a group's full gradient of a micro-batch is complete, before
+  // the non-finite check and the reduction (tests inject NaN/Inf through it; see
+  // moe/grad_health.h). Runs on the rank's thread; must be thread-safe. Empty: none.
+  GradHook grad_hook;
 };
 
 struct TrainResult {
@@ -92,6 +102,9 @@ struct TrainResult {
   // parallelism) in execution order, fp32 masters after training.
   std::vector<std::string> group_names;
   std::vector<std::vector<float>> params;
+  // collect_params: every rank's groups (names and fp32 masters), [rank][group of that rank].
+  std::vector<std::vector<std::string>> rank_group_names;
+  std::vector<std::vector<std::vector<float>>> rank_params;
   std::vector<std::string> frequency_models;  // per rank: the expert frequency model (JSON)
 };
 

@@ -140,6 +140,7 @@ void axpy(Stream& s, float alpha, const Tensor& x, const Tensor& y);
 void fill(Stream& s, const Tensor& x, double value);
 void cast(Stream& s, const Tensor& src, const Tensor& dst);
 void sum_squares(Stream& s, const Tensor& x, const Tensor& out);
+void find_nonfinite(Stream& s, const Tensor& x, const Tensor& result);
 void swiglu_forward(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& out);
 void swiglu_backward(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& dout,
                      const Tensor& dgate, const Tensor& dup);

@@ -157,6 +157,46 @@ void sum_squares(Stream& s, const Tensor& x, const Tensor& out) {
   });
 }
 
+// result = (first non-finite index or -1, count, kind of the first): per block of kBlockElems
+// the first index and a count, blocks combined in order (exact integers, deterministic).
+void find_nonfinite(Stream& s, const Tensor& x, const Tensor& result) {
+  s.enqueue_host([x, result] {
+    const int64_t n = x.numel();
+    const int64_t nb = (n + kBlockElems - 1) / kBlockElems;
+    std::vector<int64_t> first(static_cast<size_t>(nb), -1), count(static_cast<size_t>(nb), 0);
+    int64_t kind = static_cast<int64_t>(NonFiniteKind::None);
+    int64_t at = -1, total = 0;
+    dispatch_float(x.dtype(), "find_nonfinite", [&]<typename T>() {
+      const T* p = static_cast<const T*>(x.data());
+      parallel_for_each(nb, 1, [&](int64_t b) {
+        const int64_t lo = b * kBlockElems, hi = std::min(n, lo + kBlockElems);
+        int64_t f = -1, c = 0;
+        for (int64_t i = lo; i < hi; ++i) {
+          const bool bad = !std::isfinite(to_f32(p[i]));
+          c += bad;
+          if (bad && f < 0) f = i;
+        }
+        first[static_cast<size_t>(b)] = f;
+        count[static_cast<size_t>(b)] = c;
+      });
+      for (int64_t b = 0; b < nb; ++b) {
+        total += count[static_cast<size_t>(b)];
+        if (at < 0) at = first[static_cast<size_t>(b)];
+      }
+      if (at >= 0) {
+        const float v = to_f32(p[at]);
+        kind = static_cast<int64_t>(std::isnan(v) ? NonFiniteKind::NaN
+                                    : v > 0       ? NonFiniteKind::PosInf
+                                                  : NonFiniteKind::NegInf);
+      }
+    });
+    int64_t* r = result.data_as<int64_t>();
+    r[0] = at;
+    r[1] = total;
+    r[2] = kind;
+  });
+}
+
 // out = silu(gate) * up, silu(g) = g * sigmoid(g).
 void swiglu_forward(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& out) {
   s.enqueue_host([gate, up, out] {

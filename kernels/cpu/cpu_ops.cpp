@@ -28,6 +28,9 @@ class CpuOps final : public Ops {
   void do_sum_squares(Stream& s, const Tensor& x, const Tensor& out) override {
     cpu::sum_squares(s, x, out);
   }
+  void do_find_nonfinite(Stream& s, const Tensor& x, const Tensor& result) override {
+    cpu::find_nonfinite(s, x, result);
+  }
   void do_embedding_forward(Stream& s, const Tensor& ids, const Tensor& table,
                             const Tensor& out) override {
     cpu::embedding_forward(s, ids, table, out);

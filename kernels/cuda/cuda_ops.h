@@ -4,7 +4,7 @@
 // assume valid arguments. One .cu file per op family defines its members:
 //   cuda_gemm.cu              gemm, grouped_gemm (cuBLAS, fp32 compute)
 //   cuda_elementwise.cu       add, scale, axpy, fill, cast, swiglu
-//   cuda_reduce_optim.cu      sum_squares, adamw
+//   cuda_reduce_optim.cu      sum_squares, find_nonfinite, adamw
 //   cuda_embedding.cu         embedding forward/backward (backward: sort + segmented sum)
 //   cuda_norm_rope.cu         rmsnorm forward/backward, rope
 //   cuda_attention.cu         causal GQA attention forward/backward
@@ -40,6 +40,7 @@ class CudaOps final : public Ops {
   void do_fill(Stream& s, const Tensor& x, double value) override;
   void do_cast(Stream& s, const Tensor& src, const Tensor& dst) override;
   void do_sum_squares(Stream& s, const Tensor& x, const Tensor& out) override;
+  void do_find_nonfinite(Stream& s, const Tensor& x, const Tensor& result) override;
   void do_embedding_forward(Stream& s, const Tensor& ids, const Tensor& table,
                             const Tensor& out) override;
   void do_embedding_backward(Stream& s, const Tensor& ids, const Tensor& dout,

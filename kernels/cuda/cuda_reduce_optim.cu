@@ -1,8 +1,11 @@
-// kernels/cuda/cuda_reduce_optim.cu — sum_squares and AdamW.
+// kernels/cuda/cuda_reduce_optim.cu — sum_squares, find_nonfinite and AdamW.
 //
 // sum_squares: out[0] += sum(x^2) in two fixed-shape passes (per-block partials into a
 // scratch buffer, then one block sums them in order), so the result is run-to-run
 // deterministic — no float atomics — and needs no host sync.
+// find_nonfinite: init, one grid-stride pass (per block: shared integer atomicMin of the first
+// bad index and atomicAdd of the count, then one global atomic each; integer atomics are
+// exact, so the result is deterministic), and a one-thread pass that writes -1 or the kind.
 // adamw: torch.optim.AdamW (decoupled weight decay, bias correction as PyTorch's
 // single-tensor path), one thread per element:
 //   g = grad * grad_scale
@@ -42,6 +45,55 @@ __global__ void sum_partials_kernel(const float* partials, int count, float* out
   for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
   acc = block_sum(acc, scratch);
   if (threadIdx.x == 0) out[0] += acc;
+}
+
+constexpr unsigned long long kNoIndex = ~0ull;
+
+__global__ void nonfinite_init_kernel(unsigned long long* r) {
+  r[0] = kNoIndex;
+  r[1] = 0;
+  r[2] = 0;
+}
+
+template <typename T>
+__global__ void nonfinite_scan_kernel(const T* x, int64_t n, unsigned long long* r) {
+  __shared__ unsigned long long block_first, block_count;
+  if (threadIdx.x == 0) {
+    block_first = kNoIndex;
+    block_count = 0;
+  }
+  __syncthreads();
+  unsigned long long first = kNoIndex, count = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (!isfinite(to_f32(x[i]))) {
+      ++count;
+      if (first == kNoIndex) first = static_cast<unsigned long long>(i);  // indices increase
+    }
+  }
+  if (count > 0) {
+    atomicMin(&block_first, first);
+    atomicAdd(&block_count, count);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && block_count > 0) {
+    atomicMin(&r[0], block_first);
+    atomicAdd(&r[1], block_count);
+  }
+}
+
+template <typename T>
+__global__ void nonfinite_finish_kernel(const T* x, unsigned long long* r) {
+  long long* out = reinterpret_cast<long long*>(r);
+  if (r[0] == kNoIndex) {
+    out[0] = -1;
+    out[2] = static_cast<long long>(NonFiniteKind::None);
+    return;
+  }
+  const float v = to_f32(x[r[0]]);
+  out[2] = static_cast<long long>(isnan(v)   ? NonFiniteKind::NaN
+                                  : v > 0.0f ? NonFiniteKind::PosInf
+                                             : NonFiniteKind::NegInf);
 }
 
 struct AdamWScalars {
@@ -86,6 +138,23 @@ void CudaOps::do_sum_squares(Stream& s, const Tensor& x, const Tensor& out) {
   sum_partials_kernel<<<1, kThreads, 0, ctx.st>>>(static_cast<const float*>(partials.data()),
                                                   kReduceBlocks, ptr<float>(out));
   MOEZERO_CUDA_CHECK_LAUNCH();
+}
+
+void CudaOps::do_find_nonfinite(Stream& s, const Tensor& x, const Tensor& result) {
+  OpContext ctx(s);
+  const int64_t n = x.numel();
+  auto* r = ptr<unsigned long long>(result);
+  nonfinite_init_kernel<<<1, 1, 0, ctx.st>>>(r);
+  MOEZERO_CUDA_CHECK_LAUNCH();
+  dispatch_float(x.dtype(), "find_nonfinite", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (n > 0) {
+      nonfinite_scan_kernel<T><<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<T>(x), n, r);
+      MOEZERO_CUDA_CHECK_LAUNCH();
+    }
+    nonfinite_finish_kernel<T><<<1, 1, 0, ctx.st>>>(ptr<T>(x), r);
+    MOEZERO_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void CudaOps::do_adamw(Stream& s, const AdamWArgs& args) {

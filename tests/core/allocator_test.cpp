@@ -1,11 +1,12 @@
 // The caching allocator: byte accounting by tag (current and peak), stream-safe reuse (a block
 // freed while another stream still reads it is not handed out until that stream passes the
 // release point), and out-of-memory errors that name the tag and the request.
+#include "core/allocator.h"
+
 #include <gtest/gtest.h>
 
 #include <latch>
 
-#include "core/allocator.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "kernels/backend.h"
@@ -101,6 +102,29 @@ TEST(Allocator, OutOfMemoryNamesTagAndRequest) {
   a.reset();
   Buffer c = dev->allocator().allocate(200 << 10, MemTag::Cache, s);
   EXPECT_TRUE(c);
+}
+
+// train.memory_limit's report: the tag, the buffer (a parameter group), the request, the limit,
+// and what is in use by tag, largest first.
+TEST(Allocator, OutOfMemoryReportsLimitAndBytesInUseByTag) {
+  auto dev = make_cpu_device(0, CpuDeviceOptions{.capacity_bytes = 1 << 20});
+  Stream& s = dev->default_stream();
+  Buffer a = dev->allocator().allocate(300 << 10, MemTag::Activation, s, "attn out");
+  Buffer b = dev->allocator().allocate(600 << 10, MemTag::FullParam, s, "layers.1.experts.3");
+  try {
+    Buffer c = dev->allocator().allocate(200 << 10, MemTag::FullParam, s, "layers.1.experts.5");
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const std::string m = e.what();
+    for (const char* want :
+         {"out of memory on cpu:0: full_param buffer 'layers.1.experts.5' asked for 204800 bytes "
+          "(200.0 KiB)",
+          "the limit is 1048576 bytes (1.0 MiB, train.memory_limit)",
+          "in use 900.0 KiB, by tag: full_param 600.0 KiB, activation 300.0 KiB"})
+      EXPECT_NE(m.find(want), std::string::npos) << "missing '" << want << "' in: " << m;
+  }
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(3ull << 30), "3.0 GiB");
 }
 
 TEST(TensorBuffer, OwnsItsMemoryAndViewsIt) {

@@ -1,0 +1,236 @@
+// moe/grad_health.cpp — see grad_health.h.
+#include "moe/grad_health.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/communicator.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/zero_engine.h"
+
+namespace moezero::moe {
+
+namespace {
+
+// Host words -> every rank's words, through a device buffer (device memory on CUDA).
+// [in] mine: this rank's `words` i64 words. Returns size * words words, rank-major.
+std::vector<int64_t> all_gather_words(Device& dev, Stream& s, Communicator& comm,
+                                      const std::vector<int64_t>& mine, size_t words) {
+  std::vector<int64_t> out(words * static_cast<size_t>(comm.size()));
+  if (words == 0) return out;
+  TensorBuffer send(dev, DType::I64, Shape{static_cast<int64_t>(words)}, MemTag::Other, s,
+                    "grad health exchange");
+  TensorBuffer recv(dev, DType::I64, Shape{static_cast<int64_t>(out.size())}, MemTag::Other, s,
+                    "grad health exchange");
+  dev.memcpy_async(send.view().data(), mine.data(), words * 8, s);
+  comm.all_gather(send.view().data(), recv.view().data(), words, DType::I64, s);
+  dev.memcpy_async(out.data(), recv.view().data(), out.size() * 8, s);
+  s.synchronize();
+  return out;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream is(s);
+  while (std::getline(is, cur, sep)) out.push_back(cur);
+  return out;
+}
+
+const char* kind_text(int64_t kind) {
+  switch (static_cast<NonFiniteKind>(kind)) {
+    case NonFiniteKind::NaN: return "nan";
+    case NonFiniteKind::PosInf: return "inf";
+    case NonFiniteKind::NegInf: return "-inf";
+    case NonFiniteKind::None: break;
+  }
+  return "?";
+}
+
+constexpr size_t kReportWords = 8;  // found, group, param, index, kind, micro_batch, order, count
+
+}  // namespace
+
+std::string short_param_name(const std::string& full) {
+  std::string n = full;
+  for (const char* suffix : {".weight", ".bias"}) {
+    const size_t len = std::strlen(suffix);
+    if (n.size() > len && n.compare(n.size() - len, len, suffix) == 0) n.resize(n.size() - len);
+  }
+  const size_t dot = n.rfind('.');
+  return dot == std::string::npos ? n : n.substr(dot + 1);
+}
+
+GradHealth::GradHealth(Device& device, Stream& stream, Communicator& misc, const ZeroEngine& engine)
+    : device_(device), stream_(stream), misc_(misc) {
+  // One line per group: name \t layer \t expert \t param,param,...
+  std::string text;
+  for (int g = 0; g < engine.group_count(); ++g) {
+    const GroupSpec& spec = engine.layout(g).spec();
+    text +=
+        spec.name + "\t" + std::to_string(spec.layer) + "\t" + std::to_string(spec.expert) + "\t";
+    for (size_t i = 0; i < spec.params.size(); ++i) text += (i ? "," : "") + spec.params[i].name;
+    text += "\n";
+  }
+  const int world = misc.size();
+  std::vector<std::string> texts(static_cast<size_t>(world));
+  if (world == 1) {
+    texts[0] = text;
+  } else {
+    const std::vector<int64_t> lens =
+        all_gather_words(device, stream, misc, {static_cast<int64_t>(text.size())}, 1);
+    size_t max_len = 0;
+    for (int64_t l : lens) max_len = std::max(max_len, static_cast<size_t>(l));
+    const size_t words = (max_len + 7) / 8;
+    std::vector<int64_t> mine(words, 0);
+    std::memcpy(mine.data(), text.data(), text.size());
+    const std::vector<int64_t> all = all_gather_words(device, stream, misc, mine, words);
+    for (int r = 0; r < world; ++r)
+      texts[static_cast<size_t>(r)].assign(
+          reinterpret_cast<const char*>(all.data() + static_cast<size_t>(r) * words),
+          static_cast<size_t>(lens[static_cast<size_t>(r)]));
+  }
+  groups_.resize(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r)
+    for (const std::string& line : split(texts[static_cast<size_t>(r)], '\n')) {
+      const std::vector<std::string> f = split(line, '\t');
+      MOEZERO_CHECK(f.size() >= 3, "group name exchange: bad line '", line, "' from rank ", r);
+      GroupInfo gi;
+      gi.name = f[0];
+      gi.layer = std::stoi(f[1]);
+      gi.expert = std::stoi(f[2]);
+      if (f.size() > 3) gi.params = split(f[3], ',');
+      groups_[static_cast<size_t>(r)].push_back(std::move(gi));
+    }
+}
+
+GradNorms GradHealth::norms(const StepResult& r) const {
+  GradNorms out;
+  std::map<std::string, double> group_sq;  // every rank holding a group adds its shard
+  out.shards.resize(groups_.size());
+  for (size_t rank = 0; rank < groups_.size(); ++rank)
+    for (size_t g = 0; g < groups_[rank].size(); ++g) {
+      const double sq = r.shard_sq[rank * static_cast<size_t>(r.shard_sq_slots) + g];
+      out.shards[rank].emplace_back(groups_[rank][g].name, std::sqrt(sq));
+      group_sq[groups_[rank][g].name] += sq;
+    }
+  double total = 0.0;
+  for (const auto& [name, sq] : group_sq) {
+    out.groups.emplace_back(name, std::sqrt(sq));
+    total += sq;
+  }
+  out.global = std::sqrt(total);
+  return out;
+}
+
+std::optional<NonFiniteReport> GradHealth::agree_nonfinite(const StepResult& r, int64_t step) {
+  std::vector<int64_t> mine(kReportWords, 0);
+  if (r.nonfinite) {
+    const NonFiniteGrad& f = *r.nonfinite;
+    mine = {1, f.group, f.param, f.index, f.kind, f.micro_batch, f.order, f.count};
+  }
+  const std::vector<int64_t> all =
+      misc_.size() > 1 ? all_gather_words(device_, stream_, misc_, mine, kReportWords) : mine;
+  std::optional<NonFiniteReport> out;
+  int64_t best_mb = 0, best_order = 0;
+  std::vector<int> ranks;
+  for (int rank = 0; rank < misc_.size(); ++rank) {
+    const int64_t* w = all.data() + static_cast<size_t>(rank) * kReportWords;
+    if (w[0] == 0) continue;
+    ranks.push_back(rank);
+    if (out && (w[5] > best_mb || (w[5] == best_mb && w[6] >= best_order))) continue;
+    best_mb = w[5];
+    best_order = w[6];
+    const GroupInfo& gi = groups_.at(static_cast<size_t>(rank)).at(static_cast<size_t>(w[1]));
+    NonFiniteReport rep;
+    rep.rank = rank;
+    rep.group = gi.name;
+    rep.layer = gi.layer;
+    rep.expert = gi.expert;
+    if (w[2] >= 0 && static_cast<size_t>(w[2]) < gi.params.size()) {
+      rep.param = gi.params[static_cast<size_t>(w[2])];
+      rep.tensor = short_param_name(rep.param);
+    } else {
+      rep.tensor = rep.param = "(padding)";
+    }
+    rep.index = w[3];
+    rep.value = kind_text(w[4]);
+    rep.step = step;
+    rep.micro_batch = w[5];
+    rep.count = w[7];
+    out = rep;
+  }
+  if (out) out->ranks = ranks;
+  return out;
+}
+
+std::string nonfinite_message(const std::optional<NonFiniteReport>& rep, int64_t step, double loss,
+                              bool check_finite, NonFinitePolicy policy) {
+  std::ostringstream os;
+  os << "non-finite gradient norm at step " << step << " (loss " << loss << "): ";
+  if (rep) {
+    os << "first non-finite gradient value " << rep->value << " on rank " << rep->rank << ", group "
+       << rep->group;
+    if (rep->layer >= 0 || rep->expert >= 0) {
+      os << " (";
+      if (rep->layer >= 0) os << "layer " << rep->layer;
+      if (rep->expert >= 0) os << (rep->layer >= 0 ? ", " : "") << "expert " << rep->expert;
+      os << ")";
+    }
+    os << ", tensor " << rep->tensor << " (" << rep->param << ") element " << rep->index
+       << ", micro-batch " << rep->micro_batch << "; " << rep->count
+       << " non-finite value(s) in that gradient; found in rank " << rep->rank
+       << "'s own gradient before the reduction; ranks with non-finite gradients:";
+    for (int r : rep->ranks) os << " " << r;
+  } else if (check_finite) {
+    os << "every gradient value was finite before the reduction (the reduction or the sum of "
+          "squares overflowed)";
+  } else {
+    os << "profile.check_finite is off (turn it on to locate the first non-finite value)";
+  }
+  if (policy == NonFinitePolicy::Stop)
+    os << ". train.on_nonfinite = stop: parameters and optimizer state were not updated.";
+  else
+    os << ". train.on_nonfinite = skip: the step was skipped, parameters and optimizer state "
+          "are unchanged.";
+  return os.str();
+}
+
+void add_health_json(const std::optional<GradNorms>& norms,
+                     const std::optional<NonFiniteReport>& nonfinite, nlohmann::json& j) {
+  // NaN and Inf norms are written as null (JSON has no such numbers).
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+  if (norms) {
+    nlohmann::json groups = nlohmann::json::object();
+    for (const auto& [name, v] : norms->groups) groups[name] = num(v);
+    j["grad_norms"] = {{"global", num(norms->global)}, {"groups", groups}};
+    for (size_t r = 0; r < norms->shards.size() && r < j["ranks"].size(); ++r) {
+      nlohmann::json shards = nlohmann::json::object();
+      for (const auto& [name, v] : norms->shards[r]) shards[name] = num(v);
+      j["ranks"][r]["shard_grad_norms"] = shards;
+    }
+  }
+  if (nonfinite) {
+    const NonFiniteReport& n = *nonfinite;
+    auto opt_int = [](int v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(); };
+    j["nonfinite"] = {{"rank", n.rank},
+                      {"group", n.group},
+                      {"layer", opt_int(n.layer)},
+                      {"expert", opt_int(n.expert)},
+                      {"tensor", n.tensor},
+                      {"param", n.param},
+                      {"index", n.index},
+                      {"value", n.value},
+                      {"step", n.step},
+                      {"micro_batch", n.micro_batch},
+                      {"count", n.count},
+                      {"ranks", n.ranks}};
+  }
+}
+
+}  // namespace moezero::moe
