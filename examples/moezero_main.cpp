@@ -13,7 +13,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: moezero <command> [options]\n"
     "commands:\n"
-    "  train --config FILE [--set section.key=value ...] [--metrics FILE] [--quiet]\n"
+    "  train --config FILE [--set section.key=value ...] [--metrics FILE] [--trace FILE] [--quiet]\n"
     "      train the model the config describes (ranks as threads on the CPU)\n"
     "  selfcheck [--ranks N] [--backend cpu|cuda|all]\n"
     "      run kernels against float64 references and collectives on N ranks-as-threads\n"

@@ -1,5 +1,5 @@
 // examples/train_cmd.cpp — `moezero train --config FILE [--set section.key=value ...]
-// [--metrics FILE] [--quiet]`: checks the config before anything runs, prints what will run,
+// [--metrics FILE] [--trace FILE] [--quiet]`: checks the config before anything runs, prints what will run,
 // then a progress line per train.log_every steps and a summary.
 #include <chrono>
 #include <cstdio>
@@ -14,7 +14,7 @@
 namespace moezero::cli {
 
 int train(const std::vector<std::string>& args) {
-  std::string config_path, metrics_path;
+  std::string config_path, metrics_path, trace_path;
   std::vector<std::string> overrides;
   bool quiet = false;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -25,6 +25,7 @@ int train(const std::vector<std::string>& args) {
     if (args[i] == "--config") config_path = value("--config");
     else if (args[i] == "--set") overrides.push_back(value("--set"));
     else if (args[i] == "--metrics") metrics_path = value("--metrics");
+    else if (args[i] == "--trace") trace_path = value("--trace");
     else if (args[i] == "--quiet") quiet = true;
     else MOEZERO_THROW("train: unknown option '", args[i], "' (see `moezero help`)");
   }
@@ -59,12 +60,17 @@ int train(const std::vector<std::string>& args) {
   moe::TrainOptions opt;
   opt.progress = quiet ? nullptr : &std::cout;
   opt.metrics_path = metrics_path;
+  opt.trace_path = trace_path;
   const auto t0 = std::chrono::steady_clock::now();
   moe::TrainResult r = moe::train(cfg, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!r.steps.empty())
     std::printf("done: %zu steps in %.1f s, loss %.4f -> %.4f\n", r.steps.size(), secs,
                 r.steps.front().loss, r.steps.back().loss);
+  const std::string trace_file = trace_path.empty() ? cfg.profile.trace : trace_path;
+  if (!trace_file.empty())
+    std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n",
+                trace_file.c_str());
   return 0;
 }
 

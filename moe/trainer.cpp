@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/process_groups.h"
+#include "core/trace.h"
 #include "core/zero_engine.h"
 #include "kernels/backend.h"
 #include "moe/data.h"
@@ -68,6 +69,7 @@ std::string step_json(const StepLog& s) {
     ranks.push_back(rj);
   }
   j["ranks"] = ranks;
+  add_step_stats_json(j, s.moe_layers, s.comm);
   return j.dump();
 }
 
@@ -132,6 +134,16 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     if (!metrics) MOEZERO_THROW("cannot write the metrics file '", metrics_path, "'");
   }
 
+  // The trace (profile.trace / --trace): every rank's traced steps go to one file, written
+  // at the end of the run, or when a rank fails, with what was recorded until then.
+  const std::string trace_path =
+      options.trace_path.empty() ? cfg.profile.trace : options.trace_path;
+  const StepList trace_steps = StepList::parse(cfg.profile.steps, "profile.steps");
+  std::unique_ptr<TraceSink> trace_sink;
+  if (!trace_path.empty())
+    trace_sink = std::make_unique<TraceSink>(
+        trace_path, std::string(R"({"config": )") + config_to_json(cfg, -1) + "}");
+
   TrainResult result;
   std::mutex result_mu;
   comm::WorldOptions wopt;
@@ -158,6 +170,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     if (ep > 1) a2a = ctx.communicator(pgs.ep_group_of(ctx.rank), "a2a");
     if (world > 1) router = ctx.communicator(wg, "router");
     MoeStats moe_stats;
+    // Times every collective and a2a wait (metrics), and traces the chosen steps.
+    TraceRecorder recorder(dev, cs, ctx.rank, trace_sink.get(), trace_steps);
     MoeRuntime rt;
     rt.moe = cfg.moe;
     rt.ep_size = ep;
@@ -168,6 +182,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     rt.loss_weight = 1.0f / static_cast<float>(tc.grad_accum_steps);
     rt.seed = static_cast<uint64_t>(tc.seed);
     rt.stats = &moe_stats;
+    rt.trace = &recorder;
     int moe_layers = 0;
     for (int l = 0; l < static_cast<int>(cfg.model.n_layers); ++l)
       moe_layers += is_moe_layer(cfg.model, l);
@@ -198,6 +213,12 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
             ? std::make_unique<prefetch::ShardCache>(cfg.shard_cache)
             : nullptr);
 
+    engine.set_trace(&recorder);
+    for (Communicator* c : {gather.get(), reduce.get(), misc.get(), edp_gather.get(),
+                            edp_reduce.get(), a2a.get(), router.get()})
+      if (c) c->set_observer(&recorder);
+    StepStatsCollector step_stats(cfg.model, engine);
+
     const auto t_start = std::chrono::steady_clock::now();
     EngineCounters before = engine.counters();
     for (int64_t step = 0; step < tc.steps; ++step) {
@@ -208,6 +229,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       dev.ops().fill(cs, loss, 0.0);
       dev.ops().fill(cs, aux, 0.0);
       moe_stats.clear();
+      recorder.begin_step(step + 1);
+      const auto predicted = step_stats.predicted(frequency.get());
       std::deque<std::vector<int32_t>> host;  // alive until the step's host sync
       for (int64_t a = 0; a < tc.grad_accum_steps; ++a) {
         auto& tok = host.emplace_back();
@@ -249,7 +272,9 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       float loss_host = 0.0f, aux_host = 0.0f;
       dev.memcpy_async(&loss_host, loss.view().data(), sizeof(float), cs);
       dev.memcpy_async(&aux_host, aux.view().data(), sizeof(float), cs);
+      join_streams(cs, {streams.gather, streams.reduce, rt.a2a_stream});  // the step's every op
       cs.synchronize();
+      const StepTiming timing = recorder.finish_step();
       if (!sr.finite && tc.on_nonfinite == NonFinitePolicy::Stop)
         MOEZERO_THROW("non-finite gradient norm at step ", step + 1, " (loss ", loss_host,
                       "); train.on_nonfinite = stop. Parameters were not updated.");
@@ -277,6 +302,10 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       // The struct travels as raw 8-byte words (every field is 8 bytes wide; checked below).
       std::vector<RankStepStats> all(static_cast<size_t>(world));
       misc->all_gather(&mine, all.data(), kStatWords, DType::I64, cs);
+      const std::vector<uint64_t> expert_words = step_stats.rank_words(engine, moe_stats, timing);
+      std::vector<uint64_t> all_expert_words(expert_words.size() * static_cast<size_t>(world));
+      misc->all_gather(expert_words.data(), all_expert_words.data(), expert_words.size(),
+                       DType::I64, cs);
       cs.synchronize();
       if (ctx.rank != 0) continue;
 
@@ -292,8 +321,13 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       s.tokens = step_tokens;
       s.tokens_per_s = double(step_tokens) / std::chrono::duration<double>(t1 - t0).count();
       s.elapsed_s = std::chrono::duration<double>(t1 - t_start).count();
+      std::vector<double> stall_ms;
+      for (const RankStepStats& r : all) stall_ms.push_back(r.stall_ms);
+      step_stats.sum(all_expert_words, world, moe_stats, predicted, stall_ms, s.moe_layers, s.comm);
       s.ranks = std::move(all);
-      if (metrics.is_open()) metrics << step_json(s) << "\n" << std::flush;
+      const std::string line = step_json(s);
+      if (metrics.is_open()) metrics << line << "\n" << std::flush;
+      if (recorder.last_step_traced()) recorder.step_metrics(line);
       if (options.progress && (s.step % tc.log_every == 0 || s.step == 1 || s.step == tc.steps))
         print_progress(*options.progress, s, tc.steps);
       std::lock_guard lock(result_mu);
@@ -316,10 +350,21 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     }
     dev.synchronize();
   };
-  if (on_cuda)
-    comm::World::run_cuda(world, rank_main, wopt);
-  else
-    comm::World::run(world, rank_main, wopt);
+  try {
+    if (on_cuda)
+      comm::World::run_cuda(world, rank_main, wopt);
+    else
+      comm::World::run(world, rank_main, wopt);
+  } catch (const std::exception& e) {
+    if (trace_sink) {  // valid JSON with every step recorded so far; the run's error wins
+      try {
+        trace_sink->write(e.what());
+      } catch (const std::exception&) {
+      }
+    }
+    throw;
+  }
+  if (trace_sink) trace_sink->write();
   return result;
 }
 

@@ -20,6 +20,7 @@
 
 #include "core/allocator.h"
 #include "core/config.h"
+#include "moe/step_stats.h"
 
 namespace moezero::moe {
 
@@ -54,6 +55,10 @@ struct StepLog {
   double tokens_per_s = 0.0;
   double elapsed_s = 0.0;
   std::vector<RankStepStats> ranks;
+  // Per MoE layer, per expert counters summed over ranks, and the step's communication time
+  // ("moe_layers", "comm_ms", "exposed_comm_ms", "overlap_ratio"; moe/step_stats.h).
+  std::vector<MoeLayerStats> moe_layers;
+  CommStepStats comm;
 };
 
 // A batch a custom data source must fill: rows [row_begin, row_begin + rows) of global
@@ -75,6 +80,7 @@ struct TrainOptions {
   std::ostream* progress = nullptr;  // progress lines (nullptr: silent)
   DataSource data;                   // custom data; empty: data.path / the built-in corpus
   std::string metrics_path;          // overrides train.metrics_file when not empty
+  std::string trace_path;            // overrides profile.trace when not empty
   bool collect_params = false;       // fill TrainResult::params (tests)
 };
 
