@@ -4,8 +4,8 @@
 //
 //   trace_bench [CONFIG] [--steps N] [--repeats R] [--set section.key=value ...]
 //
-// Each repeat runs both modes back to back (alternating which goes first), so drift of the
-// machine load hits both alike. Step time is the median over steps 2..N of every repeat
+// After one unmeasured warm-up run, each repeat runs both modes back to back (alternating which
+// goes first), so drift of the machine load hits both alike. Step time is the median over steps 2..N of every repeat
 // (step 1 records the prefetch order and warms the allocator). "untraced" still times every
 // collective with two device events (the comm_ms of the metrics, always on); "traced" adds
 // the spans, instants and counters of every step and writes the file at the end (the write is
@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
     const std::string trace_file =
         (std::filesystem::temp_directory_path() / "moezero_trace_bench.json").string();
     Mode modes[2] = {{"untraced", false, {}}, {"traced", true, {}}};
+    moe::train(cfg, {});  // warm-up (allocator, thread pools, page faults), not measured
     for (int r = 0; r < repeats; ++r)
       for (int k = 0; k < 2; ++k) {
         Mode& m = modes[(k + r) % 2];

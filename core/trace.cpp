@@ -34,7 +34,7 @@ TraceSink::TraceSink(std::string path, std::string other_data_json)
   if (!probe) MOEZERO_THROW("profile.trace: cannot write the trace file '", path_, "'");
 }
 
-void TraceSink::append(std::vector<std::string> events) {
+void TraceSink::append(std::vector<TraceEvent> events) {
   std::lock_guard lock(mu_);
   events_.insert(events_.end(), std::make_move_iterator(events.begin()),
                  std::make_move_iterator(events.end()));
@@ -45,6 +45,67 @@ size_t TraceSink::event_count() const {
   return events_.size();
 }
 
+namespace {
+
+std::string serialise(const TraceEvent& e) {
+  using K = TraceEvent::Kind;
+  if (e.kind == K::Raw) return e.raw;
+  json j{{"name", e.name}, {"ts", e.ts}, {"pid", e.pid}, {"tid", e.tid}};
+  switch (e.kind) {
+    case K::Span:
+    case K::Expert:
+    case K::Collective:
+      j["ph"] = "X";
+      j["dur"] = e.dur;
+      j["cat"] = e.cat;
+      break;
+    case K::Cache:
+      j["ph"] = "i";
+      j["s"] = "t";
+      j["cat"] = e.cat;
+      break;
+    case K::Counter:
+    case K::Memory: j["ph"] = "C"; break;
+    case K::Raw: break;
+  }
+  switch (e.kind) {
+    case K::Expert:
+      j["args"] = {{"layer", e.layer},
+                   {"expert", e.expert},
+                   {"tokens", e.value},
+                   {"pass", e.backward ? "bwd" : "fwd"}};
+      break;
+    case K::Collective:
+      // algbw: bytes over the span's duration (nccl-tests' size / time), GB/s = 1e9 B/s
+      j["args"] = {{"op", collective_op_name(e.op)},
+                   {"group", e.group},
+                   {"channel", e.channel},
+                   {"bytes", e.value},
+                   {"gbps", e.dur > 0.0 ? static_cast<double>(e.value) / (e.dur * 1e3) : 0.0},
+                   {"step", e.step}};
+      break;
+    case K::Cache:
+      j["args"] = {{"group", e.group},
+                   {"layer", e.layer},
+                   {"expert", e.expert},
+                   {"bytes", e.value},
+                   {"step", e.step}};
+      break;
+    case K::Counter: j["args"] = {{"bytes", e.value}}; break;
+    case K::Memory: {
+      json args = json::object();
+      for (size_t t = 0; t < e.memory.size() && t < kMemTagCount; ++t)
+        args[mem_tag_name(static_cast<MemTag>(t))] = e.memory[t];
+      j["args"] = std::move(args);
+      break;
+    }
+    default: break;
+  }
+  return j.dump();
+}
+
+}  // namespace
+
 void TraceSink::write(const std::string& error) const {
   json other = other_data_.empty() ? json::object() : json::parse(other_data_);
   other["moezero_version"] = MOEZERO_VERSION;
@@ -54,7 +115,7 @@ void TraceSink::write(const std::string& error) const {
   f << "{\"traceEvents\": [\n";
   {
     std::lock_guard lock(mu_);
-    for (size_t i = 0; i < events_.size(); ++i) f << (i ? ",\n" : "") << events_[i];
+    for (size_t i = 0; i < events_.size(); ++i) f << (i ? ",\n" : "") << serialise(events_[i]);
   }
   f << "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": " << other.dump() << "}\n";
   f.flush();
@@ -72,24 +133,31 @@ TraceRecorder::TraceRecorder(Device& device, Stream& compute, int rank, TraceSin
   run_base_->synchronize();  // once per run: this rank's device clock on the run's clock
   rank_offset_us_ = host_now_us();
   if (sink_) {  // track names
-    std::vector<std::string> meta;
+    std::vector<TraceEvent> meta;
+    auto raw = [](std::string text) {
+      TraceEvent e;
+      e.kind = TraceEvent::Kind::Raw;
+      e.raw = std::move(text);
+      return e;
+    };
     auto name_event = [&](const char* what, int tid, const std::string& name) {
-      meta.push_back(json{{"name", what},
-                          {"ph", "M"},
-                          {"ts", 0},
-                          {"pid", rank_},
-                          {"tid", tid},
-                          {"args", {{"name", name}}}}
-                         .dump());
+      meta.push_back(raw(json{
+          {"name", what},
+          {"ph", "M"},
+          {"ts", 0},
+          {"pid", rank_},
+          {"tid", tid},
+          {"args",
+           {{"name", name}}}}.dump()));
     };
     name_event("process_name", 0, "rank " + std::to_string(rank_));
-    meta.push_back(json{{"name", "process_sort_index"},
-                        {"ph", "M"},
-                        {"ts", 0},
-                        {"pid", rank_},
-                        {"tid", 0},
-                        {"args", {{"sort_index", rank_}}}}
-                       .dump());
+    meta.push_back(raw(json{{"name", "process_sort_index"},
+                            {"ph", "M"},
+                            {"ts", 0},
+                            {"pid", rank_},
+                            {"tid", 0},
+                            {"args", {{"sort_index", rank_}}}}
+                           .dump()));
     name_event("thread_name", kTraceTidCompute, "compute");
     name_event("thread_name", kTraceTidGather, "gather");
     name_event("thread_name", kTraceTidReduce, "reduce");
@@ -198,91 +266,93 @@ uint64_t TraceRecorder::begin_collective(const Communicator& comm, CollectiveOp 
 
 void TraceRecorder::end_collective(uint64_t token, Stream&) { end_span(static_cast<int>(token)); }
 
+TraceEvent TraceRecorder::host_event(TraceEvent::Kind kind, std::string name) const {
+  TraceEvent e;
+  e.kind = kind;
+  e.pid = rank_;
+  e.tid = kTraceTidHost;
+  e.ts = host_now_us();
+  e.step = step_;
+  e.name = std::move(name);
+  return e;
+}
+
 void TraceRecorder::cache_event(const char* kind, const std::string& group, int layer, int expert,
                                 uint64_t bytes) {
   if (!tracing_) return;
-  host_events_.push_back(json{
-      {"name", kind},
-      {"cat", "cache"},
-      {"ph", "i"},
-      {"s", "t"},
-      {"ts", host_now_us()},
-      {"pid", rank_},
-      {"tid", kTraceTidHost},
-      {"args",
-       {{"group", group}, {"layer", layer}, {"expert", expert}, {"bytes", bytes}, {"step", step_}}}}
-                             .dump());
+  TraceEvent e = host_event(TraceEvent::Kind::Cache, kind);
+  e.cat = "cache";
+  e.group = group;
+  e.layer = layer;
+  e.expert = expert;
+  e.value = bytes;
+  host_events_.push_back(std::move(e));
 }
 
 void TraceRecorder::counter(const char* name, uint64_t value) {
   if (!tracing_) return;
-  host_events_.push_back(json{
-      {"name", name},
-      {"ph", "C"},
-      {"ts", host_now_us()},
-      {"pid", rank_},
-      {"tid", kTraceTidHost},
-      {"args",
-       {{"bytes", value}}}}.dump());
+  TraceEvent e = host_event(TraceEvent::Kind::Counter, name);
+  e.value = value;
+  host_events_.push_back(std::move(e));
 }
 
 void TraceRecorder::sample_memory() {
   if (!tracing_) return;
   const MemStats m = device_.allocator().stats();
-  json args = json::object();
-  for (size_t t = 0; t < kMemTagCount; ++t)
-    args[mem_tag_name(static_cast<MemTag>(t))] = m.current_bytes[t];
-  host_events_.push_back(json{
-      {"name", "memory"},
-      {"ph", "C"},
-      {"ts", host_now_us()},
-      {"pid", rank_},
-      {"tid", kTraceTidHost},
-      {"args", args}}.dump());
+  TraceEvent e = host_event(TraceEvent::Kind::Memory, "memory");
+  e.memory.assign(m.current_bytes.begin(), m.current_bytes.end());
+  host_events_.push_back(std::move(e));
 }
 
 void TraceRecorder::step_metrics(const std::string& metrics_json) {
   if (!sink_) return;
-  std::string e = json{{"name", "step_metrics"}, {"cat", "step"}, {"ph", "i"},           {"s", "g"},
-                       {"ts", host_now_us()},    {"pid", 0},      {"tid", kTraceTidHost}}
-                      .dump();
-  e.pop_back();  // '}': splice the metrics object in as args without re-parsing it
-  e += ",\"args\":" + metrics_json + "}";
+  TraceEvent e;
+  e.kind = TraceEvent::Kind::Raw;
+  e.raw = json{{"name", "step_metrics"}, {"cat", "step"}, {"ph", "i"},           {"s", "g"},
+               {"ts", host_now_us()},    {"pid", 0},      {"tid", kTraceTidHost}}
+              .dump();
+  e.raw.pop_back();  // '}': splice the metrics object in as args without re-parsing it
+  e.raw += ",\"args\":" + metrics_json + "}";
   sink_->append({std::move(e)});
 }
 
-std::string TraceRecorder::resolve(const Span& s, double step_offset_us, double& dur_ms) const {
+double TraceRecorder::resolve(const Span& s, double step_offset_us,
+                              std::vector<TraceEvent>& out) const {
   s.start->synchronize();  // complete by contract (finish_step); returns at once
   s.end->synchronize();
   const double t0 = s.start->elapsed_ms_since(*step_base_);
   const double t1 = s.end->elapsed_ms_since(*step_base_);
-  dur_ms = std::max(0.0, t1 - t0);
-  if (!s.traced) return {};
-  const double ts = step_offset_us + t0 * 1000.0;
-  const double dur = std::max(0.0, (step_offset_us + t1 * 1000.0) - ts);
-  json e{{"name", s.name}, {"ph", "X"}, {"ts", ts}, {"dur", dur}, {"pid", rank_}, {"tid", s.tid}};
-  switch (s.cat) {
-    case Cat::Compute: e["cat"] = "compute"; break;
-    case Cat::Stall: e["cat"] = "stall"; break;
-    case Cat::Expert:
-      e["cat"] = "expert";
-      e["args"] = {{"layer", s.layer},
-                   {"expert", s.expert},
-                   {"tokens", s.tokens},
-                   {"pass", s.backward ? "bwd" : "fwd"}};
-      break;
-    case Cat::Collective:
-      e["cat"] = "collective";
-      // algbw: bytes over the span's duration (nccl-tests' size / time), GB/s = 1e9 B/s
-      e["args"] = {{"op", collective_op_name(s.op)},
-                   {"group", s.group},
-                   {"channel", s.channel},
-                   {"bytes", s.bytes},
-                   {"gbps", dur > 0.0 ? static_cast<double>(s.bytes) / (dur * 1e3) : 0.0},
-                   {"step", step_}};
-      break;
+  if (s.traced) {
+    TraceEvent e;
+    e.pid = rank_;
+    e.tid = s.tid;
+    e.ts = step_offset_us + t0 * 1000.0;
+    e.dur = std::max(0.0, (step_offset_us + t1 * 1000.0) - e.ts);
+    e.step = step_;
+    e.name = s.name;
+    switch (s.cat) {
+      case Cat::Compute: e.cat = "compute"; break;
+      case Cat::Stall: e.cat = "stall"; break;
+      case Cat::Expert:
+        e.kind = TraceEvent::Kind::Expert;
+        e.cat = "expert";
+        e.layer = s.layer;
+        e.expert = s.expert;
+        e.value = static_cast<uint64_t>(s.tokens);
+        e.backward = s.backward;
+        break;
+      case Cat::Collective:
+        e.kind = TraceEvent::Kind::Collective;
+        e.cat = "collective";
+        e.op = s.op;
+        e.group = s.group;
+        e.channel = s.channel;
+        e.value = s.bytes;
+        break;
+    }
+    out.push_back(std::move(e));
   }
-  return e.dump();
+  return std::max(0.0, t1 - t0);
 }
 
 StepTiming TraceRecorder::finish_step() {
@@ -290,16 +360,14 @@ StepTiming TraceRecorder::finish_step() {
   step_base_->synchronize();
   const double step_offset_us =
       rank_offset_us_ + 1000.0 * static_cast<double>(step_base_->elapsed_ms_since(*run_base_));
-  std::vector<std::string> out;
   for (const Span& s : spans_)
     MOEZERO_CHECK(s.end != nullptr, "trace span '", s.name, "' is still open at the end of step ",
                   step_);
+  std::vector<TraceEvent> out;
   for (Span& s : spans_) {
-    double dur_ms = 0.0;
-    std::string e = resolve(s, step_offset_us, dur_ms);
+    const double dur_ms = resolve(s, step_offset_us, out);
     if (s.cat == Cat::Collective && s.stream != &compute_) t.comm_ms += dur_ms;
     if (s.a2a_wait) t.a2a_wait_ms += dur_ms;
-    if (!e.empty()) out.push_back(std::move(e));
     free_.push_back(s.start);
     free_.push_back(s.end);
   }

@@ -51,6 +51,27 @@ enum class SpanKind : uint8_t {
   Stall,    // cat "stall": the compute stream waiting on a gather or the token all-to-all
 };
 
+// One resolved trace event, kept typed until the file is written (serialising costs more than
+// recording; it happens after the run, outside the steps).
+struct TraceEvent {
+  enum class Kind : uint8_t { Span, Expert, Collective, Cache, Counter, Memory, Raw };
+  Kind kind = Kind::Span;
+  const char* cat = "";  // static: "compute", "stall", ...
+  int pid = 0, tid = 0;
+  double ts = 0.0, dur = 0.0;  // microseconds since the run's start
+  int64_t step = 0;
+  std::string name;
+  // Expert: layer, expert, value = tokens, backward. Cache: group, layer, expert, value = bytes.
+  // Collective: op, group, channel, value = bytes. Counter: value.
+  int layer = -1, expert = -1;
+  bool backward = false;
+  CollectiveOp op = CollectiveOp::Barrier;
+  std::string group, channel;
+  uint64_t value = 0;
+  std::vector<uint64_t> memory;  // Memory: current bytes per MemTag
+  std::string raw;               // Raw: the whole event, serialised
+};
+
 // Collects the trace events of every rank of a run and writes the file. Thread-safe.
 class TraceSink {
  public:
@@ -59,8 +80,7 @@ class TraceSink {
   TraceSink(std::string path, std::string other_data_json);
   const std::string& path() const { return path_; }
   std::chrono::steady_clock::time_point run_start() const { return run_start_; }
-  // Appends JSON objects (one trace event each, serialised).
-  void append(std::vector<std::string> events);
+  void append(std::vector<TraceEvent> events);
   // Writes {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}; `error`, when
   // not empty, is added to otherData (a run that failed midway still leaves valid JSON with
   // every step recorded until then). Throws moezero::Error if the file cannot be written.
@@ -72,7 +92,7 @@ class TraceSink {
   std::string other_data_;
   std::chrono::steady_clock::time_point run_start_ = std::chrono::steady_clock::now();
   mutable std::mutex mu_;
-  std::vector<std::string> events_;
+  std::vector<TraceEvent> events_;
 };
 
 // The timed communication of one step on one rank (resolved by finish_step).
@@ -155,7 +175,9 @@ class TraceRecorder final : public CollectiveObserver {
   Event* take_event();
   int open(Stream& stream, Span span);
   double host_now_us() const;
-  std::string resolve(const Span& s, double step_offset_us, double& dur_ms) const;
+  // Resolves a completed span: its duration (ms) and, when traced, its event into `out`.
+  double resolve(const Span& s, double step_offset_us, std::vector<TraceEvent>& out) const;
+  TraceEvent host_event(TraceEvent::Kind kind, std::string name) const;
 
   Device& device_;
   Stream& compute_;
@@ -170,7 +192,7 @@ class TraceRecorder final : public CollectiveObserver {
   std::vector<std::unique_ptr<Event>> events_;  // every event this recorder created
   std::vector<Event*> free_;                    // the pool
   std::vector<Span> spans_;                     // of the current step, in begin order
-  std::vector<std::string> host_events_;        // serialised, of the current step
+  std::vector<TraceEvent> host_events_;         // of the current step
 };
 
 }  // namespace moezero
