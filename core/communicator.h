@@ -24,7 +24,8 @@
 //   send == recv + rank * send_elems; reduce_scatter when recv == send + rank * recv_elems.
 //   all_to_all_v never in place. Other overlaps of send and recv are errors.
 // - Trace: every call appends a CommRecord (op, group, bytes, stream, seq, start/end) to the
-//   communicator's log, read by the trace recorder.
+//   communicator's log; an optional CollectiveObserver (the trace recorder) is told of every
+//   call as it is enqueued, so that it can time the call with device events on its stream.
 #pragma once
 
 #include <chrono>
@@ -112,6 +113,22 @@ class CommTraceLog {
   std::vector<CommRecord> records_;
 };
 
+class Communicator;
+
+// Watches every collective a rank's communicators issue (the trace recorder, core/trace.h).
+// Both calls come from the host thread that issues the collective, around its enqueue on
+// `stream`: begin_collective before, end_collective after (so an implementation can record
+// events on the stream around the call; it must never synchronise). Implementations of
+// Communicator call them through Communicator::ObservedCall.
+class CollectiveObserver {
+ public:
+  virtual ~CollectiveObserver() = default;
+  // [in] bytes: the call's CommRecord::bytes. Returns a token handed back to end_collective.
+  virtual uint64_t begin_collective(const Communicator& comm, CollectiveOp op, uint64_t bytes,
+                                    Stream& stream) = 0;
+  virtual void end_collective(uint64_t token, Stream& stream) = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -150,15 +167,42 @@ class Communicator {
   std::vector<CommRecord> records() const { return log_->snapshot(); }
   void clear_records() { log_->clear(); }
 
+  // [in] observer: told of every later call (null: none, the default). Not owned; it must
+  // outlive the calls. Set by the rank's host thread between calls.
+  void set_observer(CollectiveObserver* observer) { observer_ = observer; }
+  CollectiveObserver* observer() const { return observer_; }
+
  protected:
   Communicator(ProcessGroup group, int global_rank, std::string channel);
   const std::shared_ptr<CommTraceLog>& log() const { return log_; }
+
+  // Every implementation brackets the enqueue of each call with one of these (RAII): it tells
+  // the observer, if any, before and after (also when the enqueue throws). No observer: one
+  // branch, nothing else.
+  class ObservedCall {
+   public:
+    ObservedCall(const Communicator& comm, CollectiveOp op, uint64_t bytes, Stream& stream)
+        : observer_(comm.observer_), stream_(stream) {
+      if (observer_) token_ = observer_->begin_collective(comm, op, bytes, stream);
+    }
+    ~ObservedCall() {
+      if (observer_) observer_->end_collective(token_, stream_);
+    }
+    ObservedCall(const ObservedCall&) = delete;
+    ObservedCall& operator=(const ObservedCall&) = delete;
+
+   private:
+    CollectiveObserver* observer_;
+    Stream& stream_;
+    uint64_t token_ = 0;
+  };
 
  private:
   ProcessGroup group_;
   int group_rank_;
   std::string channel_;
   std::shared_ptr<CommTraceLog> log_ = std::make_shared<CommTraceLog>();
+  CollectiveObserver* observer_ = nullptr;
 };
 
 }  // namespace moezero

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/step_list.h"
 
 namespace moezero {
 
@@ -180,6 +181,8 @@ class Reader {
       return d;
     } else {
       static_assert(std::is_same_v<T, std::string>);
+      // A whole number is taken as its text: `--set profile.steps=5` means "5".
+      if (j.is_number_integer()) return j.dump();
       if (!j.is_string()) fail(key, "expected a string, got " + json_type_name(j));
       return j.get<std::string>();
     }
@@ -356,7 +359,11 @@ void visit_comm(V& v, auto& c) {
 template <class V>
 void visit_profile(V& v, auto& c) {
   v.field("trace", c.trace, "Chrome trace-event JSON output (empty: none)");
-  v.field("steps", c.steps, "steps to trace, e.g. \"3-5,10\" (empty: all)");
+  v.field("steps", c.steps, "steps to trace, e.g. \"3-5,10\" (empty: all)",
+          std::function<std::string(const std::string&)>([](const std::string& s) {
+            StepList parsed;
+            return StepList::parse_into(s, parsed);
+          }));
   v.field("grad_norms", c.grad_norms, "per-shard and per-group gradient norms in the metrics");
   v.field("check_finite", c.check_finite, "check gradients for NaN/Inf every step");
 }

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "core/trace.h"
 #include "core/zero_engine_impl.h"
 
 namespace moezero {
@@ -35,6 +36,11 @@ ZeroEngine::~ZeroEngine() = default;
 int ZeroEngine::group_count() const { return static_cast<int>(impl_->groups.size()); }
 const GroupLayout& ZeroEngine::layout(int group) const { return impl_->group(group).layout; }
 EngineCounters ZeroEngine::counters() const { return impl_->counters; }
+GroupCounters ZeroEngine::group_counters(int group) const {
+  impl_->group(group);  // range check
+  return impl_->group_counters[static_cast<size_t>(group)];
+}
+void ZeroEngine::set_trace(TraceRecorder* trace) { impl_->trace = trace; }
 int64_t ZeroEngine::step_count() const { return impl_->step; }
 
 Tensor ZeroEngine::acquire(int group, Stream& compute) { return impl_->acquire(group, compute); }
@@ -103,14 +109,27 @@ void ZeroEngine::Impl::issue_fetch(int g) {
                          st.layout.spec().name.c_str());
   gs.wait(*params_updated);  // the shards are final for this step
   const Tensor& src = st.param_source();
+  TimedGather* timed = nullptr;
+  if (st.expert) {  // per-expert gather time: two pooled events, resolved at the step's sync
+    if (gather_used == gather_events.size())
+      gather_events.push_back({-1, device.create_event(), device.create_event()});
+    timed = &gather_events[gather_used++];
+    timed->group = g;
+    timed->start->record(gs);
+  }
+  if (trace && trace->tracing()) trace->label_next_collective(st.layout.spec().name);
   st.comms.gather->all_gather(src.data(), st.full.view().data(),
                               static_cast<size_t>(st.shard_elems), options.compute_dtype, gs);
+  if (timed) timed->end->record(gs);
   st.gathered->record(gs);
   st.state = GroupState::Gathering;
   count_live(st, +1);
   counters.gathered_bytes += bytes;
   (st.expert ? counters.gathered_expert_bytes : counters.gathered_dense_bytes) += bytes;
   counters.gathers += 1;
+  GroupCounters& gc = group_counters[static_cast<size_t>(g)];
+  gc.gathers += 1;
+  gc.gathered_bytes += bytes;
 }
 
 Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
@@ -135,6 +154,10 @@ Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
         cache->pin(g);
         st.full.buffer().retag(MemTag::FullParam);
         counters.cache_hits += 1;
+        group_counters[static_cast<size_t>(g)].cache_hits += 1;
+        if (trace && trace->tracing())
+          trace->cache_event("hit", st.layout.spec().name, st.layout.spec().layer,
+                             st.layout.spec().expert, st.full_bytes(options.compute_dtype));
         count_live(st, +1);
       } else {  // stale (cannot happen while the cache is emptied at every step; stay safe)
         st.full.reset();
@@ -142,16 +165,23 @@ Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
       }
     } else if (st.expert && cache) {
       counters.cache_misses += 1;
+      group_counters[static_cast<size_t>(g)].cache_misses += 1;
+      if (trace && trace->tracing())
+        trace->cache_event("miss", st.layout.spec().name, st.layout.spec().layer,
+                           st.layout.spec().expert, st.full_bytes(options.compute_dtype));
     }
+    GroupCounters& gc = group_counters[static_cast<size_t>(g)];
     if (st.state == GroupState::Sharded) {
       issue_fetch(g);
       counters.prefetch_misses += 1;
+      gc.prefetch_misses += 1;
     } else if (st.state == GroupState::Gathering) {
       // Started early because it was known to be needed: a miss of the prediction.
       (st.early_needed ? counters.prefetch_misses : counters.prefetch_hits) += 1;
+      (st.early_needed ? gc.prefetch_misses : gc.prefetch_hits) += 1;
     }
     st.early_needed = false;
-    measure_wait(compute, *st.gathered);
+    measure_wait(compute, *st.gathered, g);
     st.full.buffer().record_stream(compute);
     st.state = GroupState::Full;
     st.prefetched = false;
@@ -208,15 +238,22 @@ void ZeroEngine::Impl::count_live(const GroupState& st, int sign) {
     of_comm -= bytes;
     live_bytes -= bytes;
   }
+  if (trace && trace->tracing()) trace->counter("live_full_param_bytes", live_bytes);
 }
 
 bool ZeroEngine::Impl::offer_to_cache(int g) {
   GroupState& st = group(g);
   CacheAdmit a = cache->admit(g, st.full_bytes(options.compute_dtype), step, st.keep_score);
   for (int e : a.evicted) {
+    if (trace && trace->tracing()) {
+      const GroupSpec& spec = group(e).layout.spec();
+      trace->cache_event("evict", spec.name, spec.layer, spec.expert,
+                         group(e).full_bytes(options.compute_dtype));
+    }
     drop_resident(e);
     counters.cache_evictions += 1;
   }
+  if (trace && trace->tracing()) trace->counter("cache_bytes", cache->counters().bytes_resident);
   if (!a.admitted) return false;
   st.full.buffer().retag(MemTag::Cache);
   st.state = GroupState::Cached;
@@ -267,6 +304,7 @@ void ZeroEngine::Impl::discard_prefetch(int g) {
   if (!st.params_sharded || st.state != GroupState::Gathering || !st.prefetched) return;
   const size_t bytes = st.full_bytes(options.compute_dtype);
   counters.prefetch_wasted_bytes += bytes;
+  group_counters[static_cast<size_t>(g)].prefetch_wasted_bytes += bytes;
   st.prefetched = false;
   if (st.expert && cache && !cache->contains(g) && offer_to_cache(g)) {
     count_live(st, -1);  // kept for a later acquire (its gather may still be in flight)
@@ -275,13 +313,18 @@ void ZeroEngine::Impl::discard_prefetch(int g) {
   drop_resident(g);
 }
 
-void ZeroEngine::Impl::measure_wait(Stream& compute, const Event& ready) {
+void ZeroEngine::Impl::measure_wait(Stream& compute, const Event& ready, int g) {
   if (stall_used == stall_events.size())
     stall_events.emplace_back(device.create_event(), device.create_event());
   auto& [before, after] = stall_events[stall_used++];
+  const int span =
+      trace && trace->tracing()
+          ? trace->begin_span(compute, SpanKind::Stall, "wait " + group(g).layout.spec().name)
+          : -1;
   before->record(compute);
   compute.wait(ready);
   after->record(compute);
+  if (trace) trace->end_span(span);
 }
 
 double ZeroEngine::Impl::collect_stall_ms() {
@@ -294,21 +337,35 @@ double ZeroEngine::Impl::collect_stall_ms() {
   return ms;
 }
 
+void ZeroEngine::Impl::collect_gather_ms() {
+  for (size_t i = 0; i < gather_used; ++i) {
+    TimedGather& t = gather_events[i];
+    t.end->synchronize();
+    group_counters[static_cast<size_t>(t.group)].gather_ms += t.end->elapsed_ms_since(*t.start);
+  }
+  gather_used = 0;
+}
+
 void ZeroEngine::Impl::end_passes() {
   // Prefetched groups that nobody acquired: give their memory back. The shard cache is
   // emptied: the optimizer is about to change every shard.
   for (size_t i = 0; i < groups.size(); ++i) {
     GroupState& p = *groups[i];
     if (p.params_sharded && p.state == GroupState::Gathering) {
-      if (p.prefetched) counters.prefetch_wasted_bytes += p.full_bytes(options.compute_dtype);
+      if (p.prefetched) {
+        counters.prefetch_wasted_bytes += p.full_bytes(options.compute_dtype);
+        group_counters[i].prefetch_wasted_bytes += p.full_bytes(options.compute_dtype);
+      }
       drop_resident(static_cast<int>(i));
       counters.prefetch_waste += 1;
     }
     MOEZERO_CHECK(p.state != GroupState::Full, "parameter group '", p.layout.spec().name,
                   "' is still acquired at the optimizer step (missing release)");
   }
-  if (cache)
+  if (cache) {
     for (int g : cache->invalidate_all()) drop_resident(g);
+    if (trace && trace->tracing()) trace->counter("cache_bytes", cache->counters().bytes_resident);
+  }
   for (auto& [key, o] : orders) {  // (re-)learn each communicator's order
     if (o.trace != o.recorded) o.recorded = o.trace;
     o.trace.clear();
@@ -366,6 +423,13 @@ void ZeroEngine::Impl::flush_buckets() {
   for (auto& [key, b] : buckets) flush_bucket(b);  // key order: the same on every rank
 }
 
+namespace {
+// "grads layers.3.experts.5 +2": the first group of a gradient bucket and how many follow.
+std::string bucket_label(const std::string& first, size_t groups) {
+  return "grads " + first + (groups > 1 ? " +" + std::to_string(groups - 1) : std::string());
+}
+}  // namespace
+
 void ZeroEngine::Impl::flush_bucket(Bucket& b) {
   if (b.groups.empty()) return;
   const std::vector<int>& bucket = b.groups;
@@ -392,6 +456,8 @@ void ZeroEngine::Impl::flush_bucket(Bucket& b) {
                  send.view().view_elems(r * cols + c, Shape{st.shard_elems}));
       c += st.shard_elems;
     }
+    if (trace && trace->tracing())
+      trace->label_next_collective(bucket_label(first.layout.spec().name, bucket.size()));
     comm->reduce_scatter(send.view().data(), recv.view().data(), static_cast<size_t>(cols), dt,
                          ReduceOp::Sum, rs);
     counters.reduce_scattered_bytes += send.view().size_bytes();
@@ -412,6 +478,8 @@ void ZeroEngine::Impl::flush_bucket(Bucket& b) {
       c += st.padded;
     }
     if (n > 1) {
+      if (trace && trace->tracing())
+        trace->label_next_collective(bucket_label(first.layout.spec().name, bucket.size()));
       comm->all_reduce(buf.view().data(), buf.view().data(), static_cast<size_t>(total), dt,
                        ReduceOp::Sum, rs);
       counters.all_reduced_bytes += buf.view().size_bytes();

@@ -149,6 +149,20 @@ struct EngineCounters {
   double stall_ms = 0.0;                // compute stream waiting on parameter gathers
 };
 
+// The same counters per parameter group (cumulative; exact). Summed over all groups they equal
+// the matching EngineCounters, except the replicated-parameter refresh of stages 1-2 (counted
+// in EngineCounters::gathered_bytes only).
+struct GroupCounters {
+  uint64_t gathers = 0;         // all-gathers issued for the group (stage 3)
+  uint64_t gathered_bytes = 0;  // their output bytes
+  uint64_t cache_hits = 0, cache_misses = 0;
+  uint64_t prefetch_hits = 0, prefetch_misses = 0, prefetch_wasted_bytes = 0;
+  double gather_ms = 0.0;  // expert groups: time their gathers took on the gather stream,
+                           // from events resolved at the optimizer step's host sync
+};
+
+class TraceRecorder;
+
 class ZeroEngine final : public ParamProvider {
  public:
   // [in] groups: in execution order of forward. [in] comms_of: the communicators of each
@@ -200,7 +214,11 @@ class ZeroEngine final : public ParamProvider {
   // by the shard cache). Synchronises the compute and gather streams.
   void set_full_params_host(int group, std::span<const float> values);
   EngineCounters counters() const;
+  GroupCounters group_counters(int group) const;
   int64_t step_count() const;
+  // [in] trace: stall spans, cache instants and live/cache byte counters go there while it is
+  // tracing (null: none, the default). Not owned.
+  void set_trace(TraceRecorder* trace);
 
   // ---- Checkpoint state (core/zero_state.cpp). Call between steps only (after step(), before
   // the next acquire): no gradient accumulation state exists then (step() zeroes it), no

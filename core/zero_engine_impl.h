@@ -79,8 +79,10 @@ struct ZeroEngine::Impl {
   void prefetch(int g, bool predicted);
   void discard_prefetch(int g);
   void drop_resident(int g);  // a Cached or unused Gathering buffer goes back to the allocator
-  void measure_wait(Stream& compute, const Event& ready);  // compute waits; the wait is timed
+  // compute waits for `ready` (the gather of group g); the wait is timed
+  void measure_wait(Stream& compute, const Event& ready, int g);
   double collect_stall_ms();  // sum of timed waits since the last call (events completed)
+  void collect_gather_ms();   // adds the timed expert gathers into group_counters
   std::vector<float> full_params_host(int g);
   void set_full_params_host(int g, std::span<const float> values);
 
@@ -135,6 +137,15 @@ struct ZeroEngine::Impl {
   std::vector<Check> checks;  // this step's checks, in the order they were enqueued
   void check_gradient(int g, Stream& compute);
   std::optional<NonFiniteGrad> resolve_checks(const std::vector<int64_t>& results);
+  std::vector<GroupCounters> group_counters;  // per group, like counters
+  TraceRecorder* trace = nullptr;
+  // Event pairs around the expert all-gathers on the gather stream, reused across steps.
+  struct TimedGather {
+    int group = -1;
+    std::unique_ptr<Event> start, end;
+  };
+  std::vector<TimedGather> gather_events;
+  size_t gather_used = 0;
   std::unique_ptr<ResidencyCache> cache;  // expert shard cache (may be null)
   // Event pairs around the compute stream's waits on gathers, reused across steps.
   std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> stall_events;

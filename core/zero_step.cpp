@@ -51,6 +51,7 @@ void init_param(const ParamSpec& p, uint64_t seed, float* dst) {
 }  // namespace
 
 void ZeroEngine::Impl::add_group(GroupSpec spec, GroupComms comms) {
+  group_counters.emplace_back();
   auto st = std::make_unique<GroupState>();
   st->layout = GroupLayout(std::move(spec));
   st->comms = comms;
@@ -236,6 +237,7 @@ StepResult ZeroEngine::Impl::optimizer_step(const AdamWHyper& h) {
   }
   cs.synchronize();                         // the one host sync of a step
   counters.stall_ms += collect_stall_ms();  // every timed wait is before this point
+  collect_gather_ms();                      // every expert gather too (gather_idle above)
   r.nonfinite = resolve_checks(check_results);
   checks.clear();
   micro_batch = 0;

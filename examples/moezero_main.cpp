@@ -13,7 +13,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: moezero <command> [options]\n"
     "commands:\n"
-    "  train --config FILE [--set section.key=value ...] [--metrics FILE] [--quiet]\n"
+    "  train --config FILE [--set section.key=value ...] [--metrics FILE] [--trace FILE] [--quiet]\n"
     "        [--resume DIR] [--stop-at STEP] [--export-hf HF_DIR [--export-dtype f32|bf16]]\n"
     "      train the model the config describes (ranks as threads on the CPU);\n"
     "      --resume continues from a checkpoint (a train.save_dir or one step directory),\n"

@@ -1,6 +1,7 @@
 // examples/train_cmd.cpp — `moezero train --config FILE [--set section.key=value ...]
-// [--metrics FILE] [--resume DIR] [--stop-at STEP] [--quiet]`: checks the config before anything
-// runs, prints what will run, then a progress line per train.log_every steps and a summary.
+// [--metrics FILE] [--trace FILE] [--resume DIR] [--stop-at STEP] [--export-hf DIR] [--quiet]`:
+// checks the config before anything runs, prints what will run, then a progress line per
+// train.log_every steps and a summary.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -30,7 +31,7 @@ int64_t parse_step(const std::string& v, const char* flag) {
 }  // namespace
 
 int train(const std::vector<std::string>& args) {
-  std::string config_path, metrics_path, resume;
+  std::string config_path, metrics_path, trace_path, resume;
   int64_t stop_at = 0;
   std::vector<std::string> overrides;
   bool quiet = false;
@@ -46,6 +47,7 @@ int train(const std::vector<std::string>& args) {
     else if (args[i] == "--metrics") metrics_path = value("--metrics");
     else if (args[i] == "--resume") resume = value("--resume");
     else if (args[i] == "--stop-at") stop_at = parse_step(value("--stop-at"), "--stop-at");
+    else if (args[i] == "--trace") trace_path = value("--trace");
     else if (args[i] == "--quiet") quiet = true;
     else if (args[i] == "--export-hf") export_dir = value("--export-hf");
     else if (args[i] == "--export-dtype") {
@@ -91,6 +93,7 @@ int train(const std::vector<std::string>& args) {
   opt.stop_at_step = stop_at;
   if (!resume.empty()) std::printf("  resume   %s\n", resume.c_str());
   opt.collect_params = !export_dir.empty();
+  opt.trace_path = trace_path;
   const auto t0 = std::chrono::steady_clock::now();
   moe::TrainResult r = moe::train(cfg, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -105,6 +108,10 @@ int train(const std::vector<std::string>& args) {
     std::printf("exported %s to %s\n", moe::hf_architecture_name(moe::hf_architecture(cfg)),
                 export_dir.c_str());
   }
+  const std::string trace_file = trace_path.empty() ? cfg.profile.trace : trace_path;
+  if (!trace_file.empty())
+    std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n",
+                trace_file.c_str());
   return 0;
 }
 

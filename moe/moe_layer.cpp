@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "prefetch/prefetch_policy.h"
 
 namespace moezero::moe {
@@ -60,10 +61,15 @@ MoeFeedForward::MoeFeedForward(const ModelConfig& cfg, const MoeRuntime& rt, int
   if (rt_.stats && static_cast<int>(rt_.stats->tokens_per_expert.size()) <= moe_index_) {
     rt_.stats->tokens_per_expert.resize(static_cast<size_t>(moe_index_) + 1);
     rt_.stats->active_experts.resize(static_cast<size_t>(moe_index_) + 1);
+    rt_.stats->a2a_tokens_in.resize(static_cast<size_t>(moe_index_) + 1);
+    rt_.stats->a2a_tokens_out.resize(static_cast<size_t>(moe_index_) + 1);
   }
-  if (rt_.stats)
-    rt_.stats->tokens_per_expert[static_cast<size_t>(moe_index_)].assign(
-        static_cast<size_t>(cfg.num_experts), 0);
+  if (rt_.stats) {
+    const size_t m = static_cast<size_t>(moe_index_), E = static_cast<size_t>(cfg.num_experts);
+    rt_.stats->tokens_per_expert[m].assign(E, 0);
+    rt_.stats->a2a_tokens_in[m].assign(E, 0);
+    rt_.stats->a2a_tokens_out[m].assign(E, 0);
+  }
 }
 
 MoeFeedForward::~MoeFeedForward() = default;
@@ -160,6 +166,15 @@ MoeFeedForward::RunOrder MoeFeedForward::run_order(const ModuleContext& ctx, Par
   return order;
 }
 
+int MoeFeedForward::expert_span(const ModuleContext& ctx, const MoeSaved& sv, int j,
+                                TracePass pass) const {
+  if (!rt_.trace || !rt_.trace->tracing()) return -1;
+  int64_t tokens = 0;
+  sv.for_each_block(j, [&](int64_t, int64_t n) { tokens += n; });
+  return rt_.trace->begin_expert(ctx.s(), layer_, rt_.ep_rank * experts_per_rank_ + j, tokens,
+                                 pass);
+}
+
 void MoeFeedForward::on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send, TensorBuffer& recv,
                                    const std::function<void(Stream&)>& call) {
   Stream& as = a2a_stream(ctx);
@@ -177,7 +192,10 @@ void MoeFeedForward::on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send,
   call(as);
   auto arrived = dev.create_event();
   arrived->record(as);
-  cs.wait(*arrived);  // recv is complete
+  if (rt_.trace)
+    rt_.trace->a2a_wait(cs, *arrived);  // recv is complete; the wait is timed
+  else
+    cs.wait(*arrived);
 }
 
 void MoeFeedForward::exchange(const ModuleContext& ctx, TensorBuffer& send,
@@ -289,6 +307,18 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
       active_count += h_stats[static_cast<size_t>(E + e)] > 0.5f;
     }
     rt_.stats->active_experts[static_cast<size_t>(moe_index_)] = active_count;
+    if (ep > 1) {  // token assignments crossing ranks, per expert (forward dispatch)
+      auto& in = rt_.stats->a2a_tokens_in[static_cast<size_t>(moe_index_)];
+      auto& out = rt_.stats->a2a_tokens_out[static_cast<size_t>(moe_index_)];
+      for (int p = 0; p < ep; ++p) {
+        if (p == rt_.ep_rank) continue;
+        for (int j = 0; j < Epr; ++j) {
+          const size_t at = static_cast<size_t>(p * Epr + j);
+          out[at] += h_local[at];  // expert p*Epr + j lives on EP rank p
+          in[static_cast<size_t>(rt_.ep_rank * Epr + j)] += h_recv[at];  // from peer p
+        }
+      }
+    }
   }
 
   // 4. dispatch: sort by expert, gather rows, exchange.
@@ -310,6 +340,7 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   const RunOrder order = run_order(ctx, params, sv->active, ParamProvider::FetchReason::Needed);
   auto run_expert = [&](int j) {
     const int g = expert_group(j);
+    const int span = expert_span(ctx, *sv, j, TracePass::Forward);
     const Tensor w = params.acquire(g, s);
     const GroupLayout& el = params.layout(g);
     sv->for_each_block(j, [&](int64_t row, int64_t n) {
@@ -322,6 +353,7 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
       ops.swiglu_forward(s, ga, up, a);
       linear_forward(ctx, a, el.view(w, kW2), yr.view().slice_rows(row, row + n));
     });
+    if (rt_.trace) rt_.trace->end_span(span);
   };
   for (int j : order.first) run_expert(j);  // in the order parameters are ready
   std::vector<int> first_ids = order.first;
@@ -375,6 +407,7 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
   const RunOrder order = run_order(ctx, params, sv->active, ParamProvider::FetchReason::Predicted);
   auto run_expert = [&](int j) {
     const int g = expert_group(j);
+    const int span = expert_span(ctx, *sv, j, TracePass::Backward);
     const Tensor w = params.acquire(g, s);
     const Tensor gw = params.grad(g, s);
     const GroupLayout& el = params.layout(g);
@@ -389,6 +422,7 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
       linear_backward_data(ctx, rows(dgate), el.view(w, kW1), rows(dxr), Accumulate::No);
       linear_backward_data(ctx, rows(dup), el.view(w, kW3), rows(dxr), Accumulate::Yes);
     });
+    if (rt_.trace) rt_.trace->end_span(span);
   };
   auto finish_expert = [&](int j) {
     params.grad_ready(expert_group(j), s);

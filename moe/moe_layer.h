@@ -36,6 +36,10 @@
 #include "moe/moe_runtime.h"
 #include "moe/router.h"
 
+namespace moezero {
+enum class TracePass : uint8_t;
+}
+
 namespace moezero::moe {
 
 class MoeFeedForward final : public FeedForward {
@@ -86,6 +90,9 @@ class MoeFeedForward final : public FeedForward {
   // `send` and before its reads of `recv` (both buffers recorded as used by that stream).
   void on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send, TensorBuffer& recv,
                      const std::function<void(Stream&)>& call);
+  // A trace span for local expert j's compute (its rows of this micro-batch) while tracing;
+  // -1 otherwise.
+  int expert_span(const ModuleContext& ctx, const MoeSaved& sv, int j, TracePass pass) const;
   // The stream the EP communicator runs on.
   Stream& a2a_stream(const ModuleContext& ctx) const {
     return rt_.a2a_stream ? *rt_.a2a_stream : ctx.s();

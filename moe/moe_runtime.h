@@ -10,6 +10,10 @@
 #include "core/config.h"
 #include "prefetch/frequency_model.h"
 
+namespace moezero {
+class TraceRecorder;
+}
+
 namespace moezero::moe {
 
 // Routing statistics of the MoE layers of one rank, accumulated over the micro-batches of a
@@ -21,8 +25,15 @@ struct MoeStats {
   // Per MoE layer: experts that were active (gathered and computed) in the last micro-batch.
   std::vector<int> active_experts;
   uint64_t a2a_bytes = 0;  // this rank's all-to-all send bytes (tokens, both passes)
+  // Per MoE layer, per expert (layers, E), this rank, forward dispatch only, summed over the
+  // step's micro-batches: token assignments this rank sent to another EP rank for expert e
+  // (out), and, on e's owner, assignments for e received from other EP ranks (in). Summed over
+  // all ranks, out[l][e] == in[l][e]. Zero when ep_size == 1.
+  std::vector<std::vector<int64_t>> a2a_tokens_in, a2a_tokens_out;
   void clear() {
     for (auto& v : tokens_per_expert) std::fill(v.begin(), v.end(), 0);
+    for (auto& v : a2a_tokens_in) std::fill(v.begin(), v.end(), 0);
+    for (auto& v : a2a_tokens_out) std::fill(v.begin(), v.end(), 0);
     a2a_bytes = 0;
   }
 };
@@ -41,6 +52,8 @@ struct MoeRuntime {
                                    // (1 / grad_accum_steps)
   uint64_t seed = 0;               // router jitter noise
   MoeStats* stats = nullptr;       // where layers report (may be null)
+  // Expert spans and timed a2a waits (may be null: none). Not owned.
+  TraceRecorder* trace = nullptr;
   // Routing-aware prefetch (may be null: experts are gathered on demand). The model is updated
   // from the agreed counts, so it is identical on every rank; the plans made from it are too.
   prefetch::FrequencyModel* frequency = nullptr;

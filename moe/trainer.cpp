@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/process_groups.h"
+#include "core/trace.h"
 #include "core/zero_engine.h"
 #include "kernels/backend.h"
 #include "moe/data.h"
@@ -71,6 +72,7 @@ std::string step_json(const StepLog& s) {
   }
   j["ranks"] = ranks;
   add_health_json(s.grad_norms, s.nonfinite, j);
+  add_step_stats_json(j, s.moe_layers, s.comm);
   return j.dump();
 }
 
@@ -147,6 +149,15 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     check_same_shape(cfg.model, hf, "train.init_from");
     for (GroupValues& g : hf_group_values(hf)) init_values.emplace(g.name, std::move(g.data));
   }
+  // The trace (profile.trace / --trace): every rank's traced steps go to one file, written
+  // at the end of the run, or when a rank fails, with what was recorded until then.
+  const std::string trace_path =
+      options.trace_path.empty() ? cfg.profile.trace : options.trace_path;
+  const StepList trace_steps = StepList::parse(cfg.profile.steps, "profile.steps");
+  std::unique_ptr<TraceSink> trace_sink;
+  if (!trace_path.empty())
+    trace_sink = std::make_unique<TraceSink>(
+        trace_path, std::string(R"({"config": )") + config_to_json(cfg, -1) + "}");
 
   TrainResult result;
   std::mutex result_mu;
@@ -176,6 +187,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     if (ep > 1) a2a = ctx.communicator(pgs.ep_group_of(ctx.rank), "a2a");
     if (world > 1) router = ctx.communicator(wg, "router");
     MoeStats moe_stats;
+    // Times every collective and a2a wait (metrics), and traces the chosen steps.
+    TraceRecorder recorder(dev, cs, ctx.rank, trace_sink.get(), trace_steps);
     MoeRuntime rt;
     rt.moe = cfg.moe;
     rt.ep_size = ep;
@@ -186,6 +199,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     rt.loss_weight = 1.0f / static_cast<float>(tc.grad_accum_steps);
     rt.seed = static_cast<uint64_t>(tc.seed);
     rt.stats = &moe_stats;
+    rt.trace = &recorder;
     int moe_layers = 0;
     for (int l = 0; l < static_cast<int>(cfg.model.n_layers); ++l)
       moe_layers += is_moe_layer(cfg.model, l);
@@ -239,6 +253,12 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
                     ": nothing left to train up to step ", end_step,
                     " (raise train.steps to continue)");
 
+    engine.set_trace(&recorder);
+    for (Communicator* c : {gather.get(), reduce.get(), misc.get(), edp_gather.get(),
+                            edp_reduce.get(), a2a.get(), router.get()})
+      if (c) c->set_observer(&recorder);
+    StepStatsCollector step_stats(cfg.model, engine);
+
     const auto t_start = std::chrono::steady_clock::now();
     EngineCounters before = engine.counters();
     for (int64_t step = first_step; step < end_step; ++step) {
@@ -250,6 +270,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       dev.ops().fill(cs, loss, 0.0);
       dev.ops().fill(cs, aux, 0.0);
       moe_stats.clear();
+      recorder.begin_step(step + 1);
+      const auto predicted = step_stats.predicted(frequency.get());
       std::deque<std::vector<int32_t>> host;  // alive until the step's host sync
       for (int64_t a = 0; a < tc.grad_accum_steps; ++a) {
         auto& tok = host.emplace_back();
@@ -291,7 +313,9 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       float loss_host = 0.0f, aux_host = 0.0f;
       dev.memcpy_async(&loss_host, loss.view().data(), sizeof(float), cs);
       dev.memcpy_async(&aux_host, aux.view().data(), sizeof(float), cs);
+      join_streams(cs, {streams.gather, streams.reduce, rt.a2a_stream});  // the step's every op
       cs.synchronize();
+      const StepTiming timing = recorder.finish_step();
       // A non-finite norm is the same on every rank (computed from the same all-gathered
       // squares), so every rank takes this branch, agrees on the report, and stops or skips.
       std::optional<NonFiniteReport> nonfinite;
@@ -325,6 +349,10 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       // The struct travels as raw 8-byte words (every field is 8 bytes wide; checked below).
       std::vector<RankStepStats> all(static_cast<size_t>(world));
       misc->all_gather(&mine, all.data(), kStatWords, DType::I64, cs);
+      const std::vector<uint64_t> expert_words = step_stats.rank_words(engine, moe_stats, timing);
+      std::vector<uint64_t> all_expert_words(expert_words.size() * static_cast<size_t>(world));
+      misc->all_gather(expert_words.data(), all_expert_words.data(), expert_words.size(),
+                       DType::I64, cs);
       cs.synchronize();
       auto save_time = std::chrono::steady_clock::duration::zero();  // not counted in tok/s
       if (stop_error.empty() && !tc.save_dir.empty() &&
@@ -355,10 +383,15 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       s.tokens_per_s =
           double(step_tokens) / std::chrono::duration<double>(t1 - t0 - save_time).count();
       s.elapsed_s = std::chrono::duration<double>(t1 - t_start).count();
+      std::vector<double> stall_ms;
+      for (const RankStepStats& r : all) stall_ms.push_back(r.stall_ms);
+      step_stats.sum(all_expert_words, world, moe_stats, predicted, stall_ms, s.moe_layers, s.comm);
       s.ranks = std::move(all);
       if (cfg.profile.grad_norms) s.grad_norms = health.norms(sr);
       s.nonfinite = nonfinite;
-      if (metrics.is_open()) metrics << step_json(s) << "\n" << std::flush;
+      const std::string line = step_json(s);
+      if (metrics.is_open()) metrics << line << "\n" << std::flush;
+      if (recorder.last_step_traced()) recorder.step_metrics(line);
       if (options.progress &&
           (s.step % tc.log_every == 0 || s.step == first_step + 1 || s.step == end_step ||
            !s.applied))
@@ -393,10 +426,21 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     }
     dev.synchronize();
   };
-  if (on_cuda)
-    comm::World::run_cuda(world, rank_main, wopt);
-  else
-    comm::World::run(world, rank_main, wopt);
+  try {
+    if (on_cuda)
+      comm::World::run_cuda(world, rank_main, wopt);
+    else
+      comm::World::run(world, rank_main, wopt);
+  } catch (const std::exception& e) {
+    if (trace_sink) {  // valid JSON with every step recorded so far; the run's error wins
+      try {
+        trace_sink->write(e.what());
+      } catch (const std::exception&) {
+      }
+    }
+    throw;
+  }
+  if (trace_sink) trace_sink->write();
   if (options.collect_params)  // every group of the model, in execution order
     for (const GroupSpec& g : full_param_groups(cfg.model)) {
       result.group_names.push_back(g.name);

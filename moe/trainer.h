@@ -23,6 +23,7 @@
 #include "core/config.h"
 #include "moe/checkpoint.h"
 #include "moe/grad_health.h"
+#include "moe/step_stats.h"
 
 namespace moezero::moe {
 
@@ -61,6 +62,10 @@ struct StepLog {
   // gradient value on a step whose gradient norm was non-finite (check_finite on).
   std::optional<GradNorms> grad_norms;
   std::optional<NonFiniteReport> nonfinite;
+  // Per MoE layer, per expert counters summed over ranks, and the step's communication time
+  // ("moe_layers", "comm_ms", "exposed_comm_ms", "overlap_ratio"; moe/step_stats.h).
+  std::vector<MoeLayerStats> moe_layers;
+  CommStepStats comm;
 };
 
 // A batch a custom data source must fill: rows [row_begin, row_begin + rows) of global
@@ -82,6 +87,7 @@ struct TrainOptions {
   std::ostream* progress = nullptr;  // progress lines (nullptr: silent)
   DataSource data;                   // custom data; empty: data.path / the built-in corpus
   std::string metrics_path;          // overrides train.metrics_file when not empty
+  std::string trace_path;            // overrides profile.trace when not empty
   bool collect_params = false;       // fill TrainResult::params (tests)
   // Checkpoints (docs/checkpoints.md). resume_from: a save_dir or step directory to continue
   // from (`moezero train --resume DIR`); the run continues at the saved step up to train.steps.

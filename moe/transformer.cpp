@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace moezero::moe {
 
@@ -54,6 +55,7 @@ struct Transformer::State {
 Transformer::Transformer(const ModelConfig& cfg, const MoeRuntime* rt)
     : cfg_((validate_model_config(cfg), cfg)), embed_(cfg, 0), head_(cfg, -1) {
   lookahead_ = rt ? rt->prefetch.lookahead_layers : 1;
+  trace_ = rt ? rt->trace : nullptr;
   int g = 1;  // 0 is the embedding
   int moe_index = 0;
   for (int l = 0; l < static_cast<int>(cfg_.n_layers); ++l) {
@@ -114,6 +116,16 @@ void Transformer::discard_activations() { state_.reset(); }
 
 Tensor Transformer::last_logits() const { return state_ ? state_->head.logits.view() : Tensor(); }
 
+int Transformer::begin_module(Stream& s, const char* module, int layer, const char* pass) const {
+  if (!trace_ || !trace_->tracing()) return -1;
+  std::string name = layer >= 0 ? "layers." + std::to_string(layer) + "." + module : module;
+  return trace_->begin_span(s, SpanKind::Compute, name + " " + pass);
+}
+
+void Transformer::end_module(int span) const {
+  if (trace_) trace_->end_span(span);
+}
+
 void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens,
                           const Tensor& targets, float loss_scale, const Tensor& loss_out,
                           const MicroBatchInfo& mb, const Tensor& aux_out) {
@@ -165,7 +177,9 @@ void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens
     return st->resid.back().view();
   };
 
+  int span = begin_module(s, "embed", -1, "fwd");
   embed_.forward(ctx, params, st->tokens, next_resid("x"));
+  end_module(span);
   std::vector<char> prepared(attn_.size(), 0);
   for (size_t l = 0; l < attn_.size(); ++l) {
     const Tensor x = st->resid.back();
@@ -178,11 +192,18 @@ void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens
       ffn_[m]->prepare(ctx, params,
                        m == l ? FeedForward::Prepare::JustInTime : FeedForward::Prepare::Ahead);
     }
+    const int layer = static_cast<int>(l);
+    span = begin_module(s, "attn", layer, "fwd");
     st->attn.push_back(attn_[l].forward(ctx, params, x, next_resid("h")));
+    end_module(span);
     const Tensor h = st->resid.back();
+    span = begin_module(s, is_moe_layer(cfg_, layer) ? "moe" : "ffn", layer, "fwd");
     st->ffn.push_back(ffn_[l]->forward(ctx, params, h, next_resid("x")));
+    end_module(span);
   }
+  span = begin_module(s, "head", -1, "fwd");
   st->head = head_.forward(ctx, params, st->resid.back(), st->targets, loss_scale, loss_out);
+  end_module(span);
   state_ = std::move(st);
 }
 
@@ -200,18 +221,27 @@ void Transformer::backward(ParamProvider& params, Stream& s) {
 
   // dL/d(residual stream), updated in place from the head down to the embedding.
   TensorBuffer dresid = ctx.alloc_act(Shape{R, C}, "dresid");
+  int span = begin_module(s, "head", -1, "bwd");
   head_.backward(ctx, params, st->head, st->resid.back(), st->targets, dresid);
+  end_module(span);
   st->resid.pop_back();  // x_L
   for (size_t l = attn_.size(); l-- > 0;) {
+    const int layer = static_cast<int>(l);
+    span = begin_module(s, is_moe_layer(cfg_, layer) ? "moe" : "ffn", layer, "bwd");
     ffn_[l]->backward(ctx, params, std::move(st->ffn[l]), st->resid.back(), dresid);
+    end_module(span);
     st->resid.pop_back();  // h_l
     // The next FFN in backward starts its (exact) expert gathers now, overlapping this layer's
     // attention backward.
     if (l > 0) ffn_[l - 1]->prepare_backward(ctx, params, *st->ffn[l - 1]);
+    span = begin_module(s, "attn", layer, "bwd");
     attn_[l].backward(ctx, params, st->attn[l], st->resid.back(), dresid);
+    end_module(span);
     st->resid.pop_back();  // x_l
   }
+  span = begin_module(s, "embed", -1, "bwd");
   embed_.backward(ctx, params, st->tokens, dresid);
+  end_module(span);
   // st (and dresid) free here: stream-safe, after everything above has been enqueued.
 }
 

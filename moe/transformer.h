@@ -107,7 +107,12 @@ class Transformer {
   std::vector<std::unique_ptr<FeedForward>> ffn_;
   Head head_;
   int group_count_ = 0;
+  // A compute span "layers.<layer>.<module> <pass>" (layer -1: "<module> <pass>") while the
+  // trace recorder is tracing; -1 otherwise. end_module(-1) does nothing.
+  int begin_module(Stream& s, const char* module, int layer, const char* pass) const;
+  void end_module(int span) const;
   int64_t lookahead_ = 1;  // prefetch.lookahead_layers (how many FFNs are prepared ahead)
+  TraceRecorder* trace_ = nullptr;  // MoeRuntime::trace: module spans while tracing
   // Host positions per (B, T), uploaded each forward; never modified once made. Shared with
   // the stream (a task after each copy holds a reference), so an in-flight copy reads valid
   // memory even when the Transformer is destroyed before its stream has run the copy.

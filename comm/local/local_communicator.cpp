@@ -41,6 +41,7 @@ void LocalCommunicator::submit(Arrival arrival, Stream& stream) {
                     call_size_bytes(arrival, size()),
                     {},
                     {}};
+  const ObservedCall observed(*this, record.op, record.bytes, stream);
   stream.enqueue_host([ch = channel_, log = log(), rank, seq, arrival = std::move(arrival),
                        record = std::move(record)]() mutable {
     record.start = std::chrono::steady_clock::now();

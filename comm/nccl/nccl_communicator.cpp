@@ -190,24 +190,29 @@ uint64_t NcclCommunicator::begin(const CallSignature& sig, Stream& stream) {
   const uint64_t seq = next_seq_++;
   if (options_.call_check == CallCheck::On) check_call(sig, stream);
   const auto now = Clock::now();
-  uint64_t bytes = 0;
+  log()->add(
+      CommRecord{sig.op, group().str(), channel(), stream.name(), seq, call_bytes(sig), now, now});
+  return seq;
+}
+
+uint64_t NcclCommunicator::call_bytes(const CallSignature& sig) const {
   const uint64_t elem_bytes = dtype_size_bytes(sig.dtype);
   switch (sig.op) {
     case CollectiveOp::AllGather:
-    case CollectiveOp::ReduceScatter: bytes = sig.elems * size() * elem_bytes; break;
+    case CollectiveOp::ReduceScatter: return sig.elems * static_cast<uint64_t>(size()) * elem_bytes;
     case CollectiveOp::AllReduce:
     case CollectiveOp::Broadcast:
-    case CollectiveOp::AllToAllV: bytes = sig.elems * elem_bytes; break;
+    case CollectiveOp::AllToAllV: return sig.elems * elem_bytes;
     case CollectiveOp::Barrier: break;
   }
-  log()->add(CommRecord{sig.op, group().str(), channel(), stream.name(), seq, bytes, now, now});
-  return seq;
+  return 0;
 }
 
 void NcclCommunicator::all_gather(const void* send, void* recv, size_t send_elems, DType dtype,
                                   Stream& stream) {
   const CallSignature sig{CollectiveOp::AllGather, dtype, send_elems};
   const uint64_t seq = begin(sig, stream);
+  const ObservedCall observed(*this, sig.op, call_bytes(sig), stream);
   MOEZERO_NCCL_CALL(ncclAllGather(send, recv, send_elems, nccl_dtype(dtype), comm_,
                                   cuda::cuda_stream_handle(stream)),
                     where(sig, seq));
@@ -217,6 +222,7 @@ void NcclCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_
                                       ReduceOp op, Stream& stream) {
   const CallSignature sig{CollectiveOp::ReduceScatter, dtype, recv_elems, op};
   const uint64_t seq = begin(sig, stream);
+  const ObservedCall observed(*this, sig.op, call_bytes(sig), stream);
   MOEZERO_NCCL_CALL(ncclReduceScatter(send, recv, recv_elems, nccl_dtype(dtype), nccl_op(op), comm_,
                                       cuda::cuda_stream_handle(stream)),
                     where(sig, seq));
@@ -226,6 +232,7 @@ void NcclCommunicator::all_reduce(const void* send, void* recv, size_t elems, DT
                                   ReduceOp op, Stream& stream) {
   const CallSignature sig{CollectiveOp::AllReduce, dtype, elems, op};
   const uint64_t seq = begin(sig, stream);
+  const ObservedCall observed(*this, sig.op, call_bytes(sig), stream);
   MOEZERO_NCCL_CALL(ncclAllReduce(send, recv, elems, nccl_dtype(dtype), nccl_op(op), comm_,
                                   cuda::cuda_stream_handle(stream)),
                     where(sig, seq));
@@ -242,6 +249,7 @@ void NcclCommunicator::all_to_all_v(const void* send, std::span<const size_t> se
   for (size_t c : send_elems) send_total += c;
   const CallSignature sig{CollectiveOp::AllToAllV, dtype, send_total};
   const uint64_t seq = begin(sig, stream);
+  const ObservedCall observed(*this, sig.op, call_bytes(sig), stream);
   const std::string what = where(sig, seq);
   cudaStream_t h = cuda::cuda_stream_handle(stream);
   const ncclDataType_t dt = nccl_dtype(dtype);
@@ -266,6 +274,7 @@ void NcclCommunicator::broadcast(const void* send, void* recv, size_t elems, DTy
                 ") of group ", group().str());
   const CallSignature sig{CollectiveOp::Broadcast, dtype, elems, ReduceOp::Sum, root};
   const uint64_t seq = begin(sig, stream);
+  const ObservedCall observed(*this, sig.op, call_bytes(sig), stream);
   MOEZERO_NCCL_CALL(ncclBroadcast(send, recv, elems, nccl_dtype(dtype), root, comm_,
                                   cuda::cuda_stream_handle(stream)),
                     where(sig, seq));
@@ -274,6 +283,7 @@ void NcclCommunicator::broadcast(const void* send, void* recv, size_t elems, DTy
 void NcclCommunicator::barrier(Stream& stream) {
   const CallSignature sig{CollectiveOp::Barrier, DType::I64, 0};
   const uint64_t seq = begin(sig, stream);
+  const ObservedCall observed(*this, sig.op, call_bytes(sig), stream);
   // One int64 all-reduced in place: completes on the stream once every rank reached it.
   auto* word = static_cast<int64_t*>(sig_device_) + static_cast<size_t>(size()) * kSigWords;
   MOEZERO_NCCL_CALL(

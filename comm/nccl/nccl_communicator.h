@@ -65,6 +65,7 @@ class NcclCommunicator final : public Communicator {
   // Debug mode: compares `sig` across ranks (one all_gather of signatures).
   void check_call(const CallSignature& sig, Stream& stream);
   uint64_t begin(const CallSignature& sig, Stream& stream);  // seq, check, device, trace
+  uint64_t call_bytes(const CallSignature& sig) const;       // CommRecord::bytes of the call
   [[noreturn]] void abort_with_timeout(const std::string& what);
   std::string where(const CallSignature& sig, uint64_t seq) const;
 

@@ -1,0 +1,198 @@
+// core/trace.h — the trace recorder: per rank, spans on the streams where work runs (kernel
+// groups, collectives, expert compute, stalls), cache instants and counters, written as Chrome
+// trace-event JSON that Perfetto and chrome://tracing open (docs/trace.md).
+//
+// Timing comes from device events, never host clocks: a span records a start and an end event
+// on its stream (from a pool, reused across steps); nothing is resolved until the caller says
+// the step's work is finished (finish_step, after the step's host sync), so tracing adds no
+// host synchronisation. Timestamps are microseconds since the run's start: each rank records a
+// base event once (and synchronises once, at construction) to place its device timeline on the
+// shared host clock of the run; each step's events are resolved against a per-step base event,
+// so float event timers keep sub-microsecond resolution however long the run.
+//
+// Two levels:
+// - Timing, always on while a recorder is installed: every collective (CollectiveObserver) and
+//   every wait of the compute stream on the token all-to-all are timed, giving the step's
+//   comm_ms and a2a_wait_ms (StepTiming); two pooled events per call.
+// - Tracing, on the steps profile.steps selects (tracing() == true): spans, instants and
+//   counters become trace events. Callers guard their work (string building) with tracing():
+//   one branch when off.
+//
+// Threading: a recorder belongs to one rank; every call comes from that rank's host thread.
+// A TraceSink is shared by the ranks of a run (thread-safe) and writes the file.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/communicator.h"
+#include "core/device.h"
+#include "core/step_list.h"
+
+namespace moezero {
+
+// Track (Chrome "tid") of each stream, by Stream::name(); other names get kTraceTidOther.
+constexpr int kTraceTidCompute = 0;
+constexpr int kTraceTidGather = 1;
+constexpr int kTraceTidReduce = 2;
+constexpr int kTraceTidA2a = 3;
+constexpr int kTraceTidOther = 4;
+constexpr int kTraceTidHost = 9;  // host-side instants and counters
+int trace_tid_of(const Stream& stream);
+
+enum class TracePass : uint8_t { Forward, Backward };  // "fwd", "bwd"
+
+enum class SpanKind : uint8_t {
+  Compute,  // cat "compute": a kernel group (a module's forward or backward)
+  Stall,    // cat "stall": the compute stream waiting on a gather or the token all-to-all
+};
+
+// One resolved trace event, kept typed until the file is written (serialising costs more than
+// recording; it happens after the run, outside the steps).
+struct TraceEvent {
+  enum class Kind : uint8_t { Span, Expert, Collective, Cache, Counter, Memory, Raw };
+  Kind kind = Kind::Span;
+  const char* cat = "";  // static: "compute", "stall", ...
+  int pid = 0, tid = 0;
+  double ts = 0.0, dur = 0.0;  // microseconds since the run's start
+  int64_t step = 0;
+  std::string name;
+  // Expert: layer, expert, value = tokens, backward. Cache: group, layer, expert, value = bytes.
+  // Collective: op, group, channel, value = bytes. Counter: value.
+  int layer = -1, expert = -1;
+  bool backward = false;
+  CollectiveOp op = CollectiveOp::Barrier;
+  std::string group, channel;
+  uint64_t value = 0;
+  std::vector<uint64_t> memory;  // Memory: current bytes per MemTag
+  std::string raw;               // Raw: the whole event, serialised
+};
+
+// Collects the trace events of every rank of a run and writes the file. Thread-safe.
+class TraceSink {
+ public:
+  // [in] path: the output file (checked writable now). [in] other_data_json: a JSON object
+  // written as "otherData" (version, config).
+  TraceSink(std::string path, std::string other_data_json);
+  const std::string& path() const { return path_; }
+  std::chrono::steady_clock::time_point run_start() const { return run_start_; }
+  void append(std::vector<TraceEvent> events);
+  // Writes {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}; `error`, when
+  // not empty, is added to otherData (a run that failed midway still leaves valid JSON with
+  // every step recorded until then). Throws moezero::Error if the file cannot be written.
+  void write(const std::string& error = "") const;
+  size_t event_count() const;
+
+ private:
+  std::string path_;
+  std::string other_data_;
+  std::chrono::steady_clock::time_point run_start_ = std::chrono::steady_clock::now();
+  mutable std::mutex mu_;
+  std::vector<TraceEvent> events_;
+};
+
+// The timed communication of one step on one rank (resolved by finish_step).
+struct StepTiming {
+  double comm_ms = 0.0;      // collectives on streams other than the compute stream
+  double a2a_wait_ms = 0.0;  // the compute stream waiting on the token all-to-all
+};
+
+class TraceRecorder final : public CollectiveObserver {
+ public:
+  // [in] compute: the stream base events are recorded on. [in] sink: where traced steps go
+  // (null: timing only, nothing is ever traced). [in] steps: the 1-based steps to trace.
+  // Synchronises `compute` once (placing this rank's device clock on the run's clock).
+  TraceRecorder(Device& device, Stream& compute, int rank, TraceSink* sink, StepList steps);
+  ~TraceRecorder() override;
+  TraceRecorder(const TraceRecorder&) = delete;
+  TraceRecorder& operator=(const TraceRecorder&) = delete;
+
+  int rank() const { return rank_; }
+  // Starts 1-based step `step`: records the step's base event; tracing() says whether the
+  // step is traced.
+  void begin_step(int64_t step);
+  bool tracing() const { return tracing_; }
+  // Every event recorded since begin_step has completed (the caller synchronised): resolves
+  // them, hands a traced step's events to the sink, and returns the step's timing. Events
+  // recorded after this call count towards the next step.
+  StepTiming finish_step();
+
+  // Spans (only while tracing(); otherwise they return -1 and end_span(-1) does nothing).
+  // begin records the start event on `stream` now; end_span records the end on the same
+  // stream. Spans on one stream must nest (end in reverse order of begin).
+  int begin_span(Stream& stream, SpanKind kind, std::string name);
+  int begin_expert(Stream& stream, int layer, int expert, int64_t tokens, TracePass pass);
+  void end_span(int span);
+
+  // `waiter` waits for `ready` (the token all-to-all's completion): timed always (a2a_wait_ms),
+  // a stall span when tracing.
+  void a2a_wait(Stream& waiter, const Event& ready);
+
+  // Host-side instants and counters (only while tracing(); host clock).
+  // kind: "hit", "miss" or "evict".
+  void cache_event(const char* kind, const std::string& group, int layer, int expert,
+                   uint64_t bytes);
+  void counter(const char* name, uint64_t value);
+  void sample_memory();  // a "memory" counter: the allocator's current bytes by tag
+  // The metrics line of the last finished step, as an instant "step_metrics" on pid 0 (call
+  // on rank 0 when last_step_traced()).
+  void step_metrics(const std::string& metrics_json);
+  bool last_step_traced() const { return last_traced_; }
+
+  // The next collective's span is named "<op> <label>" instead of "<op> <group>" (what it
+  // moves, e.g. the parameter group); call just before issuing it, while tracing.
+  void label_next_collective(std::string label) { next_label_ = std::move(label); }
+
+  // CollectiveObserver: times every collective (always); a span when tracing.
+  uint64_t begin_collective(const Communicator& comm, CollectiveOp op, uint64_t bytes,
+                            Stream& stream) override;
+  void end_collective(uint64_t token, Stream& stream) override;
+
+ private:
+  enum class Cat : uint8_t { Compute, Stall, Expert, Collective };
+  struct Span {
+    Cat cat = Cat::Compute;
+    int tid = 0;
+    bool traced = false;    // false: timing only (collectives, a2a waits)
+    bool a2a_wait = false;  // counts towards StepTiming::a2a_wait_ms
+    Stream* stream = nullptr;
+    std::string name;
+    Event* start = nullptr;
+    Event* end = nullptr;
+    // Expert spans.
+    int layer = -1, expert = -1;
+    int64_t tokens = 0;
+    bool backward = false;
+    // Collective spans.
+    CollectiveOp op = CollectiveOp::Barrier;
+    std::string group, channel;
+    uint64_t bytes = 0;
+  };
+  Event* take_event();
+  int open(Stream& stream, Span span);
+  double host_now_us() const;
+  // Resolves a completed span: its duration (ms) and, when traced, its event into `out`.
+  double resolve(const Span& s, double step_offset_us, std::vector<TraceEvent>& out) const;
+  TraceEvent host_event(TraceEvent::Kind kind, std::string name) const;
+
+  Device& device_;
+  Stream& compute_;
+  int rank_;
+  TraceSink* sink_;
+  StepList steps_;
+  std::unique_ptr<Event> run_base_, step_base_;
+  double rank_offset_us_ = 0.0;  // run clock at this rank's run_base_
+  bool tracing_ = false, last_traced_ = false;
+  int64_t step_ = 0;
+  std::string next_label_;
+  std::vector<std::unique_ptr<Event>> events_;  // every event this recorder created
+  std::vector<Event*> free_;                    // the pool
+  std::vector<Span> spans_;                     // of the current step, in begin order
+  std::vector<TraceEvent> host_events_;         // of the current step
+};
+
+}  // namespace moezero
