@@ -17,4 +17,7 @@ int train(const std::vector<std::string>& args);
 // `moezero config [--doc | --defaults | FILE [--set section.key=value ...]]`.
 int config(const std::vector<std::string>& args);
 
+// `moezero report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]`.
+int report(const std::vector<std::string>& args);
+
 }  // namespace moezero::cli

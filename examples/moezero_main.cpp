@@ -19,6 +19,9 @@ constexpr const char* kUsage =
     "      run kernels against float64 references and collectives on N ranks-as-threads\n"
     "  config [--doc | --defaults | FILE [--set section.key=value ...]]\n"
     "      print the config reference (Markdown), the defaults, or a checked, resolved file\n"
+    "  report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]\n"
+    "      per-expert, per-step, comms and memory summary of a metrics file or trace;\n"
+    "      --html: one self-contained page with heatmaps, --json: the numbers\n"
     "  help      print this text\n";
 
 }  // namespace
@@ -35,6 +38,7 @@ int main(int argc, char** argv) {
     if (cmd == "train") return moezero::cli::train(args);
     if (cmd == "selfcheck") return moezero::cli::selfcheck(args);
     if (cmd == "config") return moezero::cli::config(args);
+    if (cmd == "report") return moezero::cli::report(args);
     std::cerr << "moezero: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
   } catch (const moezero::Error& e) {
