@@ -23,5 +23,7 @@ int export_model(const std::vector<std::string>& args);
 
 // `moezero score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]`.
 int score(const std::vector<std::string>& args);
+// `moezero report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]`.
+int report(const std::vector<std::string>& args);
 
 }  // namespace moezero::cli

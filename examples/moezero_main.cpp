@@ -27,6 +27,9 @@ constexpr const char* kUsage =
     "      write a checkpoint as a Hugging Face directory (config.json + model.safetensors)\n"
     "  score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]\n"
     "      mean next-token cross-entropy (nats) of an exported model on a byte file, as JSON\n"
+    "  report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]\n"
+    "      per-expert, per-step, comms and memory summary of a metrics file or trace;\n"
+    "      --html: one self-contained page with heatmaps, --json: the numbers\n"
     "  help      print this text\n";
 
 }  // namespace
@@ -45,6 +48,7 @@ int main(int argc, char** argv) {
     if (cmd == "config") return moezero::cli::config(args);
     if (cmd == "export") return moezero::cli::export_model(args);
     if (cmd == "score") return moezero::cli::score(args);
+    if (cmd == "report") return moezero::cli::report(args);
     std::cerr << "moezero: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
   } catch (const moezero::Error& e) {

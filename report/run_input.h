@@ -1,0 +1,81 @@
+// report/run_input.h — reads what a training run wrote (a metrics file or a Chrome trace) into
+// typed records, checking the contract of shared/SCHEMA.md on the way.
+//
+// Input kinds, told apart by content (never by file name):
+//   - metrics file: JSON lines, one object per step (moe/trainer.cpp step_json);
+//   - trace: one JSON object with "traceEvents" (profile.trace); its per-step metrics are the
+//     args of the "step_metrics" instant events, its collectives the "X" spans of cat
+//     "collective" (args op, group, bytes, optional group_size).
+// Every error names the file and the line (metrics) or traceEvents[i] (trace) and the field
+// that is wrong: bad JSON, a missing or mistyped field, inconsistent lengths (an expert array
+// whose length differs from tokens_per_expert, a layer count or rank count that changes
+// between steps), a step number that appears twice.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace moezero::report {
+
+// One MoE layer's per-expert counters of one step (SCHEMA "moe_layers"), summed over ranks.
+// Every vector has E entries (E = experts of the layer).
+struct LayerStepCounters {
+  int64_t layer = 0;  // model layer index
+  std::vector<int64_t> tokens, gathers, gathered_bytes, cache_hits, cache_misses, prefetch_hits,
+      prefetch_misses, prefetch_wasted_bytes, a2a_tokens_in, a2a_tokens_out;
+  std::vector<double> gather_ms;  // ms on the gather streams, all ranks
+  std::vector<double> predicted;  // frequency model's P(active) used for the step's first plan
+};
+
+// One rank's counters of one step (SCHEMA "ranks[r]").
+struct RankStepCounters {
+  int64_t gathered_bytes = 0, reduce_scattered_bytes = 0, all_reduced_bytes = 0, a2a_bytes = 0,
+          gathered_dense_bytes = 0, gathered_expert_bytes = 0, prefetch_hits = 0,
+          prefetch_misses = 0, prefetch_wasted_bytes = 0, cache_hits = 0, cache_misses = 0,
+          cache_evictions = 0;
+  double stall_ms = 0.0;
+  std::vector<std::pair<std::string, int64_t>> peak_bytes;  // tag -> bytes, in file order
+  int64_t peak_total_bytes = 0;
+};
+
+// One step's metrics (one metrics line, or the args of one step_metrics event).
+struct StepRecord {
+  std::string where;  // "FILE:LINE" or "FILE: traceEvents[i]", for messages
+  int64_t step = 0;
+  std::optional<double> loss;
+  std::vector<std::vector<int64_t>> tokens_per_expert;  // (MoE layers, E)
+  bool has_moe_layers = false;                          // false: file predates the counters
+  std::vector<LayerStepCounters> moe_layers;            // (MoE layers) when has_moe_layers
+  std::optional<double> comm_ms, exposed_comm_ms;       // absent in older files
+  std::vector<RankStepCounters> ranks;
+};
+
+// One "X" span of cat "collective" in a trace.
+struct CollectiveSpan {
+  int64_t rank = 0;   // pid
+  std::string op;     // "all_gather", "reduce_scatter", "all_reduce", "all_to_all_v", ...
+  std::string group;  // "world", "edp0", "ep1", ...
+  int64_t bytes = 0;
+  double ts_us = 0.0, dur_us = 0.0;
+  std::optional<int64_t> group_size;  // ranks in the group (args.group_size), when recorded
+};
+
+enum class InputKind { Metrics, Trace };
+const char* input_kind_name(InputKind k);  // "metrics", "trace"
+
+struct RunInput {
+  std::string path;
+  InputKind kind = InputKind::Metrics;
+  std::vector<StepRecord> steps;  // sorted by step
+  std::vector<CollectiveSpan> collectives;
+};
+
+// Reads and checks `path`. Throws moezero::Error naming the file, line or event, and field.
+RunInput read_run(const std::string& path);
+// Same, from text already in memory (`path` is only used in messages).
+RunInput parse_run(const std::string& text, const std::string& path);
+
+}  // namespace moezero::report

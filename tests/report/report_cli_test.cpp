@@ -1,0 +1,236 @@
+// `moezero report` end to end: the real trainer writes a metrics file, the report reads it and
+// writes HTML and JSON (ReportCli); headless Chromium renders the HTML and the screenshot must
+// show the heatmap's colours where the heatmap is drawn (ReportScreenshot).
+//
+// Paths come from CMake: MOEZERO_BIN (the moezero program), MOEZERO_SOURCE_DIR, MOEZERO_WORK_DIR
+// (a scratch folder in the build tree).
+#include <gtest/gtest.h>
+#if MOEZERO_HAVE_PNG
+#include <png.h>
+#endif
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "report/report.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Runs a shell command, output to `log`; returns the exit status.
+int run(const std::string& cmd, const fs::path& log) {
+  const std::string full = cmd + " >" + log.string() + " 2>&1";
+  const int rc = std::system(full.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+const fs::path kWork = MOEZERO_WORK_DIR;
+
+// Trains 6 steps of the tiny config once and reports it; every test reads the outputs.
+class ReportCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    fs::create_directories(kWork);
+    metrics_ = kWork / "tiny_metrics.jsonl";
+    html_ = kWork / "tiny_report.html";
+    json_ = kWork / "tiny_report.json";
+    fs::remove(metrics_);
+    train_rc_ = run(std::string(MOEZERO_BIN) + " train --config " + MOEZERO_SOURCE_DIR +
+                        "/examples/configs/tiny.json --set train.steps=6 --quiet --metrics " +
+                        metrics_.string(),
+                    kWork / "train.log");
+    report_rc_ = run(std::string(MOEZERO_BIN) + " report " + metrics_.string() + " --html " +
+                         html_.string() + " --json " + json_.string(),
+                     kWork / "report.log");
+  }
+  static void expect_ran() {
+    ASSERT_EQ(train_rc_, 0) << slurp(kWork / "train.log");
+    ASSERT_EQ(report_rc_, 0) << slurp(kWork / "report.log");
+  }
+  static inline fs::path metrics_, html_, json_;
+  static inline int train_rc_ = -1, report_rc_ = -1;
+};
+
+TEST_F(ReportCli, TrainThenReportWritesHtmlWithTheHeatmap) {
+  expect_ran();
+  const std::string html = slurp(html_);
+  ASSERT_NE(html.find("<svg id=\"heatmap-share\""), std::string::npos);
+  // tiny.json: 2 MoE layers x 8 experts, two heatmaps at least (share, observed activity).
+  size_t cells = 0;
+  for (size_t p = html.find("class=\"cell\""); p != std::string::npos;
+       p = html.find("class=\"cell\"", p + 1))
+    ++cells;
+  EXPECT_GE(cells, 2u * 2 * 8);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  const std::string text = slurp(kWork / "report.log");
+  EXPECT_NE(text.find("== Experts"), std::string::npos) << text;
+  EXPECT_NE(text.find("== Peak memory per rank"), std::string::npos) << text;
+}
+
+TEST_F(ReportCli, JsonNumbersEqualTheMetricsFile) {
+  expect_ran();
+  const moezero::report::Report r = moezero::report::report_from_json(slurp(json_), json_.string());
+  EXPECT_EQ(r.steps, 6);
+  EXPECT_EQ(r.ranks, 2);
+  ASSERT_EQ(r.layers.size(), 2u);
+  // Recompute the tokens routed per expert and the stall per step from the raw lines.
+  std::map<std::pair<size_t, size_t>, int64_t> tokens;
+  std::ifstream f(metrics_);
+  std::string line;
+  size_t s = 0;
+  while (std::getline(f, line)) {
+    const auto j = nlohmann::json::parse(line);
+    for (size_t l = 0; l < j["tokens_per_expert"].size(); ++l)
+      for (size_t e = 0; e < j["tokens_per_expert"][l].size(); ++e)
+        tokens[{l, e}] += j["tokens_per_expert"][l][e].get<int64_t>();
+    double stall = 0;
+    for (const auto& rk : j["ranks"]) stall += rk["stall_ms"].get<double>();
+    ASSERT_LT(s, r.step_rows.size());
+    EXPECT_NEAR(r.step_rows[s].stall_ms, stall, 1e-9);
+    ++s;
+  }
+  EXPECT_EQ(s, 6u);
+  for (const auto& [key, t] : tokens) EXPECT_EQ(r.expert(key.first, key.second).tokens, t);
+}
+
+TEST_F(ReportCli, BadInputFailsWithTheFileAndLine) {
+  const fs::path bad = kWork / "bad_metrics.jsonl";
+  std::ofstream(bad) << "{\"step\": 1, \"tokens_per_expert\": [], \"ranks\": []}\n";
+  const fs::path log = kWork / "bad.log";
+  EXPECT_EQ(run(std::string(MOEZERO_BIN) + " report " + bad.string(), log), 1);
+  EXPECT_NE(slurp(log).find(bad.string() + ":1: ranks: is empty"), std::string::npos) << slurp(log);
+}
+
+// ---- headless Chromium ---------------------------------------------------------------------
+
+std::string find_chromium() {
+  if (const char* env = std::getenv("MOEZERO_CHROMIUM")) return env;
+  for (const char* c : {"/usr/bin/chromium", "/usr/bin/chromium-browser"})
+    if (fs::exists(c)) return c;
+  return "";
+}
+
+struct Image {
+  unsigned width = 0, height = 0;
+  std::vector<unsigned char> rgb;  // (height, width, 3)
+};
+
+// Decodes a PNG with libpng's simplified API into 8-bit RGB.
+bool read_png(const fs::path& p, Image& img, std::string& why) {
+#if MOEZERO_HAVE_PNG
+  png_image im{};
+  im.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_file(&im, p.c_str())) {
+    why = im.message;
+    return false;
+  }
+  im.format = PNG_FORMAT_RGB;
+  img.width = im.width;
+  img.height = im.height;
+  img.rgb.resize(PNG_IMAGE_SIZE(im));
+  if (!png_image_finish_read(&im, nullptr, img.rgb.data(), 0, nullptr)) {
+    why = im.message;
+    png_image_free(&im);
+    return false;
+  }
+  return true;
+#else
+  why =
+      "built without libpng: run scripts/install_deps.sh (Debian package libpng-dev) and "
+      "reconfigure";
+  return false;
+#endif
+}
+
+TEST_F(ReportCli, ScreenshotShowsTheHeatmap) {
+  expect_ran();
+  const std::string chromium = find_chromium();
+  ASSERT_FALSE(chromium.empty())
+      << "chromium not found: the HTML report's screenshot test needs Debian's chromium "
+         "package; run scripts/install_deps.sh (or set MOEZERO_CHROMIUM to a Chromium binary)";
+  const fs::path png = kWork / "tiny_report.png";
+  fs::remove(png);
+  // --no-sandbox: Chromium refuses to run as root with its sandbox (CI runs as root).
+  const int rc = run(chromium +
+                         " --headless --no-sandbox --disable-gpu --hide-scrollbars "
+                         "--force-color-profile=srgb --force-device-scale-factor=1 "
+                         "--user-data-dir=" +
+                         (kWork / "chromium-profile").string() + " --screenshot=" + png.string() +
+                         " --window-size=1280,2000 file://" + fs::absolute(html_).string(),
+                     kWork / "chromium.log");
+  ASSERT_EQ(rc, 0) << slurp(kWork / "chromium.log");
+  ASSERT_TRUE(fs::exists(png)) << slurp(kWork / "chromium.log");
+  Image img;
+  std::string why;
+  ASSERT_TRUE(read_png(png, img, why)) << png << ": " << why;
+  EXPECT_EQ(img.width, 1280u);
+  EXPECT_EQ(img.height, 2000u);
+
+  // The colours of the token-share heatmap's cells, from the page itself.
+  const std::string html = slurp(html_);
+  const size_t begin = html.find("<svg id=\"heatmap-share\"");
+  ASSERT_NE(begin, std::string::npos);
+  const std::string svg = html.substr(begin, html.find("</svg>", begin) - begin);
+  const std::regex cell_re("class=\"cell\"[^>]*fill=\"#([0-9a-f]{6})\"");
+  std::map<std::string, int> colours;  // colour -> cells
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), cell_re);
+       it != std::sregex_iterator(); ++it)
+    colours[(*it)[1]]++;
+  ASSERT_GE(colours.size(), 2u) << "a heatmap of one colour proves little";
+
+  // Count the pixels of each cell colour (+-2 per channel: rounding in the compositor) and the
+  // bounding box of all of them: that is where the heatmap was drawn.
+  std::map<std::string, long> found;
+  unsigned x0 = img.width, y0 = img.height, x1 = 0, y1 = 0;
+  std::vector<std::array<int, 3>> rgb;
+  for (const auto& [hex, n] : colours)
+    rgb.push_back({std::stoi(hex.substr(0, 2), nullptr, 16),
+                   std::stoi(hex.substr(2, 2), nullptr, 16),
+                   std::stoi(hex.substr(4, 2), nullptr, 16)});
+  std::vector<std::string> names;
+  for (const auto& [hex, n] : colours) names.push_back(hex);
+  for (unsigned y = 0; y < img.height; ++y)
+    for (unsigned x = 0; x < img.width; ++x) {
+      const unsigned char* p = &img.rgb[(size_t(y) * img.width + x) * 3];
+      // Cells of close values have colours within the tolerance of each other: a pixel
+      // counts for every colour it matches.
+      for (size_t c = 0; c < rgb.size(); ++c)
+        if (std::abs(p[0] - rgb[c][0]) <= 2 && std::abs(p[1] - rgb[c][1]) <= 2 &&
+            std::abs(p[2] - rgb[c][2]) <= 2) {
+          found[names[c]]++;
+          x0 = std::min(x0, x);
+          y0 = std::min(y0, y);
+          x1 = std::max(x1, x);
+          y1 = std::max(y1, y);
+        }
+    }
+  // A cell is at least 12 x 14 px; the legend's gradient shows any one colour on a few pixels
+  // only, so 120 pixels of a colour means cells of that colour were painted.
+  size_t painted = 0;
+  for (const auto& [hex, n] : colours)
+    if (found[hex] >= 120L * n) ++painted;
+  EXPECT_GE(painted, colours.size() * 9 / 10)
+      << painted << " of " << colours.size() << " cell colours painted; screenshot " << png;
+  ASSERT_LT(x0, x1) << "no heatmap colour in the screenshot " << png;
+  // 8 experts x >= 12 px wide, 2 layers x >= 14 px high, inside the window.
+  EXPECT_GE(x1 - x0, 8u * 12) << "heatmap region x " << x0 << "-" << x1;
+  EXPECT_GE(y1 - y0, 2u * 14) << "heatmap region y " << y0 << "-" << y1;
+  std::printf("heatmap drawn at x %u-%u, y %u-%u; %zu of %zu colours painted\n", x0, x1, y0, y1,
+              painted, colours.size());
+}
+
+}  // namespace
