@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/mpi_launch.h"
 #include "core/error.h"
 #include "examples/cli.h"
 
@@ -14,7 +15,8 @@ constexpr const char* kUsage =
     "usage: moezero <command> [options]\n"
     "commands:\n"
     "  train --config FILE [--set section.key=value ...] [--metrics FILE] [--quiet]\n"
-    "      train the model the config describes (ranks as threads on the CPU)\n"
+    "      train the model the config describes (ranks as threads on the CPU; under\n"
+    "      `mpirun -np N`, one rank per process: see docs/mpi.md)\n"
     "  selfcheck [--ranks N] [--backend cpu|cuda|all]\n"
     "      run kernels against float64 references and collectives on N ranks-as-threads\n"
     "  config [--doc | --defaults | FILE [--set section.key=value ...]]\n"
@@ -40,9 +42,11 @@ int main(int argc, char** argv) {
   } catch (const moezero::Error& e) {
     std::cerr << "moezero " << cmd << ": error: " << e.message() << " [" << e.file() << ":"
               << e.line() << "]\n";
+    moezero::comm::mpi_abort_if_active(1);  // under mpirun: no peer waits for this process
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "moezero " << cmd << ": error: " << e.what() << "\n";
+    moezero::comm::mpi_abort_if_active(1);
     return 1;
   }
 }

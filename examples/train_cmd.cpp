@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "comm/mpi_launch.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "examples/cli.h"
@@ -22,38 +23,57 @@ int train(const std::vector<std::string>& args) {
       MOEZERO_CHECK(i + 1 < args.size(), "train: ", flag, " needs a value");
       return args[++i];
     };
-    if (args[i] == "--config") config_path = value("--config");
-    else if (args[i] == "--set") overrides.push_back(value("--set"));
-    else if (args[i] == "--metrics") metrics_path = value("--metrics");
-    else if (args[i] == "--quiet") quiet = true;
-    else MOEZERO_THROW("train: unknown option '", args[i], "' (see `moezero help`)");
+    if (args[i] == "--config")
+      config_path = value("--config");
+    else if (args[i] == "--set")
+      overrides.push_back(value("--set"));
+    else if (args[i] == "--metrics")
+      metrics_path = value("--metrics");
+    else if (args[i] == "--quiet")
+      quiet = true;
+    else
+      MOEZERO_THROW("train: unknown option '", args[i], "' (see `moezero help`)");
   }
   MOEZERO_CHECK(!config_path.empty(), "train: --config FILE is required");
   const Config cfg = load_config(config_path, overrides);
 
-  int64_t params = 0;
-  for (const auto& g : moe::Transformer(cfg.model).param_groups())
-    for (const auto& p : g.params) params += p.shape.numel();
-  const auto& m = cfg.model;
-  std::printf("moezero train: %s\n", config_path.c_str());
-  std::printf("  model    %lld parameters: %lld layers, d_model %lld, %lld/%lld heads, d_ff %lld, vocab %lld, seq %lld\n",
-              (long long)params, (long long)m.n_layers, (long long)m.d_model, (long long)m.n_heads,
-              (long long)m.n_kv_heads, (long long)m.d_ff, (long long)m.vocab_size, (long long)m.seq_len);
-  std::printf("  parallel %lld ranks (%s), expert parallel %lld, ZeRO stage %lld, %s compute\n",
-              (long long)cfg.parallel.world_size,
-              cfg.parallel.backend == BackendKind::Cpu ? "threads on the CPU" : "one GPU each",
-              (long long)cfg.parallel.ep_size, (long long)cfg.zero.stage,
-              cfg.train.dtype == DType::F32 ? "fp32" : "bf16");
-  if (m.num_experts > 0)
-    std::printf("  moe      %lld experts, top-%lld, every %lld layer(s), aux %g, capacity %s\n",
-                (long long)m.num_experts, (long long)m.top_k, (long long)m.moe_every,
-                cfg.moe.aux_loss_coef,
-                cfg.moe.capacity_factor > 0 ? std::to_string(cfg.moe.capacity_factor).c_str() : "dropless");
-  std::printf("  train    %lld steps x %lld micro-batches x %lld sequences, lr %g -> %g, warmup %lld\n",
-              (long long)cfg.train.steps, (long long)cfg.train.grad_accum_steps,
-              (long long)cfg.train.micro_batch_size, cfg.train.lr, cfg.train.min_lr,
-              (long long)cfg.train.warmup_steps);
-  std::printf("  data     %s\n", cfg.data.path.empty() ? "<built-in corpus>" : cfg.data.path.c_str());
+  // Under mpirun every process runs this; rank 0's prints for the job.
+  const auto mpi = comm::mpi_process();
+  const bool lead = !mpi || mpi->rank == 0;
+  if (!lead) quiet = true;
+  if (lead) {
+    int64_t params = 0;
+    for (const auto& g : moe::Transformer(cfg.model).param_groups())
+      for (const auto& p : g.params) params += p.shape.numel();
+    const auto& m = cfg.model;
+    std::printf("moezero train: %s\n", config_path.c_str());
+    std::printf(
+        "  model    %lld parameters: %lld layers, d_model %lld, %lld/%lld heads, d_ff %lld, vocab "
+        "%lld, seq %lld\n",
+        (long long)params, (long long)m.n_layers, (long long)m.d_model, (long long)m.n_heads,
+        (long long)m.n_kv_heads, (long long)m.d_ff, (long long)m.vocab_size, (long long)m.seq_len);
+    std::printf(
+        "  parallel %lld ranks (%s), expert parallel %lld, ZeRO stage %lld, %s compute\n",
+        (long long)cfg.parallel.world_size,
+        mpi ? (cfg.parallel.backend == BackendKind::Cpu ? "MPI processes on the CPU"
+                                                        : "MPI processes, one GPU each")
+            : (cfg.parallel.backend == BackendKind::Cpu ? "threads on the CPU" : "one GPU each"),
+        (long long)cfg.parallel.ep_size, (long long)cfg.zero.stage,
+        cfg.train.dtype == DType::F32 ? "fp32" : "bf16");
+    if (m.num_experts > 0)
+      std::printf("  moe      %lld experts, top-%lld, every %lld layer(s), aux %g, capacity %s\n",
+                  (long long)m.num_experts, (long long)m.top_k, (long long)m.moe_every,
+                  cfg.moe.aux_loss_coef,
+                  cfg.moe.capacity_factor > 0 ? std::to_string(cfg.moe.capacity_factor).c_str()
+                                              : "dropless");
+    std::printf(
+        "  train    %lld steps x %lld micro-batches x %lld sequences, lr %g -> %g, warmup %lld\n",
+        (long long)cfg.train.steps, (long long)cfg.train.grad_accum_steps,
+        (long long)cfg.train.micro_batch_size, cfg.train.lr, cfg.train.min_lr,
+        (long long)cfg.train.warmup_steps);
+    std::printf("  data     %s\n",
+                cfg.data.path.empty() ? "<built-in corpus>" : cfg.data.path.c_str());
+  }
   std::fflush(stdout);
 
   moe::TrainOptions opt;
@@ -62,7 +82,7 @@ int train(const std::vector<std::string>& args) {
   const auto t0 = std::chrono::steady_clock::now();
   moe::TrainResult r = moe::train(cfg, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!r.steps.empty())
+  if (lead && !r.steps.empty())
     std::printf("done: %zu steps in %.1f s, loss %.4f -> %.4f\n", r.steps.size(), secs,
                 r.steps.front().loss, r.steps.back().loss);
   return 0;

@@ -12,6 +12,8 @@ PACKAGES=(
   nlohmann-json3-dev     # config and metrics JSON
   libgtest-dev libgmock-dev
   libbenchmark-dev       # Google Benchmark
+  openmpi-bin libopenmpi-dev  # MPI: multi-process launch (mpirun) and its tests
+  python3                # test drivers (tests/mpi/train_equivalence.sh)
 )
 
 missing=()
