@@ -9,7 +9,7 @@
 # in-tree "core/tensor.h" style the headers use among themselves).
 #
 # Dependencies recorded for consumers: Threads, TBB, nlohmann_json, ZLIB and, in a CUDA build,
-# CUDAToolkit are found again by moezeroConfig.cmake. The BLAS libraries and NCCL are linked
+# CUDAToolkit and, in an MPI build, MPI (C) are found again by moezeroConfig.cmake. The BLAS libraries and NCCL are linked
 # by the absolute paths found at build time: right on the machine (or image) that built the
 # package, not relocatable to one whose OpenBLAS/NCCL lives elsewhere.
 # A sanitizer build (MOEZERO_SANITIZE) installs instrumented libraries: moezero::moezero then
@@ -63,6 +63,7 @@ install(EXPORT moezeroTargets
 
 # Values baked into moezeroConfig.cmake.
 set(MOEZERO_PACKAGE_CUDA ${MOEZERO_HAVE_CUDA})
+set(MOEZERO_PACKAGE_MPI ${MOEZERO_HAVE_MPI})
 set(MOEZERO_PACKAGE_CUDA_ROOT "")
 if(MOEZERO_HAVE_CUDA)
   get_filename_component(MOEZERO_PACKAGE_CUDA_ROOT "${CUDAToolkit_BIN_DIR}" DIRECTORY)

@@ -29,7 +29,7 @@ struct RankContext {
   int world_size = 1;
   Device* device = nullptr;    // this rank's CPU device ("cpu:<rank>")
   LocalWorld* world = nullptr;  // ranks as threads on CPU devices (World::run)
-  // Set instead of `world` by World::run_cuda: creates an NCCL communicator.
+  // Set instead of `world` by World::run_cuda / run_mpi: creates an NCCL or MPI communicator.
   std::function<std::unique_ptr<Communicator>(const ProcessGroup&, const std::string&)> make_comm;
 
   ProcessGroup world_group() const { return make_world_group(world_size); }
@@ -57,6 +57,17 @@ class World {
   // others earlier. Throws when this build or machine has no CUDA.
   static void run_cuda(int world_size, const std::function<void(RankContext&)>& fn,
                        const WorldOptions& options = {});
+  // One rank per MPI process (`mpirun -np N ...`, see comm/mpi_launch.h): runs fn once, for
+  // this process's rank; rank and world size come from MPI_COMM_WORLD. device == Cpu: the
+  // CPU device "cpu:<rank>" and MpiCommunicators (comm/mpi/); device == Cuda: GPU
+  // <local rank> (one GPU per process on each machine) and NcclCommunicators whose unique ids
+  // are broadcast through MPI. When fn or its streams fail, prints "moezero: rank R of N
+  // failed: ..." to stderr and aborts the whole job (MPI_Abort), so that no peer is left
+  // waiting; it never returns with a failure. Throws (on every rank alike) when this build
+  // has no MPI, the process was not started by an MPI launcher, or (CUDA) a machine runs
+  // more processes than it has GPUs.
+  static void run_mpi(DeviceKind device, const std::function<void(RankContext&)>& fn,
+                      const WorldOptions& options = {});
 };
 
 }  // namespace moezero::comm

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/mpi_launch.h"
 #include "core/error.h"
 #include "examples/cli.h"
 
@@ -15,7 +16,8 @@ constexpr const char* kUsage =
     "commands:\n"
     "  train --config FILE [--set section.key=value ...] [--metrics FILE] [--trace FILE] [--quiet]\n"
     "        [--resume DIR] [--stop-at STEP] [--export-hf HF_DIR [--export-dtype f32|bf16]]\n"
-    "      train the model the config describes (ranks as threads on the CPU);\n"
+    "      train the model the config describes (ranks as threads on the CPU; under\n"
+    "      `mpirun -np N`, one rank per process: see docs/mpi.md);\n"
     "      --resume continues from a checkpoint (a train.save_dir or one step directory),\n"
     "      --stop-at ends the run after STEP (schedule still spans train.steps),\n"
     "      --export-hf writes the trained model as a Hugging Face directory\n"
@@ -54,9 +56,11 @@ int main(int argc, char** argv) {
   } catch (const moezero::Error& e) {
     std::cerr << "moezero " << cmd << ": error: " << e.message() << " [" << e.file() << ":"
               << e.line() << "]\n";
+    moezero::comm::mpi_abort_if_active(1);  // under mpirun: no peer waits for this process
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "moezero " << cmd << ": error: " << e.what() << "\n";
+    moezero::comm::mpi_abort_if_active(1);
     return 1;
   }
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "comm/mpi_launch.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "examples/cli.h"
@@ -61,29 +62,46 @@ int train(const std::vector<std::string>& args) {
   const Config cfg = load_config(config_path, overrides);
   if (!export_dir.empty()) moe::hf_architecture(cfg);  // refuse before training, not after
 
-  int64_t params = 0;
-  for (const auto& g : moe::Transformer(cfg.model).param_groups())
-    for (const auto& p : g.params) params += p.shape.numel();
-  const auto& m = cfg.model;
-  std::printf("moezero train: %s\n", config_path.c_str());
-  std::printf("  model    %lld parameters: %lld layers, d_model %lld, %lld/%lld heads, d_ff %lld, vocab %lld, seq %lld\n",
-              (long long)params, (long long)m.n_layers, (long long)m.d_model, (long long)m.n_heads,
-              (long long)m.n_kv_heads, (long long)m.d_ff, (long long)m.vocab_size, (long long)m.seq_len);
-  std::printf("  parallel %lld ranks (%s), expert parallel %lld, ZeRO stage %lld, %s compute\n",
-              (long long)cfg.parallel.world_size,
-              cfg.parallel.backend == BackendKind::Cpu ? "threads on the CPU" : "one GPU each",
-              (long long)cfg.parallel.ep_size, (long long)cfg.zero.stage,
-              cfg.train.dtype == DType::F32 ? "fp32" : "bf16");
-  if (m.num_experts > 0)
-    std::printf("  moe      %lld experts, top-%lld, every %lld layer(s), aux %g, capacity %s\n",
-                (long long)m.num_experts, (long long)m.top_k, (long long)m.moe_every,
-                cfg.moe.aux_loss_coef,
-                cfg.moe.capacity_factor > 0 ? std::to_string(cfg.moe.capacity_factor).c_str() : "dropless");
-  std::printf("  train    %lld steps x %lld micro-batches x %lld sequences, lr %g -> %g, warmup %lld\n",
-              (long long)cfg.train.steps, (long long)cfg.train.grad_accum_steps,
-              (long long)cfg.train.micro_batch_size, cfg.train.lr, cfg.train.min_lr,
-              (long long)cfg.train.warmup_steps);
-  std::printf("  data     %s\n", cfg.data.path.empty() ? "<built-in corpus>" : cfg.data.path.c_str());
+  // Under mpirun every process runs this; rank 0's prints for the job.
+  const auto mpi = comm::mpi_process();
+  const bool lead = !mpi || mpi->rank == 0;
+  if (!lead) quiet = true;
+  MOEZERO_CHECK(!mpi || export_dir.empty(),
+                "train: --export-hf gathers every expert in one process and is not available under "
+                "mpirun; save a checkpoint (train.save_dir) and run `moezero export --checkpoint`");
+  if (lead) {
+    int64_t params = 0;
+    for (const auto& g : moe::Transformer(cfg.model).param_groups())
+      for (const auto& p : g.params) params += p.shape.numel();
+    const auto& m = cfg.model;
+    std::printf("moezero train: %s\n", config_path.c_str());
+    std::printf(
+        "  model    %lld parameters: %lld layers, d_model %lld, %lld/%lld heads, d_ff %lld, vocab "
+        "%lld, seq %lld\n",
+        (long long)params, (long long)m.n_layers, (long long)m.d_model, (long long)m.n_heads,
+        (long long)m.n_kv_heads, (long long)m.d_ff, (long long)m.vocab_size, (long long)m.seq_len);
+    std::printf(
+        "  parallel %lld ranks (%s), expert parallel %lld, ZeRO stage %lld, %s compute\n",
+        (long long)cfg.parallel.world_size,
+        mpi ? (cfg.parallel.backend == BackendKind::Cpu ? "MPI processes on the CPU"
+                                                        : "MPI processes, one GPU each")
+            : (cfg.parallel.backend == BackendKind::Cpu ? "threads on the CPU" : "one GPU each"),
+        (long long)cfg.parallel.ep_size, (long long)cfg.zero.stage,
+        cfg.train.dtype == DType::F32 ? "fp32" : "bf16");
+    if (m.num_experts > 0)
+      std::printf("  moe      %lld experts, top-%lld, every %lld layer(s), aux %g, capacity %s\n",
+                  (long long)m.num_experts, (long long)m.top_k, (long long)m.moe_every,
+                  cfg.moe.aux_loss_coef,
+                  cfg.moe.capacity_factor > 0 ? std::to_string(cfg.moe.capacity_factor).c_str()
+                                              : "dropless");
+    std::printf(
+        "  train    %lld steps x %lld micro-batches x %lld sequences, lr %g -> %g, warmup %lld\n",
+        (long long)cfg.train.steps, (long long)cfg.train.grad_accum_steps,
+        (long long)cfg.train.micro_batch_size, cfg.train.lr, cfg.train.min_lr,
+        (long long)cfg.train.warmup_steps);
+    std::printf("  data     %s\n",
+                cfg.data.path.empty() ? "<built-in corpus>" : cfg.data.path.c_str());
+  }
   std::fflush(stdout);
 
   moe::TrainOptions opt;
@@ -97,10 +115,10 @@ int train(const std::vector<std::string>& args) {
   const auto t0 = std::chrono::steady_clock::now();
   moe::TrainResult r = moe::train(cfg, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!r.steps.empty())
+  if (lead && !r.steps.empty())
     std::printf("done: %zu steps in %.1f s, loss %.4f -> %.4f\n", r.steps.size(), secs,
                 r.steps.front().loss, r.steps.back().loss);
-  if (!export_dir.empty()) {
+  if (lead && !export_dir.empty()) {
     std::vector<moe::GroupValues> groups;
     for (size_t g = 0; g < r.params.size(); ++g)
       groups.push_back({r.group_names[g], std::move(r.params[g])});
@@ -109,7 +127,7 @@ int train(const std::vector<std::string>& args) {
                 export_dir.c_str());
   }
   const std::string trace_file = trace_path.empty() ? cfg.profile.trace : trace_path;
-  if (!trace_file.empty())
+  if (lead && !trace_file.empty())
     std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n",
                 trace_file.c_str());
   return 0;

@@ -11,6 +11,7 @@
 #include <ostream>
 #include <type_traits>
 
+#include "comm/mpi_launch.h"
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/ops.h"
@@ -109,7 +110,15 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   const auto& tc = cfg.train;
   const int world = static_cast<int>(cfg.parallel.world_size);
   const bool on_cuda = cfg.parallel.backend == BackendKind::Cuda;
-  if (on_cuda) {
+  // Under mpirun: one rank per process (World::run_mpi); the world is MPI's, and the config
+  // must say the same (a silent override would change the batch split and the math).
+  const std::optional<comm::MpiProcess> mpi = comm::mpi_process();
+  if (mpi)
+    MOEZERO_CHECK(world == mpi->world_size, "parallel.world_size (", world,
+                  ") differs from the MPI world size (", mpi->world_size,
+                  " processes from mpirun -np): pass --set parallel.world_size=", mpi->world_size,
+                  " or launch as many processes as ranks");
+  if (on_cuda && !mpi) {
     std::string why;
     if (!cuda_available(&why))
       MOEZERO_THROW("parallel.backend is \"cuda\" but CUDA is unavailable: ", why);
@@ -136,7 +145,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   std::ofstream metrics;
   const std::string metrics_path =
       options.metrics_path.empty() ? tc.metrics_file : options.metrics_path;
-  if (!metrics_path.empty()) {
+  if (!metrics_path.empty() && (!mpi || mpi->rank == 0)) {  // MPI: rank 0's process writes
     // A resumed run appends to the metrics of the run it continues.
     metrics.open(metrics_path, options.resume_from.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics) MOEZERO_THROW("cannot write the metrics file '", metrics_path, "'");
@@ -155,7 +164,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       options.trace_path.empty() ? cfg.profile.trace : options.trace_path;
   const StepList trace_steps = StepList::parse(cfg.profile.steps, "profile.steps");
   std::unique_ptr<TraceSink> trace_sink;
-  if (!trace_path.empty())
+  if (!trace_path.empty() && (!mpi || mpi->rank == 0))  // MPI: rank 0's process, its own rank
     trace_sink = std::make_unique<TraceSink>(
         trace_path, std::string(R"({"config": )") + config_to_json(cfg, -1) + "}");
 
@@ -427,7 +436,9 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     dev.synchronize();
   };
   try {
-    if (on_cuda)
+    if (mpi)
+      comm::World::run_mpi(on_cuda ? DeviceKind::Cuda : DeviceKind::Cpu, rank_main, wopt);
+    else if (on_cuda)
       comm::World::run_cuda(world, rank_main, wopt);
     else
       comm::World::run(world, rank_main, wopt);

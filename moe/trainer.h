@@ -118,7 +118,11 @@ struct TrainResult {
 // cosine decay to min_lr at the last step.
 double lr_at(const TrainConfig& t, int64_t step);
 
-// Runs the whole training described by `cfg`. Throws moezero::Error on bad input or when a
+// Runs the whole training described by `cfg`. Ranks are threads of this process, or, when the
+// process was started by mpirun (comm/mpi_launch.h), one rank per process (World::run_mpi:
+// parallel.world_size must equal the MPI world size); then rank 0's process writes the
+// metrics file and progress and gets the TrainResult (steps, params), the others an empty
+// one (frequency_models: only their own rank's). Throws moezero::Error on bad input or when a
 // rank fails (the first failure; the others are woken, never left hanging).
 TrainResult train(const Config& cfg, const TrainOptions& options);
 

@@ -13,6 +13,8 @@ PACKAGES=(
   zlib1g-dev             # crc32 of checkpoint files
   libgtest-dev libgmock-dev
   libbenchmark-dev       # Google Benchmark
+  openmpi-bin libopenmpi-dev  # MPI: multi-process launch (mpirun) and its tests
+  python3                # test drivers (tests/mpi/train_equivalence.sh)
   libpng-dev             # PNG decoding in the report's screenshot test (tests/report)
 )
 # Optional group: only the HTML report's screenshot test (CTest report_screenshot) needs it.

@@ -5,7 +5,7 @@
 // run, so it is injected: an NcclIdExchange is called on every rank with the communicator's
 // key ("<channel>@<group>"); on group rank 0 with the fresh id to publish, elsewhere with
 // nullopt, and returns the id (waiting, bounded, on non-roots). InProcessNcclBootstrap serves
-// ranks that are threads of one process; MPI or a file rendezvous come later.
+// ranks that are threads of one process; mpi_nccl_exchange serves ranks that are MPI processes.
 #pragma once
 
 #include <nccl.h>
@@ -17,6 +17,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+
+#include "core/process_groups.h"
 
 namespace moezero::comm {
 
@@ -42,5 +44,13 @@ class InProcessNcclBootstrap {
   std::condition_variable cv_;
   std::map<std::string, ncclUniqueId> ids_;
 };
+
+#if MOEZERO_HAVE_MPI
+// For ranks that are MPI processes (World::run_mpi): group rank 0's id is broadcast over an
+// MPI communicator of `group` (MPI_Ibcast on the channel "nccl-id:<key>", polled, at most
+// `timeout`; TimeoutError names the key when a member does not join). Every member of the
+// group must create its communicators in the same order, as NCCL requires anyway.
+NcclIdExchange mpi_nccl_exchange(const ProcessGroup& group, std::chrono::milliseconds timeout);
+#endif
 
 }  // namespace moezero::comm
