@@ -79,6 +79,7 @@ std::string serialise(const TraceEvent& e) {
       // algbw: bytes over the span's duration (nccl-tests' size / time), GB/s = 1e9 B/s
       j["args"] = {{"op", collective_op_name(e.op)},
                    {"group", e.group},
+                   {"group_size", e.group_size},
                    {"channel", e.channel},
                    {"bytes", e.value},
                    {"gbps", e.dur > 0.0 ? static_cast<double>(e.value) / (e.dur * 1e3) : 0.0},
@@ -256,6 +257,7 @@ uint64_t TraceRecorder::begin_collective(const Communicator& comm, CollectiveOp 
   s.bytes = bytes;
   if (tracing_) {
     s.group = comm.group().name;
+    s.group_size = comm.size();
     s.channel = comm.channel();
     s.name =
         std::string(collective_op_name(op)) + " " + (next_label_.empty() ? s.group : next_label_);
@@ -346,6 +348,7 @@ double TraceRecorder::resolve(const Span& s, double step_offset_us,
         e.cat = "collective";
         e.op = s.op;
         e.group = s.group;
+        e.group_size = s.group_size;
         e.channel = s.channel;
         e.value = s.bytes;
         break;

@@ -62,8 +62,9 @@ struct TraceEvent {
   int64_t step = 0;
   std::string name;
   // Expert: layer, expert, value = tokens, backward. Cache: group, layer, expert, value = bytes.
-  // Collective: op, group, channel, value = bytes. Counter: value.
+  // Collective: op, group, group_size, channel, value = bytes. Counter: value.
   int layer = -1, expert = -1;
+  int group_size = 0;
   bool backward = false;
   CollectiveOp op = CollectiveOp::Barrier;
   std::string group, channel;
@@ -170,6 +171,7 @@ class TraceRecorder final : public CollectiveObserver {
     // Collective spans.
     CollectiveOp op = CollectiveOp::Barrier;
     std::string group, channel;
+    int group_size = 0;
     uint64_t bytes = 0;
   };
   Event* take_event();

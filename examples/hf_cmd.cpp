@@ -5,18 +5,10 @@
 
 #include "core/error.h"
 #include "examples/cli.h"
+#include "moe/checkpoint.h"
 #include "moe/hf_export.h"
 #include "moe/hf_score.h"
 #include "moe/safetensors.h"
-
-// The checkpoint consolidation API (moe/checkpoint.h) comes with the checkpoint feature; until
-// it is in the tree, `export --checkpoint` says so instead of failing to build.
-#if __has_include("moe/checkpoint.h")
-#include "moe/checkpoint.h"
-#define MOEZERO_HAVE_CHECKPOINT 1
-#else
-#define MOEZERO_HAVE_CHECKPOINT 0
-#endif
 
 namespace moezero::cli {
 
@@ -61,7 +53,6 @@ int export_model(const std::vector<std::string>& args) {
   }
   MOEZERO_CHECK(!checkpoint.empty(), "export: --checkpoint DIR is required");
   MOEZERO_CHECK(!out.empty(), "export: --out HF_DIR is required");
-#if MOEZERO_HAVE_CHECKPOINT
   checkpoint::FullParams full = checkpoint::load_full_params(checkpoint);
   std::vector<moe::GroupValues> groups;
   groups.reserve(full.groups.size());
@@ -71,11 +62,6 @@ int export_model(const std::vector<std::string>& args) {
               static_cast<long long>(full.step),
               moe::hf_architecture_name(moe::hf_architecture(full.config)), out.c_str());
   return 0;
-#else
-  MOEZERO_THROW(
-      "export: this build has no checkpoint support (moe/checkpoint.h); use "
-      "`moezero train ... --export-hf HF_DIR` to export at the end of training");
-#endif
 }
 
 int score(const std::vector<std::string>& args) {

@@ -37,6 +37,7 @@ void MpiCommunicator::submit(MpiCall call, Stream& stream) {
   CommRecord record{
       call.sig.op, group().str(), channel(), stream.name(), seq, call_size_bytes(sized, size()), {},
       {}};
+  const ObservedCall observed(*this, record.op, record.bytes, stream);
   stream.enqueue_host([ch = channel_, log = log(), seq, call = std::move(call),
                        record = std::move(record)]() mutable {
     record.start = std::chrono::steady_clock::now();

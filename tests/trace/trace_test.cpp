@@ -132,13 +132,18 @@ TracedRun traced(const Config& cfg, const std::string& name) {
 
 // Sum of args.bytes of collective spans, by (step, pid, op, channel).
 std::map<std::tuple<int64_t, int, std::string, std::string>, uint64_t> collective_bytes(
-    const json& trace) {
+    const json& trace, int world, int ep_size) {
   std::map<std::tuple<int64_t, int, std::string, std::string>, uint64_t> out;
   for (const json& e : trace["traceEvents"])
     if (e["ph"] == "X" && e["cat"] == "collective") {
       const json& a = e["args"];
-      for (const char* k : {"op", "group", "channel", "bytes", "gbps", "step"})
+      for (const char* k : {"op", "group", "group_size", "channel", "bytes", "gbps", "step"})
         EXPECT_TRUE(a.contains(k)) << "collective without '" << k << "': " << e.dump();
+      // The report's busbw needs the group's size: at least 1, at most every rank.
+      const int n = a.value("group_size", 0);
+      EXPECT_GE(n, 1) << e.dump();
+      EXPECT_LE(n, world) << e.dump();
+      if (a["op"] == "all_to_all_v") EXPECT_EQ(n, ep_size) << "token a2a spans the EP group";
       out[{a["step"].get<int64_t>(), e["pid"].get<int>(), a["op"].get<std::string>(),
            a["channel"].get<std::string>()}] += a["bytes"].get<uint64_t>();
     }
@@ -173,7 +178,7 @@ TEST(Trace, ValidNestedAndBytesMatchTheCounters) {
         EXPECT_GT(cats["counter:cache_bytes"], 0);
       }
       // Bytes of the collective spans equal the engine's counters of each step and rank.
-      const auto bytes = collective_bytes(r.trace);
+      const auto bytes = collective_bytes(r.trace, world, 2);
       ASSERT_EQ(r.result.steps.size(), 3u);
       for (const StepLog& s : r.result.steps)
         for (int p = 0; p < world; ++p) {
