@@ -61,3 +61,11 @@ std::string concat(Args&&... args) {
       MOEZERO_THROW("check failed: " #cond ": ", ::moezero::detail::concat(__VA_ARGS__)); \
     }                                                                         \
   } while (0)
+// A check of what the user gave (flags, files, config): the message alone, which must say what
+// is wrong and where; MOEZERO_CHECK (an internal invariant) also prints the condition.
+#define MOEZERO_REQUIRE(cond, ...)                                 \
+  do {                                                             \
+    if (!(cond)) [[unlikely]] {                                    \
+      MOEZERO_THROW(__VA_ARGS__);                                  \
+    }                                                              \
+  } while (0)

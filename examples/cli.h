@@ -11,8 +11,8 @@ namespace moezero::cli {
 // float64 references and the collectives on N ranks-as-threads, prints one line per check.
 int selfcheck(const std::vector<std::string>& args);
 
-// `moezero train --config FILE [--set section.key=value ...] [--metrics FILE] [--quiet]
-//  [--export-hf HF_DIR [--export-dtype f32|bf16]]`.
+// `moezero train --config FILE [--set section.key=value ...] [--metrics FILE] [--trace FILE]
+//  [--quiet] [--resume DIR] [--stop-at STEP] [--export-hf HF_DIR [--export-dtype f32|bf16]]`.
 int train(const std::vector<std::string>& args);
 
 // `moezero config [--doc | --defaults | FILE [--set section.key=value ...]]`.

@@ -24,7 +24,7 @@ int config(const std::vector<std::string>& args) {
   std::string file = args[0];
   std::vector<std::string> overrides;
   for (size_t i = 1; i < args.size(); ++i) {
-    MOEZERO_CHECK(args[i] == "--set" && i + 1 < args.size(), "config: expected --set key=value, got '",
+    MOEZERO_REQUIRE(args[i] == "--set" && i + 1 < args.size(), "config: expected --set key=value, got '",
                   args[i], "'");
     overrides.push_back(args[++i]);
   }

@@ -22,13 +22,13 @@ int64_t parse_positive(const std::string& flag, const std::string& text) {
   } catch (const std::exception&) {
     used = 0;
   }
-  MOEZERO_CHECK(used == text.size() && v >= 1, flag, " '", text, "' is not a positive integer");
+  MOEZERO_REQUIRE(used == text.size() && v >= 1, flag, " '", text, "' is not a positive integer");
   return v;
 }
 
 moe::SafetensorsDType parse_export_dtype(const std::string& text) {
-  if (text == "f32" || text == "fp32" || text == "float32") return moe::SafetensorsDType::F32;
-  if (text == "bf16" || text == "bfloat16") return moe::SafetensorsDType::BF16;
+  if (text == "f32") return moe::SafetensorsDType::F32;  // the spellings of train --export-dtype
+  if (text == "bf16") return moe::SafetensorsDType::BF16;
   MOEZERO_THROW("export: --dtype must be f32 or bf16, got '", text, "'");
 }
 
@@ -39,7 +39,7 @@ int export_model(const std::vector<std::string>& args) {
   moe::HfExportOptions opt;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_CHECK(i + 1 < args.size(), "export: ", flag, " needs a value");
+      MOEZERO_REQUIRE(i + 1 < args.size(), "export: ", flag, " needs a value");
       return args[++i];
     };
     if (args[i] == "--checkpoint")
@@ -51,8 +51,8 @@ int export_model(const std::vector<std::string>& args) {
     else
       MOEZERO_THROW("export: unknown option '", args[i], "' (see `moezero help`)");
   }
-  MOEZERO_CHECK(!checkpoint.empty(), "export: --checkpoint DIR is required");
-  MOEZERO_CHECK(!out.empty(), "export: --out HF_DIR is required");
+  MOEZERO_REQUIRE(!checkpoint.empty(), "export: --checkpoint DIR is required");
+  MOEZERO_REQUIRE(!out.empty(), "export: --out HF_DIR is required");
   checkpoint::FullParams full = checkpoint::load_full_params(checkpoint);
   std::vector<moe::GroupValues> groups;
   groups.reserve(full.groups.size());
@@ -69,7 +69,7 @@ int score(const std::vector<std::string>& args) {
   moe::ScoreOptions opt;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_CHECK(i + 1 < args.size(), "score: ", flag, " needs a value");
+      MOEZERO_REQUIRE(i + 1 < args.size(), "score: ", flag, " needs a value");
       return args[++i];
     };
     if (args[i] == "--model")
@@ -85,8 +85,8 @@ int score(const std::vector<std::string>& args) {
     else
       MOEZERO_THROW("score: unknown option '", args[i], "' (see `moezero help`)");
   }
-  MOEZERO_CHECK(!model.empty(), "score: --model HF_DIR is required");
-  MOEZERO_CHECK(!text.empty(), "score: --text FILE is required");
+  MOEZERO_REQUIRE(!model.empty(), "score: --model HF_DIR is required");
+  MOEZERO_REQUIRE(!text.empty(), "score: --text FILE is required");
   opt.keep_first_logits = !logits_out.empty();
   const moe::ScoreResult r = moe::score_hf_dir(model, text, opt);
   if (!logits_out.empty()) {  // window 0's logits, (T, V) f32, for comparisons (tests/hf)

@@ -29,7 +29,7 @@ int report(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](const char* flag) -> std::string {
-      MOEZERO_CHECK(i + 1 < args.size(), flag, " needs a file name");
+      MOEZERO_REQUIRE(i + 1 < args.size(), flag, " needs a file name");
       return args[++i];
     };
     if (a == "--html")
@@ -45,7 +45,7 @@ int report(const std::vector<std::string>& args) {
     else
       MOEZERO_THROW("one input file expected, got '", input, "' and '", a, "'");
   }
-  MOEZERO_CHECK(!input.empty(),
+  MOEZERO_REQUIRE(!input.empty(),
                 "usage: moezero report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]");
   const report::Report r = report::compute_report(report::read_run(input));
   if (!quiet) report::write_text(std::cout, r);

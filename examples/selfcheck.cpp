@@ -163,7 +163,7 @@ int selfcheck(const std::vector<std::string>& args) {
   std::string backend = "all";
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_CHECK(i + 1 < args.size(), "selfcheck: ", flag, " needs a value");
+      MOEZERO_REQUIRE(i + 1 < args.size(), "selfcheck: ", flag, " needs a value");
       return args[++i];
     };
     if (args[i] == "--ranks") {
@@ -173,10 +173,10 @@ int selfcheck(const std::vector<std::string>& args) {
       } catch (const std::exception&) {
         MOEZERO_THROW("selfcheck: --ranks '", v, "' is not an integer");
       }
-      MOEZERO_CHECK(ranks >= 1 && ranks <= 64, "selfcheck: --ranks must be in [1, 64], got ", ranks);
+      MOEZERO_REQUIRE(ranks >= 1 && ranks <= 64, "selfcheck: --ranks must be in [1, 64], got ", ranks);
     } else if (args[i] == "--backend") {
       backend = value("--backend");
-      MOEZERO_CHECK(backend == "cpu" || backend == "cuda" || backend == "all",
+      MOEZERO_REQUIRE(backend == "cpu" || backend == "cuda" || backend == "all",
                     "selfcheck: --backend must be cpu, cuda or all, got '", backend, "'");
     } else {
       MOEZERO_THROW("selfcheck: unknown option '", args[i], "'");
@@ -195,7 +195,7 @@ int selfcheck(const std::vector<std::string>& args) {
       check_kernels(*gpu, r);
     } else {
       std::printf("  skip [cuda] kernels: %s\n", why.c_str());
-      MOEZERO_CHECK(backend != "cuda", "selfcheck: --backend cuda asked for, but ", why);
+      MOEZERO_REQUIRE(backend != "cuda", "selfcheck: --backend cuda asked for, but ", why);
     }
   }
   std::printf("collectives (%d ranks as threads, exact results):\n", ranks);

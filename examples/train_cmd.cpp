@@ -40,7 +40,7 @@ int train(const std::vector<std::string>& args) {
   moe::HfExportOptions export_opt;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_CHECK(i + 1 < args.size(), "train: ", flag, " needs a value");
+      MOEZERO_REQUIRE(i + 1 < args.size(), "train: ", flag, " needs a value");
       return args[++i];
     };
     if (args[i] == "--config") config_path = value("--config");
@@ -53,12 +53,12 @@ int train(const std::vector<std::string>& args) {
     else if (args[i] == "--export-hf") export_dir = value("--export-hf");
     else if (args[i] == "--export-dtype") {
       const std::string d = value("--export-dtype");
-      MOEZERO_CHECK(d == "f32" || d == "bf16", "train: --export-dtype must be f32 or bf16, got '",
+      MOEZERO_REQUIRE(d == "f32" || d == "bf16", "train: --export-dtype must be f32 or bf16, got '",
                     d, "'");
       export_opt.dtype = d == "f32" ? moe::SafetensorsDType::F32 : moe::SafetensorsDType::BF16;
     } else MOEZERO_THROW("train: unknown option '", args[i], "' (see `moezero help`)");
   }
-  MOEZERO_CHECK(!config_path.empty(), "train: --config FILE is required");
+  MOEZERO_REQUIRE(!config_path.empty(), "train: --config FILE is required");
   const Config cfg = load_config(config_path, overrides);
   if (!export_dir.empty()) moe::hf_architecture(cfg);  // refuse before training, not after
 
@@ -66,7 +66,7 @@ int train(const std::vector<std::string>& args) {
   const auto mpi = comm::mpi_process();
   const bool lead = !mpi || mpi->rank == 0;
   if (!lead) quiet = true;
-  MOEZERO_CHECK(!mpi || export_dir.empty(),
+  MOEZERO_REQUIRE(!mpi || export_dir.empty(),
                 "train: --export-hf gathers every expert in one process and is not available under "
                 "mpirun; save a checkpoint (train.save_dir) and run `moezero export --checkpoint`");
   if (lead) {

@@ -265,7 +265,7 @@ const io::GroupEntry& entry_of(const io::Manifest& m, const GroupLayout& layout)
 
 void save(const RankState& s, int64_t step, const SaveFault& fault) {
   const fs::path root = s.config->train.save_dir;
-  MOEZERO_CHECK(!root.empty(), "checkpoint save without train.save_dir");
+  MOEZERO_REQUIRE(!root.empty(), "checkpoint save without train.save_dir");
   const bool lead = s.world->rank() == 0;
   const fs::path tmp = root / (".tmp_" + io::step_dir_name(step));
   agree(s,

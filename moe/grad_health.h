@@ -109,7 +109,7 @@ std::string nonfinite_message(const std::optional<NonFiniteReport>& report, int6
                               double loss, bool check_finite, NonFinitePolicy policy);
 
 // Adds "grad_norms" and ranks[r]."shard_grad_norms" (when `norms`) and "nonfinite" (when
-// `nonfinite`) to a metrics line (docs/health.md, notes/SCHEMA.md).
+// `nonfinite`) to a metrics line (docs/health.md).
 void add_health_json(const std::optional<GradNorms>& norms,
                      const std::optional<NonFiniteReport>& nonfinite, nlohmann::json& j);
 

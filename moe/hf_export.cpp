@@ -218,9 +218,14 @@ HfModel read_hf_dir(const std::string& dir) {
   m.d_ff = r.integer("intermediate_size", 1);
   m.n_layers = r.integer("num_hidden_layers", 1);
   m.n_heads = r.integer("num_attention_heads", 1);
-  m.n_kv_heads = r.find("num_key_value_heads") ? r.integer("num_key_value_heads", 1) : m.n_heads;
+  // A key config.json leaves out takes the default of the transformers class it names
+  // (MixtralConfig: 8 key/value heads, rope_theta 1e6; LlamaConfig: every head, 1e4).
+  const bool mixtral = hf.arch == HfArchitecture::Mixtral;
+  m.n_kv_heads = r.find("num_key_value_heads") ? r.integer("num_key_value_heads", 1)
+                 : mixtral                     ? 8
+                                               : m.n_heads;
   m.seq_len = r.integer("max_position_embeddings", 1);
-  m.rope_theta = r.number("rope_theta", 10000.0);
+  m.rope_theta = r.number("rope_theta", mixtral ? 1e6 : 10000.0);
   m.norm_eps = r.number("rms_norm_eps", hf.arch == HfArchitecture::Mixtral ? 1e-5 : 1e-6);
   m.init_std = r.number("initializer_range", 0.02);
   if (hf.arch == HfArchitecture::Mixtral) {
@@ -311,6 +316,15 @@ void check_same_shape(const ModelConfig& ours, const HfModel& hf, const std::str
     same(ours.top_k, m.top_k, "top_k", "num_experts_per_tok");
     same(ours.moe_every, m.moe_every, "moe_every", "MoE layers every (Mixtral: 1)");
   }
+  // Not shapes, but the function the weights were trained for: a different RoPE base or norm
+  // epsilon would silently train another model from them.
+  auto same_number = [&](double a, double b, const char* key, const char* hf_key) {
+    if (a != b)
+      MOEZERO_THROW(what, ": ", file, " describes another model: ", hf_key, " = ", b, " but model.",
+                    key, " = ", a, " (set model.", key, " to match)");
+  };
+  same_number(ours.rope_theta, m.rope_theta, "rope_theta", "rope_theta");
+  same_number(ours.norm_eps, m.norm_eps, "norm_eps", "rms_norm_eps");
 }
 
 }  // namespace moezero::moe

@@ -1,6 +1,7 @@
 // moe/hf_score.cpp — forward-only evaluation of a model on a byte file (see hf_score.h).
 #include "moe/hf_score.h"
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -20,8 +21,8 @@ ScoreResult score_bytes(const ModelConfig& model_in, const MoeConfig& moe_in,
                         const ScoreOptions& options, const std::string& text_name) {
   ModelConfig model = model_in;
   const int64_t T = options.seq_len > 0 ? options.seq_len : model.seq_len;
-  MOEZERO_CHECK(T >= 1, "score: the sequence length must be >= 1, got ", T);
-  MOEZERO_CHECK(options.batch_windows >= 1, "score: batch_windows must be >= 1");
+  MOEZERO_REQUIRE(T >= 1, "score: the sequence length must be >= 1, got ", T);
+  MOEZERO_REQUIRE(options.batch_windows >= 1, "score: batch_windows must be >= 1");
   model.seq_len = std::max(model.seq_len, T);  // RoPE has no table: any length is well defined
   const auto windows = static_cast<int64_t>(text.size()) / (T + 1);
   if (windows == 0)
@@ -74,7 +75,7 @@ ScoreResult score_bytes(const ModelConfig& model_in, const MoeConfig& moe_in,
     for (int g = 0; g < engine.group_count(); ++g) {
       const std::string& name = engine.layout(g).spec().name;
       auto it = by_name.find(name);
-      MOEZERO_CHECK(it != by_name.end(), "score: parameter group '", name, "' is missing");
+      MOEZERO_REQUIRE(it != by_name.end(), "score: parameter group '", name, "' is missing");
       engine.set_full_params_host(g, it->second->data);
     }
     std::vector<int32_t> tok, tgt;
@@ -126,8 +127,13 @@ ScoreResult score_hf_dir(const std::string& model_dir, const std::string& text_p
 
 std::string score_json(const ScoreResult& r) {
   char buf[96];
-  std::snprintf(buf, sizeof buf, "{\"tokens\": %lld, \"loss\": %.17g}",
-                static_cast<long long>(r.tokens), r.loss);
+  // JSON has no NaN or infinity: a non-finite loss is null.
+  if (std::isfinite(r.loss))
+    std::snprintf(buf, sizeof buf, "{\"tokens\": %lld, \"loss\": %.17g}",
+                  static_cast<long long>(r.tokens), r.loss);
+  else
+    std::snprintf(buf, sizeof buf, "{\"tokens\": %lld, \"loss\": null}",
+                  static_cast<long long>(r.tokens));
   return buf;
 }
 

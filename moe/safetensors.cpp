@@ -216,11 +216,11 @@ std::string safetensors_header(const std::vector<SafetensorsTensor>& tensors,
   for (const SafetensorsTensor& t : tensors) {
     uint64_t numel = 1;
     for (int64_t d : t.shape) {
-      MOEZERO_CHECK(d >= 0, "safetensors: tensor '", t.name, "' has a negative dimension");
+      MOEZERO_REQUIRE(d >= 0, "safetensors: tensor '", t.name, "' has a negative dimension");
       numel *= static_cast<uint64_t>(d);
     }
     const uint64_t bytes = numel * dtype_bytes(dtype);
-    MOEZERO_CHECK(!h.contains(t.name), "safetensors: tensor '", t.name, "' given twice");
+    MOEZERO_REQUIRE(!h.contains(t.name), "safetensors: tensor '", t.name, "' given twice");
     h[t.name] = {
         {"dtype", dtype_name(dtype)}, {"shape", t.shape}, {"data_offsets", {pos, pos + bytes}}};
     pos += bytes;
@@ -244,7 +244,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
     for (const SafetensorsTensor& t : tensors) {
       size_t numel = 1;
       for (int64_t d : t.shape) numel *= static_cast<size_t>(d);
-      MOEZERO_CHECK(numel == 0 || t.data != nullptr, "safetensors: tensor '", t.name,
+      MOEZERO_REQUIRE(numel == 0 || t.data != nullptr, "safetensors: tensor '", t.name,
                     "' has no data");
       if (dtype == SafetensorsDType::F32) {
         out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(numel * 4));

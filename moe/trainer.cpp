@@ -114,7 +114,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   // must say the same (a silent override would change the batch split and the math).
   const std::optional<comm::MpiProcess> mpi = comm::mpi_process();
   if (mpi)
-    MOEZERO_CHECK(world == mpi->world_size, "parallel.world_size (", world,
+    MOEZERO_REQUIRE(world == mpi->world_size, "parallel.world_size (", world,
                   ") differs from the MPI world size (", mpi->world_size,
                   " processes from mpirun -np): pass --set parallel.world_size=", mpi->world_size,
                   " or launch as many processes as ranks");
@@ -122,11 +122,11 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     std::string why;
     if (!cuda_available(&why))
       MOEZERO_THROW("parallel.backend is \"cuda\" but CUDA is unavailable: ", why);
-    MOEZERO_CHECK(world <= cuda_device_count(), "parallel.world_size (", world, ") exceeds the ",
+    MOEZERO_REQUIRE(world <= cuda_device_count(), "parallel.world_size (", world, ") exceeds the ",
                   cuda_device_count(),
                   " GPU(s) of this machine: parallel.backend \"cuda\" runs one rank per GPU");
   }
-  MOEZERO_CHECK(tc.micro_batch_size % world == 0, "train.micro_batch_size (", tc.micro_batch_size,
+  MOEZERO_REQUIRE(tc.micro_batch_size % world == 0, "train.micro_batch_size (", tc.micro_batch_size,
                 ") must be divisible by parallel.world_size (", world,
                 "): it is the global number of sequences per micro-batch");
   if (!options.resume_from.empty() && !tc.init_from.empty())
@@ -288,11 +288,11 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
         const int64_t mb = step * tc.grad_accum_steps + a;
         if (options.data) {
           options.data(BatchRequest{mb, ctx.rank * rows, rows, T, ctx.rank}, tok, tgt);
-          MOEZERO_CHECK(tok.size() == size_t(rows * T) && tgt.size() == size_t(rows * T),
+          MOEZERO_REQUIRE(tok.size() == size_t(rows * T) && tgt.size() == size_t(rows * T),
                         "data source returned ", tok.size(), " tokens and ", tgt.size(),
                         " targets for ", rows, " rows of ", T);
           for (size_t i = 0; i < tok.size(); ++i)
-            MOEZERO_CHECK(tok[i] >= 0 && tok[i] < cfg.model.vocab_size && tgt[i] >= -1 &&
+            MOEZERO_REQUIRE(tok[i] >= 0 && tok[i] < cfg.model.vocab_size && tgt[i] >= -1 &&
                               tgt[i] < cfg.model.vocab_size,
                           "data source: micro-batch ", mb, " row ",
                           ctx.rank * rows + int64_t(i) / T, " position ", int64_t(i) % T,

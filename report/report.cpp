@@ -206,7 +206,7 @@ void add_ranks(Report& r, const RunInput& in) {
 }  // namespace
 
 Report compute_report(const RunInput& in) {
-  MOEZERO_CHECK(!in.steps.empty(), in.path, ": no steps");
+  MOEZERO_REQUIRE(!in.steps.empty(), in.path, ": no steps");
   Report r;
   r.source = in.path;
   r.kind = input_kind_name(in.kind);

@@ -1,5 +1,5 @@
 // report/run_input.h — reads what a training run wrote (a metrics file or a Chrome trace) into
-// typed records, checking the contract of shared/SCHEMA.md on the way.
+// typed records, checking the fields the trainer writes (README "Training", docs/trace.md, docs/health.md).
 //
 // Input kinds, told apart by content (never by file name):
 //   - metrics file: JSON lines, one object per step (moe/trainer.cpp step_json);
@@ -20,7 +20,7 @@
 
 namespace moezero::report {
 
-// One MoE layer's per-expert counters of one step (SCHEMA "moe_layers"), summed over ranks.
+// One MoE layer's per-expert counters of one step (metrics "moe_layers"), summed over ranks.
 // Every vector has E entries (E = experts of the layer).
 struct LayerStepCounters {
   int64_t layer = 0;  // model layer index
@@ -30,7 +30,7 @@ struct LayerStepCounters {
   std::vector<double> predicted;  // frequency model's P(active) used for the step's first plan
 };
 
-// One rank's counters of one step (SCHEMA "ranks[r]").
+// One rank's counters of one step (metrics "ranks[r]").
 struct RankStepCounters {
   int64_t gathered_bytes = 0, reduce_scattered_bytes = 0, all_reduced_bytes = 0, a2a_bytes = 0,
           gathered_dense_bytes = 0, gathered_expert_bytes = 0, prefetch_hits = 0,

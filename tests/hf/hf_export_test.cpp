@@ -146,6 +146,9 @@ TEST(HfExport, TrainedModelRoundTripsAndScoresLikeOurEvaluation) {
   EXPECT_TRUE(std::isfinite(s.loss));
   EXPECT_LT(s.loss, std::log(256.0)) << "a trained model beats the uniform guess";
   EXPECT_EQ(score_json(s).rfind("{\"tokens\": 192, \"loss\": ", 0), 0u) << score_json(s);
+  ScoreResult bad = s;
+  bad.loss = std::nan("");
+  EXPECT_EQ(score_json(bad), "{\"tokens\": 192, \"loss\": null}") << "JSON has no NaN";
   // Batching does not change the number beyond float summation order.
   so.batch_windows = 1;
   EXPECT_NEAR(score_hf_dir(dir.string(), text_path.string(), so).loss, s.loss, 1e-6 * s.loss);
@@ -223,6 +226,41 @@ TEST(HfExport, InitFromRefusesAnotherModelNamingTheField) {
   const std::string e3 =
       error_of([&] { train(tiny({"train.init_from=/nonexistent/model"}), opt); });
   EXPECT_NE(e3.find("/nonexistent/model: not a directory"), std::string::npos) << e3;
+  // Same shapes, another function: the RoPE base and the norm epsilon must match too.
+  const std::string e4 = error_of([&] {
+    train(tiny({"train.init_from=" + dir.string(), "model.rope_theta=500000"}), opt);
+  });
+  EXPECT_NE(e4.find("rope_theta = 10000 but model.rope_theta = 500000"), std::string::npos) << e4;
+  const std::string e5 = error_of([&] {
+    train(tiny({"train.init_from=" + dir.string(), "model.norm_eps=1e-6"}), opt);
+  });
+  EXPECT_NE(e5.find("rms_norm_eps = 1e-05 but model.norm_eps = 1e-06"), std::string::npos) << e5;
+}
+
+// Keys a hand-written config.json leaves out take the transformers class's defaults.
+TEST(HfExport, AbsentKeysTakeTheTransformersDefaults) {
+  Config cfg = tiny({"train.steps=0"});
+  TrainOptions opt;
+  opt.collect_params = true;
+  TrainResult r = train(cfg, opt);
+  const fs::path dir = temp_dir("defaults");
+  export_hf(cfg, as_groups(r), dir.string());
+  const fs::path cj = dir / "config.json";
+  json j = json::parse(std::ifstream(cj));
+  for (const char* k : {"num_key_value_heads", "rope_theta", "rms_norm_eps"}) j.erase(k);
+  j["num_attention_heads"] = 16;  // so that 8 key/value heads divide it (config only)
+  std::ofstream(cj) << j.dump();
+  const HfModel mixtral = read_hf_dir(dir.string());
+  EXPECT_EQ(mixtral.model.n_kv_heads, 8);  // MixtralConfig
+  EXPECT_EQ(mixtral.model.rope_theta, 1e6);
+  EXPECT_EQ(mixtral.model.norm_eps, 1e-5);
+  j["architectures"] = json::array({"LlamaForCausalLM"});
+  j["model_type"] = "llama";
+  std::ofstream(cj) << j.dump();
+  const HfModel llama = read_hf_dir(dir.string());
+  EXPECT_EQ(llama.model.n_kv_heads, llama.model.n_heads);  // LlamaConfig: every head
+  EXPECT_EQ(llama.model.rope_theta, 10000.0);
+  EXPECT_EQ(llama.model.norm_eps, 1e-6);
 }
 
 TEST(HfExport, ReadRefusesWhatOurModelCannotCompute) {

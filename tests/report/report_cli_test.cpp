@@ -1,6 +1,7 @@
-// `moezero report` end to end: the real trainer writes a metrics file, the report reads it and
-// writes HTML and JSON (ReportCli); headless Chromium renders the HTML and the screenshot must
-// show the heatmap's colours where the heatmap is drawn (ReportScreenshot).
+// `moezero report` end to end: the real trainer writes a metrics file and a trace, the report
+// reads each and writes HTML and JSON (ReportCli); headless Chromium renders the HTML and the
+// screenshot must show the heatmap's colours where the heatmap is drawn
+// (ReportCli.ScreenshotShowsTheHeatmap).
 //
 // Paths come from CMake: MOEZERO_BIN (the moezero program), MOEZERO_SOURCE_DIR, MOEZERO_WORK_DIR
 // (a scratch folder in the build tree).
@@ -46,23 +47,29 @@ class ReportCli : public ::testing::Test {
   static void SetUpTestSuite() {
     fs::create_directories(kWork);
     metrics_ = kWork / "tiny_metrics.jsonl";
+    trace_ = kWork / "tiny_trace.json";
     html_ = kWork / "tiny_report.html";
     json_ = kWork / "tiny_report.json";
+    trace_json_ = kWork / "tiny_trace_report.json";
     fs::remove(metrics_);
+    fs::remove(trace_);
     train_rc_ = run(std::string(MOEZERO_BIN) + " train --config " + MOEZERO_SOURCE_DIR +
                         "/examples/configs/tiny.json --set train.steps=6 --quiet --metrics " +
-                        metrics_.string(),
+                        metrics_.string() + " --trace " + trace_.string(),
                     kWork / "train.log");
     report_rc_ = run(std::string(MOEZERO_BIN) + " report " + metrics_.string() + " --html " +
                          html_.string() + " --json " + json_.string(),
                      kWork / "report.log");
+    trace_report_rc_ = run(std::string(MOEZERO_BIN) + " report " + trace_.string() + " --json " +
+                               trace_json_.string(),
+                           kWork / "trace_report.log");
   }
   static void expect_ran() {
     ASSERT_EQ(train_rc_, 0) << slurp(kWork / "train.log");
     ASSERT_EQ(report_rc_, 0) << slurp(kWork / "report.log");
   }
-  static inline fs::path metrics_, html_, json_;
-  static inline int train_rc_ = -1, report_rc_ = -1;
+  static inline fs::path metrics_, trace_, html_, json_, trace_json_;
+  static inline int train_rc_ = -1, report_rc_ = -1, trace_report_rc_ = -1;
 };
 
 TEST_F(ReportCli, TrainThenReportWritesHtmlWithTheHeatmap) {
@@ -105,6 +112,44 @@ TEST_F(ReportCli, JsonNumbersEqualTheMetricsFile) {
   }
   EXPECT_EQ(s, 6u);
   for (const auto& [key, t] : tokens) EXPECT_EQ(r.expert(key.first, key.second).tokens, t);
+}
+
+// The report of the trace the same run wrote: the same per-expert numbers as the metrics file
+// (the trace carries every step's metrics line), and a comms summary whose counts and bytes are
+// those of the trace's collective spans, with busbw for every row (moezero writes group_size).
+TEST_F(ReportCli, TraceReportHasTheMetricsNumbersAndBusbw) {
+  expect_ran();
+  ASSERT_EQ(trace_report_rc_, 0) << slurp(kWork / "trace_report.log");
+  using moezero::report::Report;
+  const Report m = moezero::report::report_from_json(slurp(json_), json_.string());
+  const Report t = moezero::report::report_from_json(slurp(trace_json_), trace_json_.string());
+  EXPECT_EQ(t.steps, m.steps);
+  EXPECT_EQ(t.ranks, m.ranks);
+  ASSERT_EQ(t.experts.size(), m.experts.size());
+  for (size_t i = 0; i < t.experts.size(); ++i) EXPECT_EQ(t.experts[i], m.experts[i]) << i;
+  EXPECT_TRUE(m.comms.empty()) << "a metrics file has no collective spans";
+  ASSERT_TRUE(t.has_collectives);
+  EXPECT_TRUE(t.has_group_size) << "moezero's collective spans carry args.group_size";
+  int64_t spans = 0, bytes = 0;
+  const auto trace = nlohmann::json::parse(slurp(trace_));
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["cat"] == "collective") {
+      ++spans;
+      bytes += e["args"]["bytes"].get<int64_t>();
+    }
+  int64_t rows_count = 0, rows_bytes = 0;
+  for (const auto& c : t.comms) {
+    rows_count += c.count;
+    rows_bytes += c.total_bytes;
+    if (c.total_ms > 0) {
+      EXPECT_TRUE(c.algbw_gbps.has_value()) << c.op << " " << c.group;
+      EXPECT_TRUE(c.busbw_gbps.has_value()) << c.op << " " << c.group;
+    }
+  }
+  EXPECT_GT(spans, 0);
+  EXPECT_EQ(rows_count, spans);
+  EXPECT_EQ(rows_bytes, bytes);
+  EXPECT_NE(slurp(kWork / "trace_report.log").find("busbw"), std::string::npos);
 }
 
 TEST_F(ReportCli, BadInputFailsWithTheFileAndLine) {
