@@ -5,11 +5,11 @@
 //   trace_bench [CONFIG] [--steps N] [--repeats R] [--set section.key=value ...]
 //
 // After one unmeasured warm-up run, each repeat runs both modes back to back (alternating which
-// goes first), so drift of the machine load hits both alike. Step time is the median over steps 2..N of every repeat
-// (step 1 records the prefetch order and warms the allocator). "untraced" still times every
-// collective with two device events (the comm_ms of the metrics, always on); "traced" adds
-// the spans, instants and counters of every step and writes the file at the end (the write is
-// outside the step times and reported separately).
+// goes first), so drift of the machine load hits both alike. Step time is the median over
+// steps 2..N of every repeat (step 1 records the prefetch order and warms the allocator).
+// "untraced" still times every collective with two device events (the comm_ms of the metrics,
+// always on); "traced" adds the spans, instants and counters of every step and writes the file at
+// the end (the write is outside the step times and reported separately).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -25,16 +25,17 @@
 namespace moezero::comm {
 
 struct RankContext {
-  int rank = 0;        // global rank
+  int rank = 0;  // global rank
   int world_size = 1;
-  Device* device = nullptr;    // this rank's CPU device ("cpu:<rank>")
+  Device* device = nullptr;     // this rank's CPU device ("cpu:<rank>")
   LocalWorld* world = nullptr;  // ranks as threads on CPU devices (World::run)
   // Set instead of `world` by World::run_cuda / run_mpi: creates an NCCL or MPI communicator.
   std::function<std::unique_ptr<Communicator>(const ProcessGroup&, const std::string&)> make_comm;
 
   ProcessGroup world_group() const { return make_world_group(world_size); }
   // This rank's communicator on (group, channel): LocalWorld's, or NCCL's under run_cuda.
-  std::unique_ptr<Communicator> communicator(const ProcessGroup& group, const std::string& channel) const {
+  std::unique_ptr<Communicator> communicator(const ProcessGroup& group,
+                                             const std::string& channel) const {
     if (make_comm) return make_comm(group, channel);
     return world->make_communicator(group, rank, channel);
   }

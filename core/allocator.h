@@ -26,13 +26,13 @@
 namespace moezero {
 
 enum class MemTag : uint8_t {
-  ParamShard,   // this rank's shard of a parameter group (master copy)
-  FullParam,    // gathered full parameters
-  Grad,         // gradients (full or sharded)
-  OptimState,   // AdamW moments, fp32 master weights
-  Activation,   // forward activations and backward temporaries
-  Cache,        // shard-cache resident experts
-  CommBuffer,   // staging buffers of collectives
+  ParamShard,  // this rank's shard of a parameter group (master copy)
+  FullParam,   // gathered full parameters
+  Grad,        // gradients (full or sharded)
+  OptimState,  // AdamW moments, fp32 master weights
+  Activation,  // forward activations and backward temporaries
+  Cache,       // shard-cache resident experts
+  CommBuffer,  // staging buffers of collectives
   Other,
   kCount
 };

@@ -43,7 +43,14 @@
 
 namespace moezero {
 
-enum class CollectiveOp : uint8_t { AllGather, ReduceScatter, AllReduce, AllToAllV, Broadcast, Barrier };
+enum class CollectiveOp : uint8_t {
+  AllGather,
+  ReduceScatter,
+  AllReduce,
+  AllToAllV,
+  Broadcast,
+  Barrier
+};
 enum class ReduceOp : uint8_t { Sum, Avg, Max };
 
 const char* collective_op_name(CollectiveOp op);  // "all_gather", ...
@@ -76,7 +83,7 @@ struct CommOptions {
   // Longest wait for the peers of one collective. Default: a few minutes (a slow peer in a
   // real run is not an error); tests use milliseconds.
   std::chrono::milliseconds timeout{std::chrono::minutes(3)};
-  CommEmulation emulation;     // LocalCommunicator only
+  CommEmulation emulation;                // LocalCommunicator only
   CallCheck call_check = CallCheck::Off;  // LocalCommunicator checks always (it is free there)
 };
 

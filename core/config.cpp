@@ -112,8 +112,8 @@ class Reader {
         fail(key, detail::concat("must be a whole, non-negative byte count, got ", it->dump()));
       value = static_cast<uint64_t>(d);
     } else {
-      fail(key, "expected a byte count (integer or string like \"64MiB\"), got " +
-                    json_type_name(*it));
+      fail(key,
+           "expected a byte count (integer or string like \"64MiB\"), got " + json_type_name(*it));
     }
   }
 
@@ -136,7 +136,8 @@ class Reader {
   }
 
   void dtype(const char* key, DType& value, const char* doc) {
-    choice<DType>(key, value, {{"fp32", DType::F32}, {"bf16", DType::BF16}, {"f32", DType::F32}}, doc);
+    choice<DType>(key, value, {{"fp32", DType::F32}, {"bf16", DType::BF16}, {"f32", DType::F32}},
+                  doc);
   }
 
   // Unknown keys are errors, with the nearest known key as a hint.
@@ -245,7 +246,8 @@ class Documenter {
     keys.push_back({section_ + "." + key, type, def, doc});
   }
   void dtype(const char* key, const DType& value, const char* doc) {
-    keys.push_back({section_ + "." + key, "one of fp32\\|bf16", value == DType::F32 ? "fp32" : std::string(dtype_name(value)), doc});
+    keys.push_back({section_ + "." + key, "one of fp32\\|bf16",
+                    value == DType::F32 ? "fp32" : std::string(dtype_name(value)), doc});
   }
 
  private:
@@ -255,105 +257,159 @@ class Documenter {
 // ---- the key tables --------------------------------------------------------------------
 constexpr int64_t kMaxI = std::numeric_limits<int32_t>::max();
 
-
 template <class V>
 void visit_model(V& v, auto& c) {
-  v.field("vocab_size", c.vocab_size, "vocabulary size (256: bytes are tokens)", in_range<int64_t>(1, kMaxI));
+  v.field("vocab_size", c.vocab_size, "vocabulary size (256: bytes are tokens)",
+          in_range<int64_t>(1, kMaxI));
   v.field("d_model", c.d_model, "model width (HF hidden_size)", in_range<int64_t>(1, 1 << 20));
-  v.field("d_ff", c.d_ff, "SwiGLU hidden width of the dense FFN and of each expert (HF intermediate_size)", in_range<int64_t>(1, 1 << 22));
+  v.field("d_ff", c.d_ff,
+          "SwiGLU hidden width of the dense FFN and of each expert (HF intermediate_size)",
+          in_range<int64_t>(1, 1 << 22));
   v.field("n_layers", c.n_layers, "decoder layers", in_range<int64_t>(1, 4096));
   v.field("n_heads", c.n_heads, "query heads", in_range<int64_t>(1, 4096));
-  v.field("n_kv_heads", c.n_kv_heads, "key/value heads (grouped-query attention); divides n_heads", in_range<int64_t>(1, 4096));
-  v.field("seq_len", c.seq_len, "training context length, also the longest sequence the model accepts", in_range<int64_t>(1, 1 << 24));
+  v.field("n_kv_heads", c.n_kv_heads, "key/value heads (grouped-query attention); divides n_heads",
+          in_range<int64_t>(1, 4096));
+  v.field("seq_len", c.seq_len,
+          "training context length, also the longest sequence the model accepts",
+          in_range<int64_t>(1, 1 << 24));
   v.field("rope_theta", c.rope_theta, "RoPE base", greater_than(0.0));
   v.field("norm_eps", c.norm_eps, "RMSNorm epsilon", greater_than(0.0));
   v.field("init_std", c.init_std, "std of the normal initialisation of weights", greater_than(0.0));
-  v.field("num_experts", c.num_experts, "experts per MoE layer (0: dense model)", in_range<int64_t>(0, 65536));
+  v.field("num_experts", c.num_experts, "experts per MoE layer (0: dense model)",
+          in_range<int64_t>(0, 65536));
   v.field("top_k", c.top_k, "experts per token", in_range<int64_t>(1, 65536));
-  v.field("moe_every", c.moe_every, "every n-th layer is MoE (1: all layers)", in_range<int64_t>(1, 4096));
+  v.field("moe_every", c.moe_every, "every n-th layer is MoE (1: all layers)",
+          in_range<int64_t>(1, 4096));
 }
 
 template <class V>
 void visit_train(V& v, auto& c) {
   v.field("steps", c.steps, "optimizer steps", at_least<int64_t>(0));
-  v.field("micro_batch_size", c.micro_batch_size, "sequences per micro-batch over all ranks together (each rank takes micro_batch_size / world_size), so the math does not depend on the world size", in_range<int64_t>(1, kMaxI));
-  v.field("grad_accum_steps", c.grad_accum_steps, "micro-batches per optimizer step", in_range<int64_t>(1, kMaxI));
+  v.field("micro_batch_size", c.micro_batch_size,
+          "sequences per micro-batch over all ranks together (each rank takes micro_batch_size / "
+          "world_size), so the math does not depend on the world size",
+          in_range<int64_t>(1, kMaxI));
+  v.field("grad_accum_steps", c.grad_accum_steps, "micro-batches per optimizer step",
+          in_range<int64_t>(1, kMaxI));
   v.field("lr", c.lr, "peak learning rate", greater_than(0.0));
   v.field("min_lr", c.min_lr, "learning rate at the end of the cosine decay", at_least(0.0));
   v.field("warmup_steps", c.warmup_steps, "linear warmup steps", at_least<int64_t>(0));
-  v.field("weight_decay", c.weight_decay, "AdamW decoupled weight decay (not applied to norms)", at_least(0.0));
+  v.field("weight_decay", c.weight_decay, "AdamW decoupled weight decay (not applied to norms)",
+          at_least(0.0));
   v.field("beta1", c.beta1, "AdamW beta1", below(0.0, 1.0));
   v.field("beta2", c.beta2, "AdamW beta2", below(0.0, 1.0));
   v.field("eps", c.eps, "AdamW epsilon", greater_than(0.0));
   v.field("grad_clip", c.grad_clip, "max global gradient L2 norm (0: no clipping)", at_least(0.0));
   v.dtype("dtype", c.dtype, "compute dtype (masters and optimizer moments stay f32)");
-  v.field("seed", c.seed, "seed of initialisation, data order and router jitter", at_least<int64_t>(0));
+  v.field("seed", c.seed, "seed of initialisation, data order and router jitter",
+          at_least<int64_t>(0));
   v.field("log_every", c.log_every, "print a line every n steps", in_range<int64_t>(1, kMaxI));
   v.field("metrics_file", c.metrics_file, "JSON-lines metrics, one object per step (empty: none)");
   v.field("save_dir", c.save_dir, "checkpoint directory (empty: none)");
-  v.field("save_every", c.save_every, "checkpoint every n steps (0: only at the end if save_dir is set)", at_least<int64_t>(0));
-  v.field("keep_checkpoints", c.keep_checkpoints, "complete checkpoints kept in save_dir, newest first (0: all)", at_least<int64_t>(0));
-  v.choice("on_nonfinite", c.on_nonfinite, Choices<NonFinitePolicy>{{"stop", NonFinitePolicy::Stop}, {"skip", NonFinitePolicy::Skip}}, "what a non-finite gradient does: stop the run or skip the step");
-  v.bytes("memory_limit", c.memory_limit, "bytes each rank may allocate on its device (0: no limit); past it an allocation fails with an out-of-memory error naming the tag, the buffer and the bytes in use by tag");
-  v.field("init_from", c.init_from, "Hugging Face style directory to initialise from (empty: random)");
+  v.field("save_every", c.save_every,
+          "checkpoint every n steps (0: only at the end if save_dir is set)", at_least<int64_t>(0));
+  v.field("keep_checkpoints", c.keep_checkpoints,
+          "complete checkpoints kept in save_dir, newest first (0: all)", at_least<int64_t>(0));
+  v.choice(
+      "on_nonfinite", c.on_nonfinite,
+      Choices<NonFinitePolicy>{{"stop", NonFinitePolicy::Stop}, {"skip", NonFinitePolicy::Skip}},
+      "what a non-finite gradient does: stop the run or skip the step");
+  v.bytes("memory_limit", c.memory_limit,
+          "bytes each rank may allocate on its device (0: no limit); past it an allocation fails "
+          "with an out-of-memory error naming the tag, the buffer and the bytes in use by tag");
+  v.field("init_from", c.init_from,
+          "Hugging Face style directory to initialise from (empty: random)");
 }
 
 template <class V>
 void visit_data(V& v, auto& c) {
   v.field("path", c.path, "training text file, bytes are tokens (empty: the built-in corpus)");
-  v.field("val_fraction", c.val_fraction, "fraction of the data held out for validation", below(0.0, 1.0));
+  v.field("val_fraction", c.val_fraction, "fraction of the data held out for validation",
+          below(0.0, 1.0));
 }
 
 template <class V>
 void visit_parallel(V& v, auto& c) {
-  v.field("world_size", c.world_size, "ranks (threads of one process on one machine)", in_range<int64_t>(1, 1024));
-  v.field("ep_size", c.ep_size, "expert-parallel width; divides world_size and model.num_experts", in_range<int64_t>(1, 1024));
-  v.choice("backend", c.backend, Choices<BackendKind>{{"cpu", BackendKind::Cpu}, {"cuda", BackendKind::Cuda}}, "compute backend");
+  v.field("world_size", c.world_size, "ranks (threads of one process on one machine)",
+          in_range<int64_t>(1, 1024));
+  v.field("ep_size", c.ep_size, "expert-parallel width; divides world_size and model.num_experts",
+          in_range<int64_t>(1, 1024));
+  v.choice("backend", c.backend,
+           Choices<BackendKind>{{"cpu", BackendKind::Cpu}, {"cuda", BackendKind::Cuda}},
+           "compute backend");
 }
 
 template <class V>
 void visit_zero(V& v, auto& c) {
-  v.field("stage", c.stage, "0 data parallel, 1 shard optimizer states, 2 + gradients, 3 + parameters", in_range<int64_t>(0, 3));
-  v.field("param_persistence_threshold", c.param_persistence_threshold, "parameter groups with fewer elements stay replicated", at_least<int64_t>(0));
-  v.bytes("prefetch_bucket_size", c.prefetch_bucket_size, "bytes of parameters fetched ahead of use");
-  v.bytes("max_live_parameters", c.max_live_parameters, "bytes of gathered parameters alive at once");
+  v.field("stage", c.stage,
+          "0 data parallel, 1 shard optimizer states, 2 + gradients, 3 + parameters",
+          in_range<int64_t>(0, 3));
+  v.field("param_persistence_threshold", c.param_persistence_threshold,
+          "parameter groups with fewer elements stay replicated", at_least<int64_t>(0));
+  v.bytes("prefetch_bucket_size", c.prefetch_bucket_size,
+          "bytes of parameters fetched ahead of use");
+  v.bytes("max_live_parameters", c.max_live_parameters,
+          "bytes of gathered parameters alive at once");
   v.bytes("reduce_bucket_size", c.reduce_bucket_size, "bytes per gradient reduce-scatter bucket");
 }
 
 template <class V>
 void visit_moe(V& v, auto& c) {
-  v.field("aux_loss_coef", c.aux_loss_coef, "load-balancing loss coefficient (HF Mixtral form)", at_least(0.0));
+  v.field("aux_loss_coef", c.aux_loss_coef, "load-balancing loss coefficient (HF Mixtral form)",
+          at_least(0.0));
   v.field("z_loss_coef", c.z_loss_coef, "router z-loss coefficient", at_least(0.0));
-  v.field("router_jitter", c.router_jitter, "multiplicative input jitter of the router (0: off)", below(0.0, 1.0));
-  v.field("capacity_factor", c.capacity_factor, "expert capacity factor (0: dropless)", at_least(0.0));
-  v.field("normalize_top_k", c.normalize_top_k, "renormalise top-k weights (Mixtral); false keeps raw probabilities");
+  v.field("router_jitter", c.router_jitter, "multiplicative input jitter of the router (0: off)",
+          below(0.0, 1.0));
+  v.field("capacity_factor", c.capacity_factor, "expert capacity factor (0: dropless)",
+          at_least(0.0));
+  v.field("normalize_top_k", c.normalize_top_k,
+          "renormalise top-k weights (Mixtral); false keeps raw probabilities");
 }
 
 template <class V>
 void visit_prefetch(V& v, auto& c) {
-  v.choice("policy", c.policy, Choices<PrefetchPolicy>{{"none", PrefetchPolicy::None}, {"all", PrefetchPolicy::All}, {"frequency", PrefetchPolicy::Frequency}}, "expert prefetch policy");
-  v.field("ema_decay", c.ema_decay, "decay of the per-expert activation frequency average", below(0.0, 1.0));
-  v.field("min_probability", c.min_probability, "prefetch experts predicted at least this likely", in_range(0.0, 1.0));
+  v.choice("policy", c.policy,
+           Choices<PrefetchPolicy>{{"none", PrefetchPolicy::None},
+                                   {"all", PrefetchPolicy::All},
+                                   {"frequency", PrefetchPolicy::Frequency}},
+           "expert prefetch policy");
+  v.field("ema_decay", c.ema_decay, "decay of the per-expert activation frequency average",
+          below(0.0, 1.0));
+  v.field("min_probability", c.min_probability, "prefetch experts predicted at least this likely",
+          in_range(0.0, 1.0));
   v.bytes("budget_bytes", c.budget_bytes, "bytes of expert parameters prefetched per layer");
-  v.field("lookahead_layers", c.lookahead_layers, "0: no expert prefetch before the router; n >= 1: a MoE layer's experts are planned while its attention block runs, and those of the next n - 1 layers ahead of time (from marginal statistics)", in_range<int64_t>(0, 64));
+  v.field("lookahead_layers", c.lookahead_layers,
+          "0: no expert prefetch before the router; n >= 1: a MoE layer's experts are planned "
+          "while its attention block runs, and those of the next n - 1 layers ahead of time (from "
+          "marginal statistics)",
+          in_range<int64_t>(0, 64));
 }
 
 template <class V>
 void visit_shard_cache(V& v, auto& c) {
-  v.bytes("capacity_bytes", c.capacity_bytes, "bytes of gathered expert parameters kept resident (0: off)");
-  v.choice("eviction", c.eviction, Choices<EvictionPolicy>{{"lfu", EvictionPolicy::Lfu}, {"lru", EvictionPolicy::Lru}}, "eviction order: frequency model (lfu) or recency (lru)");
+  v.bytes("capacity_bytes", c.capacity_bytes,
+          "bytes of gathered expert parameters kept resident (0: off)");
+  v.choice("eviction", c.eviction,
+           Choices<EvictionPolicy>{{"lfu", EvictionPolicy::Lfu}, {"lru", EvictionPolicy::Lru}},
+           "eviction order: frequency model (lfu) or recency (lru)");
 }
 
 template <class V>
 void visit_comm_emulation(V& v, auto& c) {
-  v.field("link_gbps", c.link_gbps, "emulated link bandwidth in Gbit/s (10^9 bits/s) for ranks-as-threads (0: off)", at_least(0.0));
-  v.field("latency_us", c.latency_us, "emulated per-collective latency in microseconds", at_least(0.0));
+  v.field("link_gbps", c.link_gbps,
+          "emulated link bandwidth in Gbit/s (10^9 bits/s) for ranks-as-threads (0: off)",
+          at_least(0.0));
+  v.field("latency_us", c.latency_us, "emulated per-collective latency in microseconds",
+          at_least(0.0));
 }
 
 template <class V>
 void visit_comm(V& v, auto& c) {
-  v.field("timeout_s", c.timeout_s, "a collective whose peers do not arrive fails after this many seconds", greater_than(0.0));
-  v.field("check_divergence", c.check_divergence, "check that all ranks of a group issue the same collectives (debug)");
+  v.field("timeout_s", c.timeout_s,
+          "a collective whose peers do not arrive fails after this many seconds",
+          greater_than(0.0));
+  v.field("check_divergence", c.check_divergence,
+          "check that all ranks of a group issue the same collectives (debug)");
 }
 
 template <class V>
@@ -371,17 +427,28 @@ void visit_profile(V& v, auto& c) {
 // Calls f(section name, visit function, section struct) for every section, in file order.
 template <class C, class F>
 void for_each_section(C& c, F&& f) {
-  f("model", [](auto& v, auto& s) { visit_model(v, s); }, c.model);
-  f("train", [](auto& v, auto& s) { visit_train(v, s); }, c.train);
-  f("data", [](auto& v, auto& s) { visit_data(v, s); }, c.data);
-  f("parallel", [](auto& v, auto& s) { visit_parallel(v, s); }, c.parallel);
-  f("zero", [](auto& v, auto& s) { visit_zero(v, s); }, c.zero);
-  f("moe", [](auto& v, auto& s) { visit_moe(v, s); }, c.moe);
-  f("prefetch", [](auto& v, auto& s) { visit_prefetch(v, s); }, c.prefetch);
-  f("shard_cache", [](auto& v, auto& s) { visit_shard_cache(v, s); }, c.shard_cache);
-  f("comm_emulation", [](auto& v, auto& s) { visit_comm_emulation(v, s); }, c.comm_emulation);
-  f("comm", [](auto& v, auto& s) { visit_comm(v, s); }, c.comm);
-  f("profile", [](auto& v, auto& s) { visit_profile(v, s); }, c.profile);
+  f(
+      "model", [](auto& v, auto& s) { visit_model(v, s); }, c.model);
+  f(
+      "train", [](auto& v, auto& s) { visit_train(v, s); }, c.train);
+  f(
+      "data", [](auto& v, auto& s) { visit_data(v, s); }, c.data);
+  f(
+      "parallel", [](auto& v, auto& s) { visit_parallel(v, s); }, c.parallel);
+  f(
+      "zero", [](auto& v, auto& s) { visit_zero(v, s); }, c.zero);
+  f(
+      "moe", [](auto& v, auto& s) { visit_moe(v, s); }, c.moe);
+  f(
+      "prefetch", [](auto& v, auto& s) { visit_prefetch(v, s); }, c.prefetch);
+  f(
+      "shard_cache", [](auto& v, auto& s) { visit_shard_cache(v, s); }, c.shard_cache);
+  f(
+      "comm_emulation", [](auto& v, auto& s) { visit_comm_emulation(v, s); }, c.comm_emulation);
+  f(
+      "comm", [](auto& v, auto& s) { visit_comm(v, s); }, c.comm);
+  f(
+      "profile", [](auto& v, auto& s) { visit_profile(v, s); }, c.profile);
 }
 
 // Rules between keys, checked after every key is valid on its own.
@@ -391,9 +458,11 @@ void validate(const Config& c, const std::string& src) {
   if (m.d_model % m.n_heads != 0)
     fail("model.d_model (", m.d_model, ") must be divisible by model.n_heads (", m.n_heads, ")");
   if ((m.d_model / m.n_heads) % 2 != 0)
-    fail("model.d_model / model.n_heads (head dim ", m.d_model / m.n_heads, ") must be even for RoPE");
+    fail("model.d_model / model.n_heads (head dim ", m.d_model / m.n_heads,
+         ") must be even for RoPE");
   if (m.n_heads % m.n_kv_heads != 0)
-    fail("model.n_heads (", m.n_heads, ") must be divisible by model.n_kv_heads (", m.n_kv_heads, ")");
+    fail("model.n_heads (", m.n_heads, ") must be divisible by model.n_kv_heads (", m.n_kv_heads,
+         ")");
   if (m.num_experts > 0 && m.top_k > m.num_experts)
     fail("model.top_k (", m.top_k, ") must be <= model.num_experts (", m.num_experts, ")");
   if (c.train.min_lr > c.train.lr)
@@ -402,10 +471,12 @@ void validate(const Config& c, const std::string& src) {
   if (p.world_size % p.ep_size != 0)
     fail("parallel.ep_size (", p.ep_size, ") must divide parallel.world_size (", p.world_size, ")");
   if (m.num_experts > 0 && m.num_experts % p.ep_size != 0)
-    fail("model.num_experts (", m.num_experts, ") must be divisible by parallel.ep_size (", p.ep_size, ")");
+    fail("model.num_experts (", m.num_experts, ") must be divisible by parallel.ep_size (",
+         p.ep_size, ")");
   if (c.train.micro_batch_size % p.world_size != 0)
-    fail("train.micro_batch_size (", c.train.micro_batch_size, ") must be divisible by parallel.world_size (",
-         p.world_size, "): it counts the sequences of all ranks together");
+    fail("train.micro_batch_size (", c.train.micro_batch_size,
+         ") must be divisible by parallel.world_size (", p.world_size,
+         "): it counts the sequences of all ranks together");
   if (m.num_experts == 0 && p.ep_size != 1)
     fail("parallel.ep_size (", p.ep_size, ") must be 1 for a dense model (model.num_experts = 0)");
 }
@@ -436,14 +507,21 @@ uint64_t parse_bytes(const std::string& text, const std::string& what) {
   try {
     number = std::stod(text, &pos);
   } catch (const std::exception&) {
-    MOEZERO_THROW(what, ": '", text, "' is not a byte count (examples: 4096, \"64MiB\", \"1.5GB\")");
+    MOEZERO_THROW(what, ": '", text,
+                  "' is not a byte count (examples: 4096, \"64MiB\", \"1.5GB\")");
   }
   std::string unit = text.substr(pos);
   unit.erase(0, unit.find_first_not_of(' '));
-  static const std::pair<const char*, double> kUnits[] = {
-      {"", 1},         {"B", 1},           {"KB", 1e3},         {"MB", 1e6},
-      {"GB", 1e9},     {"TB", 1e12},       {"KiB", 1024.0},     {"MiB", 1048576.0},
-      {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  static const std::pair<const char*, double> kUnits[] = {{"", 1},
+                                                          {"B", 1},
+                                                          {"KB", 1e3},
+                                                          {"MB", 1e6},
+                                                          {"GB", 1e9},
+                                                          {"TB", 1e12},
+                                                          {"KiB", 1024.0},
+                                                          {"MiB", 1048576.0},
+                                                          {"GiB", 1073741824.0},
+                                                          {"TiB", 1099511627776.0}};
   for (auto& [name, mult] : kUnits) {
     if (unit == name) {
       double bytes = number * mult;

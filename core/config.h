@@ -45,7 +45,7 @@ struct TrainConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double grad_clip = 1.0;  // global L2 norm; 0 disables clipping
+  double grad_clip = 1.0;    // global L2 norm; 0 disables clipping
   DType dtype = DType::F32;  // compute dtype: fp32 or bf16 (masters and moments stay f32)
   int64_t seed = 1234;
   int64_t log_every = 10;
@@ -55,7 +55,7 @@ struct TrainConfig {
   int64_t keep_checkpoints = 0;  // complete checkpoints kept in save_dir, newest first; 0: all
   NonFinitePolicy on_nonfinite = NonFinitePolicy::Stop;
   uint64_t memory_limit = 0;  // bytes per rank on its device; 0: no limit (docs/health.md)
-  std::string init_from;  // a Hugging Face style directory to start from; empty: random init
+  std::string init_from;      // a Hugging Face style directory to start from; empty: random init
 };
 
 struct DataConfig {
@@ -73,10 +73,10 @@ struct ParallelConfig {
 
 struct ZeroConfig {
   int64_t stage = 3;  // 0: data parallel, 1: +optimizer states, 2: +gradients, 3: +parameters
-  int64_t param_persistence_threshold = 1024;  // elements; smaller groups stay replicated
-  uint64_t prefetch_bucket_size = 64ull << 20;   // bytes fetched ahead of use
-  uint64_t max_live_parameters = 1ull << 30;     // bytes of full parameters alive at once
-  uint64_t reduce_bucket_size = 64ull << 20;     // bytes per reduce-scatter bucket
+  int64_t param_persistence_threshold = 1024;   // elements; smaller groups stay replicated
+  uint64_t prefetch_bucket_size = 64ull << 20;  // bytes fetched ahead of use
+  uint64_t max_live_parameters = 1ull << 30;    // bytes of full parameters alive at once
+  uint64_t reduce_bucket_size = 64ull << 20;    // bytes per reduce-scatter bucket
 };
 
 struct MoeConfig {
@@ -147,8 +147,8 @@ std::string config_to_json(const Config& c, int indent = 2);
 
 // One documented key, for the README table and `moezero config --doc`.
 struct ConfigKeyDoc {
-  std::string path;     // "train.lr"
-  std::string type;     // "number", "integer", "bytes", "string", "bool", "one of a|b"
+  std::string path;  // "train.lr"
+  std::string type;  // "number", "integer", "bytes", "string", "bool", "one of a|b"
   std::string default_value;
   std::string doc;
 };

@@ -55,17 +55,17 @@ std::string concat(Args&&... args) {
 #define MOEZERO_THROW_AS(Type, ...) \
   throw Type(::moezero::detail::concat(__VA_ARGS__), __FILE__, __LINE__)
 #define MOEZERO_THROW(...) MOEZERO_THROW_AS(::moezero::Error, __VA_ARGS__)
-#define MOEZERO_CHECK(cond, ...)                                              \
-  do {                                                                        \
-    if (!(cond)) [[unlikely]] {                                               \
+#define MOEZERO_CHECK(cond, ...)                                                          \
+  do {                                                                                    \
+    if (!(cond)) [[unlikely]] {                                                           \
       MOEZERO_THROW("check failed: " #cond ": ", ::moezero::detail::concat(__VA_ARGS__)); \
-    }                                                                         \
+    }                                                                                     \
   } while (0)
 // A check of what the user gave (flags, files, config): the message alone, which must say what
 // is wrong and where; MOEZERO_CHECK (an internal invariant) also prints the condition.
-#define MOEZERO_REQUIRE(cond, ...)                                 \
-  do {                                                             \
-    if (!(cond)) [[unlikely]] {                                    \
-      MOEZERO_THROW(__VA_ARGS__);                                  \
-    }                                                              \
+#define MOEZERO_REQUIRE(cond, ...) \
+  do {                             \
+    if (!(cond)) [[unlikely]] {    \
+      MOEZERO_THROW(__VA_ARGS__);  \
+    }                              \
   } while (0)

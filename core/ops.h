@@ -51,11 +51,11 @@ struct GemmProblem {
 };
 
 struct AdamWArgs {
-  Tensor param;        // f32 (n)  master shard, updated in place
-  Tensor grad;         // f32 (n)  gradient shard, read only
-  Tensor exp_avg;      // f32 (n)  first moment, updated in place
-  Tensor exp_avg_sq;   // f32 (n)  second moment, updated in place
-  Tensor param_copy;   // optional (n) bf16 or f32: `=` compute copy of the updated param
+  Tensor param;       // f32 (n)  master shard, updated in place
+  Tensor grad;        // f32 (n)  gradient shard, read only
+  Tensor exp_avg;     // f32 (n)  first moment, updated in place
+  Tensor exp_avg_sq;  // f32 (n)  second moment, updated in place
+  Tensor param_copy;  // optional (n) bf16 or f32: `=` compute copy of the updated param
   float lr = 1e-3f;
   float beta1 = 0.9f;
   float beta2 = 0.95f;
@@ -185,8 +185,8 @@ class Ops {
   //   dweights[t, j] = dot(dout[t], y[inv_perm[t*k+j]]) (0 if dropped); f32 (T, k) `=`
   // dweights may be undefined when weights were.
   void combine_rows_backward(Stream& s, const Tensor& dout, const Tensor& y, const Tensor& perm,
-                             const Tensor& inv_perm, const Tensor& weights, int k,
-                             const Tensor& dy, const Tensor& dweights);
+                             const Tensor& inv_perm, const Tensor& weights, int k, const Tensor& dy,
+                             const Tensor& dweights);
 
  protected:
   virtual void do_gemm(Stream& s, const GemmArgs& args) = 0;

@@ -40,15 +40,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
-#include <span>
-#include <optional>
 #include <vector>
 
 #include "core/communicator.h"
-#include "core/residency.h"
 #include "core/param_group.h"
+#include "core/residency.h"
 
 namespace moezero {
 
@@ -146,7 +146,7 @@ struct EngineCounters {
   uint64_t cache_hits = 0;              // acquires served by the shard cache
   uint64_t cache_misses = 0;            // expert acquires the cache could not serve
   uint64_t cache_evictions = 0;
-  double stall_ms = 0.0;                // compute stream waiting on parameter gathers
+  double stall_ms = 0.0;  // compute stream waiting on parameter gathers
 };
 
 // The same counters per parameter group (cumulative; exact). Summed over all groups they equal
@@ -174,9 +174,8 @@ class ZeroEngine final : public ParamProvider {
   // Parameters are initialised from
   // (options.seed, parameter name), so every world size and stage starts identically.
   ZeroEngine(Device& device, EngineStreams streams, std::vector<GroupSpec> groups,
-             const std::function<GroupComms(const GroupSpec&)>& comms_of,
-             Communicator& world_misc, ZeroOptions options,
-             std::unique_ptr<ResidencyCache> expert_cache = nullptr);
+             const std::function<GroupComms(const GroupSpec&)>& comms_of, Communicator& world_misc,
+             ZeroOptions options, std::unique_ptr<ResidencyCache> expert_cache = nullptr);
   ~ZeroEngine() override;
 
   // ParamProvider

@@ -99,11 +99,14 @@ void ZeroEngine::Impl::initialise() {
     if (st.params_sharded) {
       const float* mine = full.data() + st.rank * st.shard_elems;
       if (fp32) {
-        st.master = TensorBuffer(device, DType::F32, Shape{st.shard_elems}, MemTag::ParamShard, cs, name);
+        st.master =
+            TensorBuffer(device, DType::F32, Shape{st.shard_elems}, MemTag::ParamShard, cs, name);
       } else {
-        st.param_shard = TensorBuffer(device, dt, Shape{st.shard_elems}, MemTag::ParamShard, cs, name);
+        st.param_shard =
+            TensorBuffer(device, dt, Shape{st.shard_elems}, MemTag::ParamShard, cs, name);
         upload(st.param_shard, mine, st.shard_elems);
-        st.master = TensorBuffer(device, DType::F32, Shape{st.shard_elems}, MemTag::OptimState, cs, name);
+        st.master =
+            TensorBuffer(device, DType::F32, Shape{st.shard_elems}, MemTag::OptimState, cs, name);
       }
       upload(st.master, mine, st.shard_elems);
       st.master_view = st.master.view();
@@ -113,7 +116,8 @@ void ZeroEngine::Impl::initialise() {
       if (fp32) {
         st.master_view = st.full_persistent.view().view_elems(st.opt_offset, Shape{st.opt_elems});
       } else {
-        st.master = TensorBuffer(device, DType::F32, Shape{st.opt_elems}, MemTag::OptimState, cs, name);
+        st.master =
+            TensorBuffer(device, DType::F32, Shape{st.opt_elems}, MemTag::OptimState, cs, name);
         upload(st.master, full.data() + st.opt_offset, st.opt_elems);
         st.master_view = st.master.view();
       }
@@ -121,8 +125,10 @@ void ZeroEngine::Impl::initialise() {
     st.grad_acc = TensorBuffer(device, dt, Shape{st.grads_sharded ? st.shard_elems : st.padded},
                                MemTag::Grad, cs, name);
     ops.fill(cs, st.grad_acc, 0.0);
-    st.exp_avg = TensorBuffer(device, DType::F32, Shape{st.opt_elems}, MemTag::OptimState, cs, name);
-    st.exp_avg_sq = TensorBuffer(device, DType::F32, Shape{st.opt_elems}, MemTag::OptimState, cs, name);
+    st.exp_avg =
+        TensorBuffer(device, DType::F32, Shape{st.opt_elems}, MemTag::OptimState, cs, name);
+    st.exp_avg_sq =
+        TensorBuffer(device, DType::F32, Shape{st.opt_elems}, MemTag::OptimState, cs, name);
     ops.fill(cs, st.exp_avg, 0.0);
     ops.fill(cs, st.exp_avg_sq, 0.0);
   }
@@ -273,9 +279,8 @@ StepResult ZeroEngine::Impl::optimizer_step(const AdamWHyper& h) {
         a.exp_avg = st.exp_avg.view().view_elems(local, Shape{len});
         a.exp_avg_sq = st.exp_avg_sq.view().view_elems(local, Shape{len});
         if (!fp32)
-          a.param_copy = st.params_sharded
-                             ? st.param_shard.view().view_elems(local, Shape{len})
-                             : st.full_persistent.view().view_elems(lo, Shape{len});
+          a.param_copy = st.params_sharded ? st.param_shard.view().view_elems(local, Shape{len})
+                                           : st.full_persistent.view().view_elems(lo, Shape{len});
         a.lr = h.lr;
         a.beta1 = h.beta1;
         a.beta2 = h.beta2;

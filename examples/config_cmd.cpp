@@ -13,8 +13,8 @@ int config(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--doc") {
     std::cout << "| key | type | default | meaning |\n|---|---|---|---|\n";
     for (const auto& k : config_reference())
-      std::cout << "| `" << k.path << "` | " << k.type << " | " << k.default_value << " | "
-                << k.doc << " |\n";
+      std::cout << "| `" << k.path << "` | " << k.type << " | " << k.default_value << " | " << k.doc
+                << " |\n";
     return 0;
   }
   if (args[0] == "--defaults") {
@@ -24,8 +24,8 @@ int config(const std::vector<std::string>& args) {
   std::string file = args[0];
   std::vector<std::string> overrides;
   for (size_t i = 1; i < args.size(); ++i) {
-    MOEZERO_REQUIRE(args[i] == "--set" && i + 1 < args.size(), "config: expected --set key=value, got '",
-                  args[i], "'");
+    MOEZERO_REQUIRE(args[i] == "--set" && i + 1 < args.size(),
+                    "config: expected --set key=value, got '", args[i], "'");
     overrides.push_back(args[++i]);
   }
   std::cout << config_to_json(load_config(file, overrides)) << "\n";

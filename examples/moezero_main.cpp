@@ -14,7 +14,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: moezero <command> [options]\n"
     "commands:\n"
-    "  train --config FILE [--set section.key=value ...] [--metrics FILE] [--trace FILE] [--quiet]\n"
+    "  train --config FILE [--set section.key=value ...] [--metrics FILE] [--trace FILE] "
+    "[--quiet]\n"
     "        [--resume DIR] [--stop-at STEP] [--export-hf HF_DIR [--export-dtype f32|bf16]]\n"
     "      train the model the config describes (ranks as threads on the CPU; under\n"
     "      `mpirun -np N`, one rank per process: see docs/mpi.md);\n"

@@ -46,7 +46,7 @@ int report(const std::vector<std::string>& args) {
       MOEZERO_THROW("one input file expected, got '", input, "' and '", a, "'");
   }
   MOEZERO_REQUIRE(!input.empty(),
-                "usage: moezero report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]");
+                  "usage: moezero report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]");
   const report::Report r = report::compute_report(report::read_run(input));
   if (!quiet) report::write_text(std::cout, r);
   if (!html.empty()) {

@@ -106,13 +106,15 @@ void check_kernels(Device& dev, Report& r) {
         double mx = -1e300, z = 0;
         for (int u = 0; u <= t; ++u) {
           double d = 0;
-          for (int c = 0; c < D; ++c) d += double(q[(t * Hq + h) * D + c]) * k[(u * Hkv + g) * D + c];
+          for (int c = 0; c < D; ++c)
+            d += double(q[(t * Hq + h) * D + c]) * k[(u * Hkv + g) * D + c];
           sc[u] = d / std::sqrt(double(D));
           mx = std::max(mx, sc[u]);
         }
         for (int u = 0; u <= t; ++u) z += (sc[u] = std::exp(sc[u] - mx));
         for (int u = 0; u <= t; ++u)
-          for (int c = 0; c < D; ++c) ref[(t * Hq + h) * D + c] += sc[u] / z * v[(u * Hkv + g) * D + c];
+          for (int c = 0; c < D; ++c)
+            ref[(t * Hq + h) * D + c] += sc[u] / z * v[(u * Hkv + g) * D + c];
       }
     }
     double e = max_abs_diff(o, ref);
@@ -173,11 +175,12 @@ int selfcheck(const std::vector<std::string>& args) {
       } catch (const std::exception&) {
         MOEZERO_THROW("selfcheck: --ranks '", v, "' is not an integer");
       }
-      MOEZERO_REQUIRE(ranks >= 1 && ranks <= 64, "selfcheck: --ranks must be in [1, 64], got ", ranks);
+      MOEZERO_REQUIRE(ranks >= 1 && ranks <= 64, "selfcheck: --ranks must be in [1, 64], got ",
+                      ranks);
     } else if (args[i] == "--backend") {
       backend = value("--backend");
       MOEZERO_REQUIRE(backend == "cpu" || backend == "cuda" || backend == "all",
-                    "selfcheck: --backend must be cpu, cuda or all, got '", backend, "'");
+                      "selfcheck: --backend must be cpu, cuda or all, got '", backend, "'");
     } else {
       MOEZERO_THROW("selfcheck: unknown option '", args[i], "'");
     }

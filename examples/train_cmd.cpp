@@ -43,20 +43,29 @@ int train(const std::vector<std::string>& args) {
       MOEZERO_REQUIRE(i + 1 < args.size(), "train: ", flag, " needs a value");
       return args[++i];
     };
-    if (args[i] == "--config") config_path = value("--config");
-    else if (args[i] == "--set") overrides.push_back(value("--set"));
-    else if (args[i] == "--metrics") metrics_path = value("--metrics");
-    else if (args[i] == "--resume") resume = value("--resume");
-    else if (args[i] == "--stop-at") stop_at = parse_step(value("--stop-at"), "--stop-at");
-    else if (args[i] == "--trace") trace_path = value("--trace");
-    else if (args[i] == "--quiet") quiet = true;
-    else if (args[i] == "--export-hf") export_dir = value("--export-hf");
+    if (args[i] == "--config")
+      config_path = value("--config");
+    else if (args[i] == "--set")
+      overrides.push_back(value("--set"));
+    else if (args[i] == "--metrics")
+      metrics_path = value("--metrics");
+    else if (args[i] == "--resume")
+      resume = value("--resume");
+    else if (args[i] == "--stop-at")
+      stop_at = parse_step(value("--stop-at"), "--stop-at");
+    else if (args[i] == "--trace")
+      trace_path = value("--trace");
+    else if (args[i] == "--quiet")
+      quiet = true;
+    else if (args[i] == "--export-hf")
+      export_dir = value("--export-hf");
     else if (args[i] == "--export-dtype") {
       const std::string d = value("--export-dtype");
       MOEZERO_REQUIRE(d == "f32" || d == "bf16", "train: --export-dtype must be f32 or bf16, got '",
-                    d, "'");
+                      d, "'");
       export_opt.dtype = d == "f32" ? moe::SafetensorsDType::F32 : moe::SafetensorsDType::BF16;
-    } else MOEZERO_THROW("train: unknown option '", args[i], "' (see `moezero help`)");
+    } else
+      MOEZERO_THROW("train: unknown option '", args[i], "' (see `moezero help`)");
   }
   MOEZERO_REQUIRE(!config_path.empty(), "train: --config FILE is required");
   const Config cfg = load_config(config_path, overrides);
@@ -66,9 +75,10 @@ int train(const std::vector<std::string>& args) {
   const auto mpi = comm::mpi_process();
   const bool lead = !mpi || mpi->rank == 0;
   if (!lead) quiet = true;
-  MOEZERO_REQUIRE(!mpi || export_dir.empty(),
-                "train: --export-hf gathers every expert in one process and is not available under "
-                "mpirun; save a checkpoint (train.save_dir) and run `moezero export --checkpoint`");
+  MOEZERO_REQUIRE(
+      !mpi || export_dir.empty(),
+      "train: --export-hf gathers every expert in one process and is not available under "
+      "mpirun; save a checkpoint (train.save_dir) and run `moezero export --checkpoint`");
   if (lead) {
     int64_t params = 0;
     for (const auto& g : moe::Transformer(cfg.model).param_groups())

@@ -39,11 +39,11 @@ struct MoeStats {
 };
 
 struct MoeRuntime {
-  MoeConfig moe;          // router options (aux/z coefficients, jitter, capacity, top-k norm)
-  int ep_size = 1;        // expert-parallel width: E / ep_size experts per rank
-  int ep_rank = 0;        // this rank's position in its EP group (owns experts
-                          // [ep_rank * E/ep, (ep_rank + 1) * E/ep))
-  Communicator* a2a = nullptr;     // EP group, its own channel; may be null when ep_size == 1
+  MoeConfig moe;                // router options (aux/z coefficients, jitter, capacity, top-k norm)
+  int ep_size = 1;              // expert-parallel width: E / ep_size experts per rank
+  int ep_rank = 0;              // this rank's position in its EP group (owns experts
+                                // [ep_rank * E/ep, (ep_rank + 1) * E/ep))
+  Communicator* a2a = nullptr;  // EP group, its own channel; may be null when ep_size == 1
   Stream* a2a_stream = nullptr;    // the token all-to-all's own stream (null: the compute
                                    // stream); the a2a communicator is used on it only
   Communicator* router = nullptr;  // world, its own channel: the agreement / aux-statistics

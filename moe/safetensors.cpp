@@ -245,7 +245,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
       size_t numel = 1;
       for (int64_t d : t.shape) numel *= static_cast<size_t>(d);
       MOEZERO_REQUIRE(numel == 0 || t.data != nullptr, "safetensors: tensor '", t.name,
-                    "' has no data");
+                      "' has no data");
       if (dtype == SafetensorsDType::F32) {
         out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(numel * 4));
       } else {

@@ -115,20 +115,20 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   const std::optional<comm::MpiProcess> mpi = comm::mpi_process();
   if (mpi)
     MOEZERO_REQUIRE(world == mpi->world_size, "parallel.world_size (", world,
-                  ") differs from the MPI world size (", mpi->world_size,
-                  " processes from mpirun -np): pass --set parallel.world_size=", mpi->world_size,
-                  " or launch as many processes as ranks");
+                    ") differs from the MPI world size (", mpi->world_size,
+                    " processes from mpirun -np): pass --set parallel.world_size=", mpi->world_size,
+                    " or launch as many processes as ranks");
   if (on_cuda && !mpi) {
     std::string why;
     if (!cuda_available(&why))
       MOEZERO_THROW("parallel.backend is \"cuda\" but CUDA is unavailable: ", why);
     MOEZERO_REQUIRE(world <= cuda_device_count(), "parallel.world_size (", world, ") exceeds the ",
-                  cuda_device_count(),
-                  " GPU(s) of this machine: parallel.backend \"cuda\" runs one rank per GPU");
+                    cuda_device_count(),
+                    " GPU(s) of this machine: parallel.backend \"cuda\" runs one rank per GPU");
   }
   MOEZERO_REQUIRE(tc.micro_batch_size % world == 0, "train.micro_batch_size (", tc.micro_batch_size,
-                ") must be divisible by parallel.world_size (", world,
-                "): it is the global number of sequences per micro-batch");
+                  ") must be divisible by parallel.world_size (", world,
+                  "): it is the global number of sequences per micro-batch");
   if (!options.resume_from.empty() && !tc.init_from.empty())
     MOEZERO_THROW("train.init_from (", tc.init_from, ") and a resume from ", options.resume_from,
                   " were both given: a resumed run takes its parameters from the checkpoint; "
@@ -289,15 +289,15 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
         if (options.data) {
           options.data(BatchRequest{mb, ctx.rank * rows, rows, T, ctx.rank}, tok, tgt);
           MOEZERO_REQUIRE(tok.size() == size_t(rows * T) && tgt.size() == size_t(rows * T),
-                        "data source returned ", tok.size(), " tokens and ", tgt.size(),
-                        " targets for ", rows, " rows of ", T);
+                          "data source returned ", tok.size(), " tokens and ", tgt.size(),
+                          " targets for ", rows, " rows of ", T);
           for (size_t i = 0; i < tok.size(); ++i)
             MOEZERO_REQUIRE(tok[i] >= 0 && tok[i] < cfg.model.vocab_size && tgt[i] >= -1 &&
-                              tgt[i] < cfg.model.vocab_size,
-                          "data source: micro-batch ", mb, " row ",
-                          ctx.rank * rows + int64_t(i) / T, " position ", int64_t(i) % T,
-                          ": token ", tok[i], " / target ", tgt[i],
-                          " outside [0, model.vocab_size = ", cfg.model.vocab_size, ")");
+                                tgt[i] < cfg.model.vocab_size,
+                            "data source: micro-batch ", mb, " row ",
+                            ctx.rank * rows + int64_t(i) / T, " position ", int64_t(i) % T,
+                            ": token ", tok[i], " / target ", tgt[i],
+                            " outside [0, model.vocab_size = ", cfg.model.vocab_size, ")");
         } else {
           data->batch(static_cast<uint64_t>(tc.seed), mb, ctx.rank * rows, rows, tok, tgt);
         }
@@ -401,9 +401,8 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       const std::string line = step_json(s);
       if (metrics.is_open()) metrics << line << "\n" << std::flush;
       if (recorder.last_step_traced()) recorder.step_metrics(line);
-      if (options.progress &&
-          (s.step % tc.log_every == 0 || s.step == first_step + 1 || s.step == end_step ||
-           !s.applied))
+      if (options.progress && (s.step % tc.log_every == 0 || s.step == first_step + 1 ||
+                               s.step == end_step || !s.applied))
         print_progress(*options.progress, s, tc.steps);
       if (options.progress && !s.applied && stop_error.empty())
         *options.progress << "  "

@@ -34,13 +34,13 @@ struct RankStepStats {
   uint64_t a2a_bytes = 0;               // this step: token all-to-all bytes sent to peers
   uint64_t gathered_dense_bytes = 0;    // this step, split of gathered_bytes
   uint64_t gathered_expert_bytes = 0;
-  uint64_t prefetch_hits = 0;           // acquires that found their gather issued ahead
-  uint64_t prefetch_misses = 0;         // acquires that gathered on demand
-  uint64_t prefetch_wasted_bytes = 0;   // prefetched and never used
+  uint64_t prefetch_hits = 0;          // acquires that found their gather issued ahead
+  uint64_t prefetch_misses = 0;        // acquires that gathered on demand
+  uint64_t prefetch_wasted_bytes = 0;  // prefetched and never used
   uint64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
-  double stall_ms = 0.0;                // compute stream waiting on parameter gathers
+  double stall_ms = 0.0;                            // compute stream waiting on parameter gathers
   std::array<uint64_t, kMemTagCount> peak_bytes{};  // peak within this step, by tag
-  uint64_t peak_total_bytes = 0;                     // peak of the sum over tags, this step
+  uint64_t peak_total_bytes = 0;                    // peak of the sum over tags, this step
 };
 
 struct StepLog {
@@ -80,8 +80,8 @@ struct BatchRequest {
   int64_t seq_len = 0;
   int rank = 0;
 };
-using DataSource =
-    std::function<void(const BatchRequest&, std::vector<int32_t>& tokens, std::vector<int32_t>& targets)>;
+using DataSource = std::function<void(const BatchRequest&, std::vector<int32_t>& tokens,
+                                      std::vector<int32_t>& targets)>;
 
 struct TrainOptions {
   std::ostream* progress = nullptr;  // progress lines (nullptr: silent)

@@ -111,12 +111,13 @@ class Transformer {
   // trace recorder is tracing; -1 otherwise. end_module(-1) does nothing.
   int begin_module(Stream& s, const char* module, int layer, const char* pass) const;
   void end_module(int span) const;
-  int64_t lookahead_ = 1;  // prefetch.lookahead_layers (how many FFNs are prepared ahead)
+  int64_t lookahead_ = 1;           // prefetch.lookahead_layers (how many FFNs are prepared ahead)
   TraceRecorder* trace_ = nullptr;  // MoeRuntime::trace: module spans while tracing
   // Host positions per (B, T), uploaded each forward; never modified once made. Shared with
   // the stream (a task after each copy holds a reference), so an in-flight copy reads valid
   // memory even when the Transformer is destroyed before its stream has run the copy.
-  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const std::vector<int32_t>>> positions_host_;
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const std::vector<int32_t>>>
+      positions_host_;
   std::unique_ptr<State> state_;
 };
 

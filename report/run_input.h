@@ -1,5 +1,6 @@
 // report/run_input.h — reads what a training run wrote (a metrics file or a Chrome trace) into
-// typed records, checking the fields the trainer writes (README "Training", docs/trace.md, docs/health.md).
+// typed records, checking the fields the trainer writes (README "Training", docs/trace.md,
+// docs/health.md).
 //
 // Input kinds, told apart by content (never by file name):
 //   - metrics file: JSON lines, one object per step (moe/trainer.cpp step_json);

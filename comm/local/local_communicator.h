@@ -8,30 +8,18 @@
 
 #include <memory>
 
+#include "comm/host_communicator.h"
 #include "comm/local/rendezvous.h"
-#include "core/communicator.h"
 
 namespace moezero::comm {
 
-class LocalCommunicator final : public Communicator {
+class LocalCommunicator final : public HostCommunicator {
  public:
   LocalCommunicator(std::shared_ptr<Channel> channel, int global_rank);
 
-  void all_gather(const void* send, void* recv, size_t send_elems, DType dtype,
-                  Stream& stream) override;
-  void reduce_scatter(const void* send, void* recv, size_t recv_elems, DType dtype, ReduceOp op,
-                      Stream& stream) override;
-  void all_reduce(const void* send, void* recv, size_t elems, DType dtype, ReduceOp op,
-                  Stream& stream) override;
-  void all_to_all_v(const void* send, std::span<const size_t> send_elems, void* recv,
-                    std::span<const size_t> recv_elems, DType dtype, Stream& stream) override;
-  void broadcast(const void* send, void* recv, size_t elems, DType dtype, int root,
-                 Stream& stream) override;
-  void barrier(Stream& stream) override;
-
  private:
   // Takes the next sequence number and enqueues the collective on `stream`.
-  void submit(Arrival arrival, Stream& stream);
+  void submit(Arrival arrival, Stream& stream) override;
 
   std::shared_ptr<Channel> channel_;
 };

@@ -26,17 +26,12 @@
 #include <vector>
 
 #include "comm/call_signature.h"
+#include "comm/host_communicator.h"
 #include "core/communicator.h"
 
 namespace moezero::comm {
 
-struct Arrival {
-  CallSignature sig;
-  const void* send = nullptr;
-  void* recv = nullptr;
-  std::vector<size_t> send_elems;  // all_to_all_v: per peer
-  std::vector<size_t> recv_elems;  // all_to_all_v: per peer
-};
+using Arrival = HostCall;  // one rank's checked call (comm/host_communicator.h)
 
 // One collective instance. Arrivals are immutable once every rank has arrived.
 struct Slot {

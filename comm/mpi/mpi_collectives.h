@@ -13,18 +13,12 @@
 #include <vector>
 
 #include "comm/call_signature.h"
+#include "comm/host_communicator.h"
 #include "comm/mpi/mpi_channel.h"
 
 namespace moezero::comm {
 
-// One rank's call, as validated on the host at enqueue.
-struct MpiCall {
-  CallSignature sig;
-  const void* send = nullptr;
-  void* recv = nullptr;
-  std::vector<size_t> send_elems;  // all_to_all_v: per peer
-  std::vector<size_t> recv_elems;  // all_to_all_v: per peer
-};
+using MpiCall = HostCall;  // one rank's checked call (comm/host_communicator.h)
 
 // [in] what: MpiChannel::where() of the call, for errors.
 void mpi_all_gather(MpiChannel& ch, const MpiCall& call, const std::string& what,

@@ -17,30 +17,18 @@
 
 #include <memory>
 
+#include "comm/host_communicator.h"
 #include "comm/mpi/mpi_collectives.h"
-#include "core/communicator.h"
 
 namespace moezero::comm {
 
-class MpiCommunicator final : public Communicator {
+class MpiCommunicator final : public HostCommunicator {
  public:
   MpiCommunicator(std::shared_ptr<MpiChannel> channel, int global_rank);
 
-  void all_gather(const void* send, void* recv, size_t send_elems, DType dtype,
-                  Stream& stream) override;
-  void reduce_scatter(const void* send, void* recv, size_t recv_elems, DType dtype, ReduceOp op,
-                      Stream& stream) override;
-  void all_reduce(const void* send, void* recv, size_t elems, DType dtype, ReduceOp op,
-                  Stream& stream) override;
-  void all_to_all_v(const void* send, std::span<const size_t> send_elems, void* recv,
-                    std::span<const size_t> recv_elems, DType dtype, Stream& stream) override;
-  void broadcast(const void* send, void* recv, size_t elems, DType dtype, int root,
-                 Stream& stream) override;
-  void barrier(Stream& stream) override;
-
  private:
   // Takes the next sequence number and enqueues the collective on `stream`.
-  void submit(MpiCall call, Stream& stream);
+  void submit(MpiCall call, Stream& stream) override;
 
   std::shared_ptr<MpiChannel> channel_;
 };

@@ -60,9 +60,9 @@ class ReportCli : public ::testing::Test {
     report_rc_ = run(std::string(MOEZERO_BIN) + " report " + metrics_.string() + " --html " +
                          html_.string() + " --json " + json_.string(),
                      kWork / "report.log");
-    trace_report_rc_ = run(std::string(MOEZERO_BIN) + " report " + trace_.string() + " --json " +
-                               trace_json_.string(),
-                           kWork / "trace_report.log");
+    trace_report_rc_ = run(
+        std::string(MOEZERO_BIN) + " report " + trace_.string() + " --json " + trace_json_.string(),
+        kWork / "trace_report.log");
   }
   static void expect_ran() {
     ASSERT_EQ(train_rc_, 0) << slurp(kWork / "train.log");

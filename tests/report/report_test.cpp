@@ -1,6 +1,6 @@
 // The report's numbers against an independent recomputation from metrics generated in the test
-// (random, seeded, in the trainer's metrics format), the comms summary of a hand-built trace with known
-// spans (exact algbw / busbw), the --json round trip, and the rendering's promises.
+// (random, seeded, in the trainer's metrics format), the comms summary of a hand-built trace with
+// known spans (exact algbw / busbw), the --json round trip, and the rendering's promises.
 #include "report/report.h"
 
 #include <gtest/gtest.h>
