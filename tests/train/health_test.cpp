@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -16,6 +17,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "moe/checkpoint.h"
 #include "moe/trainer.h"
 
 namespace moezero::moe {
@@ -132,6 +134,51 @@ TEST(GradHealth, NanInOneExpertOnOneRankStopsNamingRankLayerExpertTensor) {
     EXPECT_EQ(n["index"], 37);
     EXPECT_EQ(n["value"], "nan");
     EXPECT_EQ(n["step"], 2);
+  }
+}
+
+// A run that a NaN stops leaves its checkpoints as they were: `latest` still names the last
+// good step, nothing of the stopping step is written, and resuming from it without the fault
+// gives the uninterrupted run's losses bit for bit.
+TEST(GradHealth, NanStopLeavesTheLastCheckpointIntact) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "health_ckpt";
+  fs::remove_all(dir);
+  const std::vector<std::string> base = {"parallel.world_size=2", "parallel.ep_size=2",
+                                         "zero.stage=3", "train.steps=4"};
+  std::vector<std::string> saving = base;
+  saving.push_back("train.save_dir=" + dir.string());
+  saving.push_back("train.save_every=1");
+
+  const TrainResult full = train(tiny_moe(base), TrainOptions{});
+  ASSERT_EQ(full.steps.size(), 4u);
+
+  const Injection inj{1, 3, "layers.0.experts.2",
+                      "model.layers.0.block_sparse_moe.experts.2.w2.weight", 5, kNaN};
+  int hits = 0;
+  std::mutex mu;
+  TrainOptions faulty;
+  faulty.grad_hook = inject(inj, &hits, &mu);
+  EXPECT_THROW(train(tiny_moe(saving), faulty), Error);
+  EXPECT_EQ(hits, 1);
+  std::ifstream latest(dir / "latest");
+  std::string name;
+  std::getline(latest, name);
+  EXPECT_EQ(name, "step_00000002");
+  EXPECT_TRUE(fs::exists(dir / "step_00000002" / "manifest.json"));
+  for (const auto& entry : fs::directory_iterator(dir))
+    EXPECT_EQ(entry.path().filename().string().find("00000003"), std::string::npos)
+        << "the stopping step wrote " << entry.path();
+  EXPECT_EQ(checkpoint::load_full_params(dir.string()).step, 2);  // every crc32 checked
+
+  TrainOptions resume;
+  resume.resume_from = dir.string();
+  const TrainResult rest = train(tiny_moe(saving), resume);
+  ASSERT_EQ(rest.steps.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(rest.steps[i].step, full.steps[i + 2].step);
+    EXPECT_EQ(rest.steps[i].loss, full.steps[i + 2].loss) << "step " << rest.steps[i].step;
+    EXPECT_EQ(rest.steps[i].grad_norm, full.steps[i + 2].grad_norm);
   }
 }
 
