@@ -30,6 +30,7 @@ int trace_tid_of(const Stream& stream) {
 
 TraceSink::TraceSink(std::string path, std::string other_data_json)
     : path_(std::move(path)), other_data_(std::move(other_data_json)) {
+  if (path_.empty()) return;  // collects only
   std::ofstream probe(path_, std::ios::trunc);
   if (!probe) MOEZERO_THROW("profile.trace: cannot write the trace file '", path_, "'");
 }
@@ -107,7 +108,24 @@ std::string serialise(const TraceEvent& e) {
 
 }  // namespace
 
+std::string TraceSink::serialised_events() const {
+  std::string out;
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < events_.size(); ++i) {
+    if (i) out += ",\n";
+    out += serialise(events_[i]);
+  }
+  return out;
+}
+
+void TraceSink::append_serialised(std::string events_json) {
+  if (events_json.empty()) return;
+  std::lock_guard lock(mu_);
+  foreign_.push_back(std::move(events_json));
+}
+
 void TraceSink::write(const std::string& error) const {
+  MOEZERO_CHECK(!path_.empty(), "TraceSink::write: this sink has no file (it only collects)");
   json other = other_data_.empty() ? json::object() : json::parse(other_data_);
   other["moezero_version"] = MOEZERO_VERSION;
   if (!error.empty()) other["error"] = error;
@@ -117,6 +135,8 @@ void TraceSink::write(const std::string& error) const {
   {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < events_.size(); ++i) f << (i ? ",\n" : "") << serialise(events_[i]);
+    for (size_t i = 0; i < foreign_.size(); ++i)
+      f << (events_.empty() && i == 0 ? "" : ",\n") << foreign_[i];
   }
   f << "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": " << other.dump() << "}\n";
   f.flush();

@@ -76,12 +76,21 @@ struct TraceEvent {
 // Collects the trace events of every rank of a run and writes the file. Thread-safe.
 class TraceSink {
  public:
-  // [in] path: the output file (checked writable now). [in] other_data_json: a JSON object
+  // [in] path: the output file (checked writable now); empty: events are only collected, for
+  // another process to write (MPI ranks other than 0). [in] other_data_json: a JSON object
   // written as "otherData" (version, config).
   TraceSink(std::string path, std::string other_data_json);
   const std::string& path() const { return path_; }
   std::chrono::steady_clock::time_point run_start() const { return run_start_; }
+  // Moves the run's time origin to now (before any recorder exists): processes of an MPI job
+  // call it right after a common collective, so their timelines line up.
+  void restart_clock() { run_start_ = std::chrono::steady_clock::now(); }
   void append(std::vector<TraceEvent> events);
+  // This sink's events as trace-event JSON objects separated by ",\n" (what write() puts in
+  // "traceEvents"), for another process's sink; and such text from another process, written
+  // after this sink's own events.
+  std::string serialised_events() const;
+  void append_serialised(std::string events_json);
   // Writes {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}; `error`, when
   // not empty, is added to otherData (a run that failed midway still leaves valid JSON with
   // every step recorded until then). Throws moezero::Error if the file cannot be written.
@@ -94,6 +103,7 @@ class TraceSink {
   std::chrono::steady_clock::time_point run_start_ = std::chrono::steady_clock::now();
   mutable std::mutex mu_;
   std::vector<TraceEvent> events_;
+  std::vector<std::string> foreign_;  // append_serialised
 };
 
 // The timed communication of one step on one rank (resolved by finish_step).

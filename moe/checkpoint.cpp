@@ -14,6 +14,7 @@
 #include "core/communicator.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/host_exchange.h"
 #include "core/tensor.h"
 #include "core/zero_engine.h"
 #include "moe/checkpoint_io.h"
@@ -49,35 +50,9 @@ std::string capture(F&& fn) {
   }
 }
 
-// Every rank's string, on every rank (two all-gathers over the world, through device memory).
+// Every rank's string, on every rank (core/host_exchange.h).
 std::vector<std::string> all_gather_strings(const RankState& s, const std::string& mine) {
-  Communicator& w = *s.world;
-  Device& dev = *s.device;
-  Stream& st = *s.stream;
-  const size_t n = static_cast<size_t>(w.size());
-  TensorBuffer len(dev, DType::I64, Shape{1}, MemTag::Other, st, "checkpoint index");
-  TensorBuffer lens(dev, DType::I64, Shape{int64_t(n)}, MemTag::Other, st, "checkpoint index");
-  const int64_t my_len = static_cast<int64_t>(mine.size());
-  dev.memcpy_async(len.view().data(), &my_len, 8, st);
-  w.all_gather(len.view().data(), lens.view().data(), 1, DType::I64, st);
-  std::vector<int64_t> all_lens(n);
-  dev.memcpy_async(all_lens.data(), lens.view().data(), n * 8, st);
-  st.synchronize();
-  const int64_t words = (*std::max_element(all_lens.begin(), all_lens.end()) + 7) / 8 + 1;
-  std::vector<char> padded(static_cast<size_t>(words) * 8, 0);
-  std::memcpy(padded.data(), mine.data(), mine.size());
-  TensorBuffer send(dev, DType::I64, Shape{words}, MemTag::Other, st, "checkpoint index");
-  TensorBuffer recv(dev, DType::I64, Shape{words * int64_t(n)}, MemTag::Other, st,
-                    "checkpoint index");
-  dev.memcpy_async(send.view().data(), padded.data(), padded.size(), st);
-  w.all_gather(send.view().data(), recv.view().data(), static_cast<size_t>(words), DType::I64, st);
-  std::vector<char> all(padded.size() * n);
-  dev.memcpy_async(all.data(), recv.view().data(), all.size(), st);
-  st.synchronize();
-  std::vector<std::string> out(n);
-  for (size_t r = 0; r < n; ++r)
-    out[r].assign(all.data() + r * padded.size(), static_cast<size_t>(all_lens[r]));
-  return out;
+  return moezero::all_gather_strings(*s.device, *s.stream, *s.world, mine);
 }
 
 // Every rank throws the same Error when any rank's `error` is not empty.

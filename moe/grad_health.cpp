@@ -10,29 +10,13 @@
 #include "core/communicator.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/host_exchange.h"
 #include "core/ops.h"
 #include "core/zero_engine.h"
 
 namespace moezero::moe {
 
 namespace {
-
-// Host words -> every rank's words, through a device buffer (device memory on CUDA).
-// [in] mine: this rank's `words` i64 words. Returns size * words words, rank-major.
-std::vector<int64_t> all_gather_words(Device& dev, Stream& s, Communicator& comm,
-                                      const std::vector<int64_t>& mine, size_t words) {
-  std::vector<int64_t> out(words * static_cast<size_t>(comm.size()));
-  if (words == 0) return out;
-  TensorBuffer send(dev, DType::I64, Shape{static_cast<int64_t>(words)}, MemTag::Other, s,
-                    "grad health exchange");
-  TensorBuffer recv(dev, DType::I64, Shape{static_cast<int64_t>(out.size())}, MemTag::Other, s,
-                    "grad health exchange");
-  dev.memcpy_async(send.view().data(), mine.data(), words * 8, s);
-  comm.all_gather(send.view().data(), recv.view().data(), words, DType::I64, s);
-  dev.memcpy_async(out.data(), recv.view().data(), out.size() * 8, s);
-  s.synchronize();
-  return out;
-}
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -78,23 +62,8 @@ GradHealth::GradHealth(Device& device, Stream& stream, Communicator& misc, const
     text += "\n";
   }
   const int world = misc.size();
-  std::vector<std::string> texts(static_cast<size_t>(world));
-  if (world == 1) {
-    texts[0] = text;
-  } else {
-    const std::vector<int64_t> lens =
-        all_gather_words(device, stream, misc, {static_cast<int64_t>(text.size())}, 1);
-    size_t max_len = 0;
-    for (int64_t l : lens) max_len = std::max(max_len, static_cast<size_t>(l));
-    const size_t words = (max_len + 7) / 8;
-    std::vector<int64_t> mine(words, 0);
-    std::memcpy(mine.data(), text.data(), text.size());
-    const std::vector<int64_t> all = all_gather_words(device, stream, misc, mine, words);
-    for (int r = 0; r < world; ++r)
-      texts[static_cast<size_t>(r)].assign(
-          reinterpret_cast<const char*>(all.data() + static_cast<size_t>(r) * words),
-          static_cast<size_t>(lens[static_cast<size_t>(r)]));
-  }
+  const std::vector<std::string> texts =
+      world == 1 ? std::vector<std::string>{text} : all_gather_strings(device, stream, misc, text);
   groups_.resize(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r)
     for (const std::string& line : split(texts[static_cast<size_t>(r)], '\n')) {
@@ -135,7 +104,7 @@ std::optional<NonFiniteReport> GradHealth::agree_nonfinite(const StepResult& r, 
     mine = {1, f.group, f.param, f.index, f.kind, f.micro_batch, f.order, f.count};
   }
   const std::vector<int64_t> all =
-      misc_.size() > 1 ? all_gather_words(device_, stream_, misc_, mine, kReportWords) : mine;
+      misc_.size() > 1 ? all_gather_words(device_, stream_, misc_, mine) : mine;
   std::optional<NonFiniteReport> out;
   int64_t best_mb = 0, best_order = 0;
   std::vector<int> ranks;

@@ -1,8 +1,10 @@
 #include "moe/trainer.h"
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <map>
@@ -14,6 +16,7 @@
 #include "comm/mpi_launch.h"
 #include "comm/world.h"
 #include "core/error.h"
+#include "core/host_exchange.h"
 #include "core/ops.h"
 #include "core/process_groups.h"
 #include "core/trace.h"
@@ -163,10 +166,13 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   const std::string trace_path =
       options.trace_path.empty() ? cfg.profile.trace : options.trace_path;
   const StepList trace_steps = StepList::parse(cfg.profile.steps, "profile.steps");
+  // Under MPI every process records its own rank; rank 0's process writes the file with every
+  // rank's events, sent to it at the end of the run.
   std::unique_ptr<TraceSink> trace_sink;
-  if (!trace_path.empty() && (!mpi || mpi->rank == 0))  // MPI: rank 0's process, its own rank
-    trace_sink = std::make_unique<TraceSink>(
-        trace_path, std::string(R"({"config": )") + config_to_json(cfg, -1) + "}");
+  if (!trace_path.empty())
+    trace_sink =
+        std::make_unique<TraceSink>(!mpi || mpi->rank == 0 ? trace_path : std::string(),
+                                    std::string(R"({"config": )") + config_to_json(cfg, -1) + "}");
 
   TrainResult result;
   std::mutex result_mu;
@@ -196,6 +202,11 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     if (ep > 1) a2a = ctx.communicator(pgs.ep_group_of(ctx.rank), "a2a");
     if (world > 1) router = ctx.communicator(wg, "router");
     MoeStats moe_stats;
+    if (mpi && trace_sink) {  // one time origin for the processes: just after a common exchange
+      const int64_t here = 1;
+      all_gather_words(dev, cs, *misc, {&here, 1});
+      trace_sink->restart_clock();
+    }
     // Times every collective and a2a wait (metrics), and traces the chosen steps.
     TraceRecorder recorder(dev, cs, ctx.rank, trace_sink.get(), trace_steps);
     MoeRuntime rt;
@@ -355,14 +366,20 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       mine.peak_bytes = mem.peak_bytes;
       mine.peak_total_bytes = mem.total_peak_bytes;
       before = now;
-      // The struct travels as raw 8-byte words (every field is 8 bytes wide; checked below).
+      // The struct travels as raw 8-byte words (every field is 8 bytes wide; checked below),
+      // then the per-expert words; through device buffers (NCCL needs device memory).
+      std::array<int64_t, kStatWords> mine_words;
+      std::memcpy(mine_words.data(), &mine, sizeof mine);
+      const std::vector<int64_t> all_words = all_gather_words(dev, cs, *misc, mine_words);
       std::vector<RankStepStats> all(static_cast<size_t>(world));
-      misc->all_gather(&mine, all.data(), kStatWords, DType::I64, cs);
+      std::memcpy(static_cast<void*>(all.data()), all_words.data(),
+                  all.size() * sizeof(RankStepStats));
       const std::vector<uint64_t> expert_words = step_stats.rank_words(engine, moe_stats, timing);
-      std::vector<uint64_t> all_expert_words(expert_words.size() * static_cast<size_t>(world));
-      misc->all_gather(expert_words.data(), all_expert_words.data(), expert_words.size(),
-                       DType::I64, cs);
-      cs.synchronize();
+      const std::vector<int64_t> gathered_expert_words = all_gather_words(
+          dev, cs, *misc,
+          {reinterpret_cast<const int64_t*>(expert_words.data()), expert_words.size()});
+      const std::vector<uint64_t> all_expert_words(gathered_expert_words.begin(),
+                                                   gathered_expert_words.end());
       auto save_time = std::chrono::steady_clock::duration::zero();  // not counted in tok/s
       if (stop_error.empty() && !tc.save_dir.empty() &&
           ((tc.save_every > 0 && (step + 1) % tc.save_every == 0) || step + 1 == end_step)) {
@@ -432,6 +449,12 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
                               std::move(params[static_cast<size_t>(g)]));
       }
     }
+    if (mpi && trace_sink) {  // every rank's events to rank 0's process, which writes the file
+      const auto texts = all_gather_strings(
+          dev, cs, *misc, ctx.rank == 0 ? std::string() : trace_sink->serialised_events());
+      if (ctx.rank == 0)
+        for (size_t r = 1; r < texts.size(); ++r) trace_sink->append_serialised(texts[r]);
+    }
     dev.synchronize();
   };
   try {
@@ -442,7 +465,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     else
       comm::World::run(world, rank_main, wopt);
   } catch (const std::exception& e) {
-    if (trace_sink) {  // valid JSON with every step recorded so far; the run's error wins
+    if (trace_sink && !trace_sink->path().empty()) {  // valid JSON with every step so far
       try {
         trace_sink->write(e.what());
       } catch (const std::exception&) {
@@ -450,7 +473,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     }
     throw;
   }
-  if (trace_sink) trace_sink->write();
+  if (trace_sink && !trace_sink->path().empty()) trace_sink->write();
   if (options.collect_params)  // every group of the model, in execution order
     for (const GroupSpec& g : full_param_groups(cfg.model)) {
       result.group_names.push_back(g.name);

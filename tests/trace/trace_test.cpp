@@ -143,7 +143,9 @@ std::map<std::tuple<int64_t, int, std::string, std::string>, uint64_t> collectiv
       const int n = a.value("group_size", 0);
       EXPECT_GE(n, 1) << e.dump();
       EXPECT_LE(n, world) << e.dump();
-      if (a["op"] == "all_to_all_v") EXPECT_EQ(n, ep_size) << "token a2a spans the EP group";
+      if (a["op"] == "all_to_all_v") {
+        EXPECT_EQ(n, ep_size) << "token a2a spans the EP group";
+      }
       out[{a["step"].get<int64_t>(), e["pid"].get<int>(), a["op"].get<std::string>(),
            a["channel"].get<std::string>()}] += a["bytes"].get<uint64_t>();
     }
