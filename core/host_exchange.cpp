@@ -33,7 +33,7 @@ std::vector<std::string> all_gather_strings(Device& device, Stream& stream, Comm
   const std::vector<int64_t> lens = all_gather_words(device, stream, comm, {&my_len, 1});
   const size_t words = static_cast<size_t>((*std::max_element(lens.begin(), lens.end()) + 7) / 8);
   std::vector<int64_t> padded(words, 0);
-  std::memcpy(padded.data(), mine.data(), mine.size());
+  if (!mine.empty()) std::memcpy(padded.data(), mine.data(), mine.size());
   const std::vector<int64_t> all = all_gather_words(device, stream, comm, padded);
   std::vector<std::string> out(n);
   for (size_t r = 0; r < n; ++r)

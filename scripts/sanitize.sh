@@ -11,17 +11,27 @@ which=${1:-all}
 JOBS=${MOEZERO_JOBS:-$(nproc)}
 SUPP="$PWD/scripts/tsan.supp"
 
-run_suite() {  # dir sanitize-list
+build_suite() {  # dir sanitize-list
   local dir=$1 san=$2
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOEZERO_CUDA=OFF \
         -DMOEZERO_BUILD_BENCHMARKS=OFF "-DMOEZERO_SANITIZE=$san" >/dev/null
   cmake --build "$dir" -j"$JOBS"
-  ctest --test-dir "$dir" --output-on-failure --timeout 1200
+}
+run_suite() {  # dir sanitize-list
+  build_suite "$1" "$2"
+  ctest --test-dir "$1" --output-on-failure --timeout 1200
 }
 
 if [[ $which == all || $which == address ]]; then
-  ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    run_suite build-asan "address;undefined"
+  build_suite build-asan "address;undefined"
+  export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+  # Leak checking everywhere but under mpirun: OpenMPI leaves its own allocations (in its
+  # dlopen'ed components, so no suppression can name them) at MPI_Finalize. The MPI tests
+  # still run under ASAN+UBSAN for every memory error.
+  ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
+    ctest --test-dir build-asan --output-on-failure --timeout 1200 -E '^mpi_'
+  ASAN_OPTIONS=halt_on_error=1:detect_leaks=0 \
+    ctest --test-dir build-asan --output-on-failure --timeout 1200 -R '^mpi_'
 fi
 if [[ $which == all || $which == thread ]]; then
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$SUPP" \
