@@ -153,8 +153,8 @@ TEST(GradHealth, NanStopLeavesTheLastCheckpointIntact) {
   const TrainResult full = train(tiny_moe(base), TrainOptions{});
   ASSERT_EQ(full.steps.size(), 4u);
 
-  const Injection inj{1, 3, "layers.0.experts.2",
-                      "model.layers.0.block_sparse_moe.experts.2.w2.weight", 5, kNaN};
+  const Injection inj{
+      1, 3, "layers.0.experts.2", "model.layers.0.block_sparse_moe.experts.2.w2.weight", 5, kNaN};
   int hits = 0;
   std::mutex mu;
   TrainOptions faulty;
