@@ -34,7 +34,7 @@ if [[ $which == all || $which == address ]]; then
     ctest --test-dir build-asan --output-on-failure --timeout 1200 -R '^mpi_'
 fi
 if [[ $which == all || $which == thread ]]; then
-  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$SUPP" \
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=7:suppressions=$SUPP" \
     run_suite build-tsan thread
 fi
 echo "sanitize: clean"
