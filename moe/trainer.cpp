@@ -89,9 +89,13 @@ std::string clock_text(double s) {
   return buf;
 }
 
-void print_progress(std::ostream& os, const StepLog& s, int64_t steps) {
+// [in] first_step: steps completed before this run (a resume); [in] end_step: this run's last
+// step (train.steps or --stop-at). The ETA is this run's pace over this run's steps.
+void print_progress(std::ostream& os, const StepLog& s, int64_t first_step, int64_t end_step,
+                    int64_t steps) {
   char buf[256];
-  const double eta = s.step > 0 ? s.elapsed_s / double(s.step) * double(steps - s.step) : 0.0;
+  const int64_t done = s.step - first_step;
+  const double eta = done > 0 ? s.elapsed_s / double(done) * double(end_step - s.step) : 0.0;
   std::snprintf(
       buf, sizeof buf,
       "step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %8.0f tok/s | %s elapsed, "
@@ -420,7 +424,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       if (recorder.last_step_traced()) recorder.step_metrics(line);
       if (options.progress && (s.step % tc.log_every == 0 || s.step == first_step + 1 ||
                                s.step == end_step || !s.applied))
-        print_progress(*options.progress, s, tc.steps);
+        print_progress(*options.progress, s, first_step, end_step, tc.steps);
       if (options.progress && !s.applied && stop_error.empty())
         *options.progress << "  "
                           << nonfinite_message(nonfinite, s.step, s.loss, cfg.profile.check_finite,
