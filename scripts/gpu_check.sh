@@ -2,8 +2,9 @@
 # scripts/gpu_check.sh — everything that needs a GPU, in one call of a few minutes, on a
 # machine with an NVIDIA GPU (sm_90: H100/H200): configures a CUDA build in build-gpu/
 # (or $MOEZERO_GPU_BUILD_DIR), builds it with -j16, runs every test executable that exists
-# (core_tests, kernel_tests — both backends, the CUDA cases run for real here — comm_tests) and
-# the CUDA kernel benchmark, then prints a summary table last.
+# (core_tests, kernel_tests — both backends, the CUDA cases run for real here — comm_tests,
+# train_tests), a traced trainer run on the GPU read back by `moezero report`, and the CUDA
+# kernel benchmark, then prints a summary table last.
 # Exits non-zero when the build, any test, or the benchmark fails, or when the GPU is not
 # usable (CUDA cases would only skip). Logs: $MOEZERO_GPU_LOG_DIR (default build-gpu/logs;
 # on the device tool pass MOEZERO_GPU_LOG_DIR=$OUT to get them back).
@@ -102,10 +103,13 @@ done
 
 # The whole trainer on one GPU (NCCL world of 1, MoE, ZeRO-3): a smoke run of the CUDA path.
 if [[ -x "$BUILD/bin/moezero" ]]; then
+  # Steps 2-3 traced: spans from CUDA events; the report must read the trace back.
   step train_cuda 120 "$BUILD/bin/moezero" train --config examples/configs/tiny.json \
     --set parallel.backend=cuda --set parallel.world_size=1 --set parallel.ep_size=1 \
-    --set train.steps=30 --set train.log_every=10
+    --set train.steps=30 --set train.log_every=10 --set profile.steps=2-3 \
+    --trace "$LOGS/train_cuda.trace.json"
   note_last "$(grep -m1 '^done:' "$LOGS/train_cuda.log" || echo 'no done line')"
+  step report_cuda_trace 60 "$BUILD/bin/moezero" report "$LOGS/train_cuda.trace.json"
 fi
 
 if [[ -x "$BUILD/bin/kernels_cuda_bench" ]]; then
