@@ -159,9 +159,7 @@ void commit_checkpoint(const RankState& s, const fs::path& root, const fs::path&
   (void)io::read_manifest(tmp.string());  // the same checks a loader makes (shards tile groups)
   const std::string name = io::step_dir_name(step);
   const fs::path final_dir = root / name;
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // an older save of this same step
-  fs::rename(tmp, final_dir);
-  io::fsync_dir(root.string());
+  io::replace_dir(tmp.string(), final_dir.string());  // an older save of this step: swapped out
   io::write_text_atomic((root / "latest").string(), name + "\n");
   prune(root, cfg.train.keep_checkpoints, name);
 }

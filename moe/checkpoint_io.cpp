@@ -97,6 +97,27 @@ void fsync_dir(const std::string& dir) {
     MOEZERO_THROW("checkpoint: fsync of directory '", dir, "' failed: ", std::strerror(e));
 }
 
+bool replace_dir(const std::string& from, const std::string& to) {
+  namespace fs = std::filesystem;
+  const std::string parent = fs::path(to).parent_path().string();
+  bool swapped = false;
+  if (fs::exists(to)) {
+    if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) {
+      swapped = true;
+      fsync_dir(parent);
+      fs::remove_all(from);  // now the old directory
+    } else if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
+      fs::remove_all(to);  // no atomic swap on this file system
+    } else {
+      MOEZERO_THROW("checkpoint: cannot swap '", from, "' and '", to, "': ", std::strerror(errno));
+    }
+  }
+  if (!swapped && ::rename(from.c_str(), to.c_str()) != 0)
+    MOEZERO_THROW("checkpoint: cannot rename '", from, "' to '", to, "': ", std::strerror(errno));
+  fsync_dir(parent);
+  return swapped;
+}
+
 std::pair<uint64_t, uint32_t> write_text_atomic(const std::string& path, const std::string& text) {
   AtomicFile f(path);
   f.write(text.data(), text.size());

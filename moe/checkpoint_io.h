@@ -49,6 +49,12 @@ class AtomicFile {
 };
 
 void fsync_dir(const std::string& dir);
+// Moves directory `from` to `to`, replacing an existing `to` atomically where the file system
+// can swap two directories (Linux renameat2 RENAME_EXCHANGE: ext4, xfs, btrfs, tmpfs): a crash
+// leaves either the old or the new `to`, never neither; the old one is then removed. Elsewhere
+// (e.g. NFS) the old `to` is removed first. Then fsyncs the parent directory. Returns whether
+// the replacement was atomic (false also when `to` did not exist: a plain rename).
+bool replace_dir(const std::string& from, const std::string& to);
 // Writes `text` to `path` atomically; returns (bytes, crc32).
 std::pair<uint64_t, uint32_t> write_text_atomic(const std::string& path, const std::string& text);
 std::string read_text(const std::string& path);  // whole file; throws naming the path

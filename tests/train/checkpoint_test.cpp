@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "moe/checkpoint_io.h"
 #include "moe/trainer.h"
 
 namespace moezero::moe {
@@ -240,6 +241,42 @@ TEST(Checkpoint, InterruptedSaveLeavesThePreviousCheckpointIntact) {
   const std::string err0 = error_of([&] { train(ckpt_config(b), opt); });
   EXPECT_NE(err0.find("failed on rank 0"), std::string::npos) << err0;
   EXPECT_EQ(latest_of(b), "step_00000006");
+}
+
+// Saving a step that already has a complete directory (a resume from an older checkpoint)
+// replaces that directory whole (swapped in where the file system allows), leaves no
+// temporary directory, and the new one resumes like the old one.
+TEST(Checkpoint, SavingAnExistingStepReplacesItWhole) {
+  const std::string d = fresh_dir("replace");
+  run(ckpt_config(d, {"train.save_every=1"}), "", 4);
+  ASSERT_EQ(latest_of(d), "step_00000004");
+  std::ofstream(d + "/step_00000004/old_marker") << "from the first save\n";
+  run(ckpt_config(d, {"train.save_every=1"}), d + "/step_00000003", 4);
+  EXPECT_EQ(latest_of(d), "step_00000004");
+  EXPECT_FALSE(fs::exists(d + "/step_00000004/old_marker")) << "the old directory stayed";
+  EXPECT_TRUE(fs::exists(d + "/step_00000004/manifest.json"));
+  for (const auto& e : fs::directory_iterator(d))
+    EXPECT_NE(e.path().filename().string().rfind(".tmp_", 0), 0u) << e.path();
+  EXPECT_EQ(checkpoint::load_full_params(d).step, 4);
+  const TrainResult a = run(ckpt_config(d), d);
+  const TrainResult b = run(ckpt_config(fresh_dir("replace_ref")), "", 0);
+  expect_steps_identical(b, 4, a);
+}
+
+TEST(CheckpointIo, ReplaceDirMovesOrSwapsInTheNewDirectory) {
+  const std::string d = fresh_dir("replace_dir");
+  fs::create_directories(d + "/new");
+  std::ofstream(d + "/new/x") << "new";
+  EXPECT_FALSE(checkpoint::io::replace_dir(d + "/new", d + "/to")) << "nothing to replace";
+  EXPECT_TRUE(fs::exists(d + "/to/x"));
+  EXPECT_FALSE(fs::exists(d + "/new"));
+  fs::create_directories(d + "/newer");
+  std::ofstream(d + "/newer/y") << "newer";
+  const bool atomic = checkpoint::io::replace_dir(d + "/newer", d + "/to");
+  RecordProperty("atomic_swap", atomic ? "yes" : "no (file system without RENAME_EXCHANGE)");
+  EXPECT_TRUE(fs::exists(d + "/to/y"));
+  EXPECT_FALSE(fs::exists(d + "/to/x")) << "the old directory's content stayed";
+  EXPECT_FALSE(fs::exists(d + "/newer"));
 }
 
 TEST(Checkpoint, KeepsTheNewestCheckpoints) {
