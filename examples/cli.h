@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "moe/hf_export.h"
+
 namespace moezero::cli {
 
 // `moezero selfcheck [--ranks N] [--backend cpu|cuda|all]`: runs a few kernels against
@@ -20,6 +22,11 @@ int config(const std::vector<std::string>& args);
 
 // `moezero export --checkpoint DIR --out HF_DIR [--dtype f32|bf16]`.
 int export_model(const std::vector<std::string>& args);
+// Consolidates checkpoint `checkpoint` (a save_dir or a step directory) into the Hugging Face
+// directory `out` and prints one line; the work of `export`, and of `train --export-hf` under
+// mpirun.
+void export_checkpoint(const std::string& checkpoint, const std::string& out,
+                       const moe::HfExportOptions& options);
 
 // `moezero score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]`.
 int score(const std::vector<std::string>& args);

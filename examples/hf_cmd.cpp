@@ -53,6 +53,12 @@ int export_model(const std::vector<std::string>& args) {
   }
   MOEZERO_REQUIRE(!checkpoint.empty(), "export: --checkpoint DIR is required");
   MOEZERO_REQUIRE(!out.empty(), "export: --out HF_DIR is required");
+  export_checkpoint(checkpoint, out, opt);
+  return 0;
+}
+
+void export_checkpoint(const std::string& checkpoint, const std::string& out,
+                       const moe::HfExportOptions& opt) {
   checkpoint::FullParams full = checkpoint::load_full_params(checkpoint);
   std::vector<moe::GroupValues> groups;
   groups.reserve(full.groups.size());
@@ -61,7 +67,6 @@ int export_model(const std::vector<std::string>& args) {
   std::printf("exported %s (step %lld, %s) to %s\n", checkpoint.c_str(),
               static_cast<long long>(full.step),
               moe::hf_architecture_name(moe::hf_architecture(full.config)), out.c_str());
-  return 0;
 }
 
 int score(const std::vector<std::string>& args) {

@@ -75,10 +75,11 @@ int train(const std::vector<std::string>& args) {
   const auto mpi = comm::mpi_process();
   const bool lead = !mpi || mpi->rank == 0;
   if (!lead) quiet = true;
-  MOEZERO_REQUIRE(
-      !mpi || export_dir.empty(),
-      "train: --export-hf gathers every expert in one process and is not available under "
-      "mpirun; save a checkpoint (train.save_dir) and run `moezero export --checkpoint`");
+  // Under mpirun each process holds only its shards: the export consolidates the run's final
+  // checkpoint (train.save_dir, which every process sees) once the run has ended.
+  MOEZERO_REQUIRE(!mpi || export_dir.empty() || !cfg.train.save_dir.empty(),
+                  "train: under mpirun, --export-hf exports the run's final checkpoint: set "
+                  "train.save_dir (a directory every process sees)");
   if (lead) {
     int64_t params = 0;
     for (const auto& g : moe::Transformer(cfg.model).param_groups())
@@ -120,7 +121,7 @@ int train(const std::vector<std::string>& args) {
   opt.resume_from = resume;
   opt.stop_at_step = stop_at;
   if (!resume.empty()) std::printf("  resume   %s\n", resume.c_str());
-  opt.collect_params = !export_dir.empty();
+  opt.collect_params = !export_dir.empty() && !mpi;
   opt.trace_path = trace_path;
   const auto t0 = std::chrono::steady_clock::now();
   moe::TrainResult r = moe::train(cfg, opt);
@@ -128,7 +129,9 @@ int train(const std::vector<std::string>& args) {
   if (lead && !r.steps.empty())
     std::printf("done: %zu steps in %.1f s, loss %.4f -> %.4f\n", r.steps.size(), secs,
                 r.steps.front().loss, r.steps.back().loss);
-  if (lead && !export_dir.empty()) {
+  if (lead && !export_dir.empty() && mpi) {
+    export_checkpoint(cfg.train.save_dir, export_dir, export_opt);
+  } else if (lead && !export_dir.empty()) {
     std::vector<moe::GroupValues> groups;
     for (size_t g = 0; g < r.params.size(); ++g)
       groups.push_back({r.group_names[g], std::move(r.params[g])});
