@@ -2,7 +2,8 @@
 # tests/mpi/trace.sh MOEZERO MPIRUN "MPIRUN_FLAGS" CONFIG WORKDIR
 # `mpirun -np 2 moezero train --trace`: rank 0's process writes one trace with both ranks
 # (pid 0 and 1, each with its stream tracks), and each rank's collective bytes per step equal
-# that rank's counters in the metrics file, as in the single-process trace tests.
+# that rank's counters in the metrics file, as in the single-process trace tests; `moezero
+# report` reads the trace (comms summary with busbw).
 set -euo pipefail
 moezero=$1 mpirun=$2 flags=$3 config=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
@@ -48,4 +49,13 @@ for m in metrics:
 if bad:
     sys.exit(f"FAIL: {bad} differences between the trace and the metrics")
 print(f"OK: one trace of {len(events)} events with ranks 0 and 1; gathered bytes match")
+PY
+"$moezero" report "$work/trace.json" --json "$work/report.json" > "$work/report.log" 2>&1 ||
+  { cat "$work/report.log"; echo "FAIL: moezero report on the MPI trace"; exit 1; }
+python3 - "$work/report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["ranks"] == 2 and r["has_collectives"] and r["has_group_size"], r.keys()
+assert all(c["busbw_gbps"] is not None for c in r["comms"] if c["total_ms"] > 0), r["comms"]
+print(f"OK: report of the MPI trace: {len(r['comms'])} comms rows, 2 ranks")
 PY
