@@ -125,6 +125,10 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
                     ") differs from the MPI world size (", mpi->world_size,
                     " processes from mpirun -np): pass --set parallel.world_size=", mpi->world_size,
                     " or launch as many processes as ranks");
+  MOEZERO_REQUIRE(!mpi || !options.collect_params,
+                  "TrainOptions::collect_params gathers every rank's parameters in one process "
+                  "and is not available under mpirun: save a checkpoint (train.save_dir) and "
+                  "read it with checkpoint::load_full_params");
   if (on_cuda && !mpi) {
     std::string why;
     if (!cuda_available(&why))
