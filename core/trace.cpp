@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <utility>
 
 #include "core/allocator.h"
 #include "core/error.h"
@@ -108,14 +110,18 @@ std::string serialise(const TraceEvent& e) {
 
 }  // namespace
 
+void TraceSink::write_events(std::ostream& os) const {
+  bool first = true;
+  for (const TraceEvent& e : events_)
+    os << (std::exchange(first, false) ? "" : ",\n") << serialise(e);
+  for (const std::string& text : foreign_) os << (std::exchange(first, false) ? "" : ",\n") << text;
+}
+
 std::string TraceSink::serialised_events() const {
-  std::string out;
+  std::ostringstream os;
   std::lock_guard lock(mu_);
-  for (size_t i = 0; i < events_.size(); ++i) {
-    if (i) out += ",\n";
-    out += serialise(events_[i]);
-  }
-  return out;
+  write_events(os);
+  return os.str();
 }
 
 void TraceSink::append_serialised(std::string events_json) {
@@ -134,9 +140,7 @@ void TraceSink::write(const std::string& error) const {
   f << "{\"traceEvents\": [\n";
   {
     std::lock_guard lock(mu_);
-    for (size_t i = 0; i < events_.size(); ++i) f << (i ? ",\n" : "") << serialise(events_[i]);
-    for (size_t i = 0; i < foreign_.size(); ++i)
-      f << (events_.empty() && i == 0 ? "" : ",\n") << foreign_[i];
+    write_events(f);
   }
   f << "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": " << other.dump() << "}\n";
   f.flush();

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -103,7 +104,8 @@ class TraceSink {
   std::chrono::steady_clock::time_point run_start_ = std::chrono::steady_clock::now();
   mutable std::mutex mu_;
   std::vector<TraceEvent> events_;
-  std::vector<std::string> foreign_;  // append_serialised
+  std::vector<std::string> foreign_;          // append_serialised
+  void write_events(std::ostream& os) const;  // events_, then foreign_; caller holds mu_
 };
 
 // The timed communication of one step on one rank (resolved by finish_step).

@@ -1,6 +1,5 @@
 #include "moe/trainer.h"
 
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -374,20 +373,22 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
       mine.peak_bytes = mem.peak_bytes;
       mine.peak_total_bytes = mem.total_peak_bytes;
       before = now;
-      // The struct travels as raw 8-byte words (every field is 8 bytes wide; checked below),
-      // then the per-expert words; through device buffers (NCCL needs device memory).
-      std::array<int64_t, kStatWords> mine_words;
-      std::memcpy(mine_words.data(), &mine, sizeof mine);
-      const std::vector<int64_t> all_words = all_gather_words(dev, cs, *misc, mine_words);
-      std::vector<RankStepStats> all(static_cast<size_t>(world));
-      std::memcpy(static_cast<void*>(all.data()), all_words.data(),
-                  all.size() * sizeof(RankStepStats));
+      // One exchange per step (one host sync): the struct as raw 8-byte words (every field is
+      // 8 bytes wide; checked above), then the per-expert words, whose count depends only on
+      // the config; through device buffers (NCCL reads device memory only).
       const std::vector<uint64_t> expert_words = step_stats.rank_words(engine, moe_stats, timing);
-      const std::vector<int64_t> gathered_expert_words = all_gather_words(
-          dev, cs, *misc,
-          {reinterpret_cast<const int64_t*>(expert_words.data()), expert_words.size()});
-      const std::vector<uint64_t> all_expert_words(gathered_expert_words.begin(),
-                                                   gathered_expert_words.end());
+      const size_t expert_n = expert_words.size(), stride = kStatWords + expert_n;
+      std::vector<int64_t> mine_words(stride);
+      std::memcpy(mine_words.data(), &mine, sizeof mine);
+      std::memcpy(mine_words.data() + kStatWords, expert_words.data(), expert_n * 8);
+      const std::vector<int64_t> words = all_gather_words(dev, cs, *misc, mine_words);
+      std::vector<RankStepStats> all(static_cast<size_t>(world));
+      std::vector<uint64_t> all_expert_words(expert_n * static_cast<size_t>(world));
+      for (size_t r = 0; r < all.size(); ++r) {
+        std::memcpy(static_cast<void*>(&all[r]), words.data() + r * stride, sizeof mine);
+        std::memcpy(all_expert_words.data() + r * expert_n, words.data() + r * stride + kStatWords,
+                    expert_n * 8);
+      }
       auto save_time = std::chrono::steady_clock::duration::zero();  // not counted in tok/s
       if (stop_error.empty() && !tc.save_dir.empty() &&
           ((tc.save_every > 0 && (step + 1) % tc.save_every == 0) || step + 1 == end_step)) {
