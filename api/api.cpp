@@ -1,7 +1,7 @@
 // api/api.cpp — the conveniences of include/moezero/api.h, written on core/config and the model.
 #include "moezero/api.h"
 
-#include "moe/transformer.h"
+#include "model/transformer.h"
 
 namespace moezero {
 

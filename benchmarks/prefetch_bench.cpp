@@ -38,7 +38,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/process_groups.h"
-#include "core/zero_engine.h"
+#include "zero/zero_engine.h"
 #include "prefetch/frequency_model.h"
 #include "prefetch/prefetch_policy.h"
 #include "prefetch/shard_cache.h"

@@ -13,7 +13,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
-#include "moe/trainer.h"
+#include "train/trainer.h"
 
 using namespace moezero;
 

@@ -1,7 +1,8 @@
 # The moezero CMake package: `cmake --install build --prefix P` installs
 #   P/lib/libmoezero_*.a                      every static library, exported as moezero::<name>
 #   P/include/moezero/moezero.h, api.h         the umbrella header and the API conveniences
-#   P/include/moezero/{core,kernels,comm,moe}/ every header of those layers (subfolders too)
+#   P/include/moezero/{core,kernels,comm,prefetch,zero,layers,moe,model,hf,train}/
+#                                              every header of those layers (subfolders too)
 #   P/lib/cmake/moezero/moezeroConfig.cmake    + version file and moezeroTargets.cmake
 #   P/bin/moezero                              the CLI
 # so that a program does find_package(moezero) and links moezero::moezero. Include dirs of an
@@ -19,18 +20,12 @@ include(CMakePackageConfigHelpers)
 
 set(MOEZERO_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/moezero)
 
-set(_moezero_libs moezero_core moezero_kernels_cpu moezero_kernels moezero_comm moezero_moe
-                  moezero_trainer moezero_api)
+set(_moezero_libs moezero_core moezero_kernels_cpu moezero_kernels moezero_comm moezero_prefetch
+                  moezero_zero moezero_layers moezero_moe moezero_model moezero_hf moezero_trainer
+                  moezero_api)
 if(MOEZERO_HAVE_CUDA)
   list(APPEND _moezero_libs moezero_kernels_cuda)
 endif()
-# Libraries of later layers join the package as soon as their target exists.
-foreach(_lib moezero_prefetch)
-  if(TARGET ${_lib})
-    list(APPEND _moezero_libs ${_lib})
-    target_link_libraries(moezero_all INTERFACE ${_lib})
-  endif()
-endforeach()
 
 if(MOEZERO_SANITIZE)
   string(REPLACE ";" "," _moezero_san "${MOEZERO_SANITIZE}")
@@ -45,7 +40,7 @@ install(TARGETS ${_moezero_libs} moezero_all
 install(TARGETS moezero RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # Headers: globbed at install time, so headers added later are installed without an edit here.
-foreach(_dir core kernels comm moe prefetch)
+foreach(_dir core kernels comm prefetch zero layers moe model hf train)
   if(IS_DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir})
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/
       DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/moezero/${_dir}

@@ -32,7 +32,7 @@
 #include <memory>
 #include <vector>
 
-#include "moe/feed_forward.h"
+#include "layers/feed_forward.h"
 #include "moe/moe_runtime.h"
 #include "moe/router.h"
 

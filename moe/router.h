@@ -39,7 +39,7 @@
 #include <memory>
 
 #include "core/config.h"
-#include "moe/module.h"
+#include "layers/module.h"
 
 namespace moezero::moe {
 

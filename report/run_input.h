@@ -3,7 +3,7 @@
 // docs/health.md).
 //
 // Input kinds, told apart by content (never by file name):
-//   - metrics file: JSON lines, one object per step (moe/trainer.cpp step_json);
+//   - metrics file: JSON lines, one object per step (train/trainer.cpp step_json);
 //   - trace: one JSON object with "traceEvents" (profile.trace); its per-step metrics are the
 //     args of the "step_metrics" instant events, its collectives the "X" spans of cat
 //     "collective" (args op, group, bytes, optional group_size).

@@ -84,7 +84,7 @@ fi
 # because CUDA is unusable means the GPU is not usable, which is a failure of this check.
 # (--gtest_brief hides the list of skipped tests, so skips are found by their reason lines.)
 UNUSABLE='insufficient|no CUDA device|without CUDA|cudaError|CUDA is unavailable'
-for t in core_tests kernel_tests comm_tests train_tests; do
+for t in core_tests zero_tests kernel_tests comm_tests train_tests; do
   exe="$BUILD/bin/$t"
   [[ -x "$exe" ]] || continue
   step "$t" 180 "$exe" --gtest_brief=1

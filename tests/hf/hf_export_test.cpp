@@ -1,6 +1,6 @@
 // moe/hf_export + moe/hf_score + train.init_from: a trained tiny model exported, read back,
 // scored, and used to start training; config.json fields; every refusal.
-#include "moe/hf_export.h"
+#include "hf/hf_export.h"
 
 #include <gtest/gtest.h>
 
@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "moe/data.h"
-#include "moe/hf_score.h"
-#include "moe/trainer.h"
+#include "train/data.h"
+#include "hf/hf_score.h"
+#include "train/trainer.h"
 
 namespace moezero::moe {
 namespace {

@@ -1,6 +1,6 @@
 // moe/safetensors: write/read round trips (F32, BF16, metadata, header alignment) and every
 // refusal of a malformed file, each naming the file and, where there is one, the tensor.
-#include "moe/safetensors.h"
+#include "hf/safetensors.h"
 
 #include <gtest/gtest.h>
 

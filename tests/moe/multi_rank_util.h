@@ -22,7 +22,7 @@
 #include "core/process_groups.h"
 #include "moe/moe_layer.h"
 #include "moe/moe_runtime.h"
-#include "tests/moe/simple_params.h"
+#include "tests/common/simple_params.h"
 
 namespace moezero::test {
 

@@ -8,7 +8,7 @@
 #include "comm/mpi_launch.h"
 #include "core/config.h"
 #include "core/error.h"
-#include "moe/trainer.h"
+#include "train/trainer.h"
 
 namespace moezero::moe {
 namespace {

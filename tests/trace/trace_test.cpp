@@ -16,7 +16,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/step_list.h"
-#include "moe/trainer.h"
+#include "train/trainer.h"
 #include "prefetch/frequency_model.h"
 
 namespace moezero::moe {

@@ -1,9 +1,9 @@
-// Sharded checkpoints (moe/checkpoint.h): resume is bit-exact on the same layout (world 2 with
+// Sharded checkpoints (train/checkpoint.h): resume is bit-exact on the same layout (world 2 with
 // EP 2, ZeRO-3, frequency prefetch and the shard cache; world 1 in bf16 with accumulation),
 // resumes at other world sizes / EP sizes / stages to float rounding, an interrupted save
 // leaves the previous checkpoint loadable, bad checkpoints are refused naming the file and
 // the problem, old checkpoints are pruned, and load_full_params assembles every group.
-#include "moe/checkpoint.h"
+#include "train/checkpoint.h"
 
 #include <gtest/gtest.h>
 
@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "moe/checkpoint_io.h"
-#include "moe/trainer.h"
+#include "train/checkpoint_io.h"
+#include "train/trainer.h"
 
 namespace moezero::moe {
 namespace {

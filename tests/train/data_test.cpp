@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "moe/data.h"
+#include "train/data.h"
 
 namespace moezero::moe {
 namespace {

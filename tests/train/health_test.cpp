@@ -17,8 +17,8 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/ops.h"
-#include "moe/checkpoint.h"
-#include "moe/trainer.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
 
 namespace moezero::moe {
 namespace {

@@ -1,6 +1,6 @@
 // The whole training path: every ZeRO stage at world sizes 2, 3 and 4 gives the losses and
 // final parameters of one rank; accumulation; the loss falls; metrics; the LR schedule.
-#include "moe/trainer.h"
+#include "train/trainer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,330 @@
+// hf/hf_export.cpp — config.json and model.safetensors of an exported model, and reading
+// them back (see hf_export.h).
+#include "hf/hf_export.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "moe/moe_runtime.h"
+#include "model/transformer.h"
+
+namespace moezero::moe {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+const char* hf_architecture_name(HfArchitecture a) {
+  return a == HfArchitecture::Mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM";
+}
+
+HfArchitecture hf_architecture(const Config& cfg) {
+  const ModelConfig& m = cfg.model;
+  if (m.num_experts == 0) return HfArchitecture::Llama;
+  if (m.moe_every != 1)
+    MOEZERO_THROW("model.moe_every = ", m.moe_every,
+                  ": this model has dense FFN layers between its MoE layers, which "
+                  "MixtralForCausalLM cannot express (every Mixtral layer is a sparse MoE block). "
+                  "Export models with moe_every = 1 (Mixtral) or num_experts = 0 (Llama)");
+  if (!cfg.moe.normalize_top_k)
+    MOEZERO_THROW(
+        "moe.normalize_top_k = false: the model weights experts by their raw top-k "
+        "probabilities, but MixtralForCausalLM always renormalises the top-k weights "
+        "to sum to 1; the exported model would compute another function");
+  return HfArchitecture::Mixtral;
+}
+
+std::vector<GroupSpec> full_param_groups(const ModelConfig& model) {
+  MoeRuntime rt;  // one rank, every expert local
+  return Transformer(model, &rt).param_groups();
+}
+
+std::string hf_config_json(const Config& cfg, SafetensorsDType dtype) {
+  const HfArchitecture arch = hf_architecture(cfg);
+  const ModelConfig& m = cfg.model;
+  ordered_json j;
+  j["architectures"] = {hf_architecture_name(arch)};
+  j["model_type"] = arch == HfArchitecture::Mixtral ? "mixtral" : "llama";
+  j["vocab_size"] = m.vocab_size;
+  j["hidden_size"] = m.d_model;
+  j["intermediate_size"] = m.d_ff;
+  j["num_hidden_layers"] = m.n_layers;
+  j["num_attention_heads"] = m.n_heads;
+  j["num_key_value_heads"] = m.n_kv_heads;
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = m.seq_len;
+  j["initializer_range"] = m.init_std;
+  j["rms_norm_eps"] = m.norm_eps;
+  j["rope_theta"] = m.rope_theta;
+  j["rope_scaling"] = nullptr;
+  j["attention_dropout"] = 0.0;
+  j["tie_word_embeddings"] = false;
+  j["use_cache"] = true;
+  j["bos_token_id"] = nullptr;  // byte-level tokens: no special tokens
+  j["eos_token_id"] = nullptr;
+  j["pad_token_id"] = nullptr;
+  if (arch == HfArchitecture::Mixtral) {
+    j["num_local_experts"] = m.num_experts;
+    j["num_experts_per_tok"] = m.top_k;
+    j["sliding_window"] = nullptr;
+    j["output_router_logits"] = false;
+    j["router_aux_loss_coef"] = cfg.moe.aux_loss_coef;
+    j["router_jitter_noise"] = cfg.moe.router_jitter;
+  } else {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["pretraining_tp"] = 1;
+  }
+  j["torch_dtype"] = dtype == SafetensorsDType::F32 ? "float32" : "bfloat16";
+  return j.dump(2) + "\n";
+}
+
+namespace {
+
+void write_text_atomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) MOEZERO_THROW(path.string(), ": cannot write");
+    out << text;
+    out.flush();
+    if (!out) MOEZERO_THROW(path.string(), ": write failed");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) MOEZERO_THROW(path.string(), ": cannot rename into place: ", ec.message());
+}
+
+}  // namespace
+
+void export_hf(const Config& cfg, const std::vector<GroupValues>& groups,
+               const std::string& out_dir, const HfExportOptions& options) {
+  const std::string config_text = hf_config_json(cfg, options.dtype);  // refuses first
+  const std::vector<GroupSpec> specs = full_param_groups(cfg.model);
+  std::map<std::string, const GroupValues*> by_name;
+  for (const GroupValues& g : groups)
+    if (!by_name.emplace(g.name, &g).second)
+      MOEZERO_THROW("export: parameter group '", g.name, "' given twice");
+  std::vector<SafetensorsTensor> tensors;
+  std::set<std::string> used;
+  for (const GroupSpec& spec : specs) {
+    auto it = by_name.find(spec.name);
+    if (it == by_name.end())
+      MOEZERO_THROW("export: parameter group '", spec.name, "' of the model is missing");
+    const GroupLayout layout(spec);
+    const std::vector<float>& data = it->second->data;
+    if (static_cast<int64_t>(data.size()) != layout.numel())
+      MOEZERO_THROW("export: parameter group '", spec.name, "' has ", data.size(),
+                    " values but its layout holds ", layout.numel());
+    used.insert(spec.name);
+    for (size_t i = 0; i < spec.params.size(); ++i) {
+      const ParamSpec& p = spec.params[i];
+      tensors.push_back(SafetensorsTensor{p.name, p.shape.dims(), data.data() + layout.offset(i)});
+    }
+  }
+  for (const GroupValues& g : groups)
+    if (!used.count(g.name))
+      MOEZERO_THROW("export: parameter group '", g.name,
+                    "' is not part of the model of this config");
+
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) MOEZERO_THROW("export: cannot create '", out_dir, "': ", ec.message());
+  const std::map<std::string, std::string> metadata = {
+      {"format", "pt"}};  // transformers requires it
+  write_safetensors((fs::path(out_dir) / "model.safetensors").string(), tensors, options.dtype,
+                    metadata);
+  write_text_atomic(fs::path(out_dir) / "config.json", config_text);
+}
+
+// ---- reading ----------------------------------------------------------------------------------
+
+namespace {
+
+struct ConfigReader {
+  const json& j;
+  std::string file;
+
+  [[noreturn]] void fail(const std::string& key, const std::string& why) const {
+    MOEZERO_THROW(file, ": ", key, ": ", why);
+  }
+  const json* find(const std::string& key) const {
+    auto it = j.find(key);
+    return it == j.end() ? nullptr : &*it;
+  }
+  int64_t integer(const std::string& key, int64_t min_value) const {
+    const json* v = find(key);
+    if (!v) fail(key, "missing");
+    if (!v->is_number_integer()) fail(key, "must be an integer, got " + v->dump());
+    const auto x = v->get<int64_t>();
+    if (x < min_value) fail(key, "must be >= " + std::to_string(min_value) + ", got " + v->dump());
+    return x;
+  }
+  double number(const std::string& key, double fallback) const {
+    const json* v = find(key);
+    if (!v || v->is_null()) return fallback;
+    if (!v->is_number()) fail(key, "must be a number, got " + v->dump());
+    return v->get<double>();
+  }
+  // The key must be absent, null, or equal to `expected`.
+  void absent_or(const std::string& key, const json& expected, const std::string& why) const {
+    const json* v = find(key);
+    if (v && !v->is_null() && *v != expected) fail(key, v->dump() + ": " + why);
+  }
+};
+
+}  // namespace
+
+HfModel read_hf_dir(const std::string& dir) {
+  HfModel hf;
+  hf.dir = dir;
+  const std::string file = (fs::path(dir) / "config.json").string();
+  if (!fs::is_directory(dir))
+    MOEZERO_THROW(dir, ": not a directory (expected an exported model directory)");
+  std::ifstream in(file);
+  if (!in) MOEZERO_THROW(file, ": cannot read (is '", dir, "' an exported model directory?)");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    MOEZERO_THROW(file, ": not valid JSON: ", e.what());
+  }
+  if (!j.is_object()) MOEZERO_THROW(file, ": not a JSON object");
+  const ConfigReader r{j, file};
+
+  const json* archs = r.find("architectures");
+  const json* type = r.find("model_type");
+  auto has_arch = [&](const char* name) {
+    return archs && archs->is_array() &&
+           std::find(archs->begin(), archs->end(), json(name)) != archs->end();
+  };
+  // `architectures` decides when present (it names the class from_pretrained builds), else
+  // model_type.
+  if (archs ? has_arch("MixtralForCausalLM") : (type && *type == "mixtral"))
+    hf.arch = HfArchitecture::Mixtral;
+  else if (archs ? has_arch("LlamaForCausalLM") : (type && *type == "llama"))
+    hf.arch = HfArchitecture::Llama;
+  else
+    r.fail("architectures", (archs ? archs->dump() : std::string("missing")) +
+                                ": only MixtralForCausalLM and LlamaForCausalLM can be loaded");
+
+  ModelConfig& m = hf.model;
+  m.vocab_size = r.integer("vocab_size", 1);
+  m.d_model = r.integer("hidden_size", 1);
+  m.d_ff = r.integer("intermediate_size", 1);
+  m.n_layers = r.integer("num_hidden_layers", 1);
+  m.n_heads = r.integer("num_attention_heads", 1);
+  // A key config.json leaves out takes the default of the transformers class it names
+  // (MixtralConfig: 8 key/value heads, rope_theta 1e6; LlamaConfig: every head, 1e4).
+  const bool mixtral = hf.arch == HfArchitecture::Mixtral;
+  m.n_kv_heads = r.find("num_key_value_heads") ? r.integer("num_key_value_heads", 1)
+                 : mixtral                     ? 8
+                                               : m.n_heads;
+  m.seq_len = r.integer("max_position_embeddings", 1);
+  m.rope_theta = r.number("rope_theta", mixtral ? 1e6 : 10000.0);
+  m.norm_eps = r.number("rms_norm_eps", hf.arch == HfArchitecture::Mixtral ? 1e-5 : 1e-6);
+  m.init_std = r.number("initializer_range", 0.02);
+  if (hf.arch == HfArchitecture::Mixtral) {
+    m.num_experts = r.integer("num_local_experts", 1);
+    m.top_k = r.integer("num_experts_per_tok", 1);
+    m.moe_every = 1;
+    hf.moe.aux_loss_coef = r.number("router_aux_loss_coef", 0.0);
+    hf.moe.router_jitter = r.number("router_jitter_noise", 0.0);
+    hf.moe.normalize_top_k = true;
+    if (m.top_k > m.num_experts)
+      r.fail("num_experts_per_tok", std::to_string(m.top_k) + " exceeds num_local_experts = " +
+                                        std::to_string(m.num_experts));
+    const json* sw = r.find("sliding_window");
+    if (sw && !sw->is_null() && (!sw->is_number_integer() || sw->get<int64_t>() < m.seq_len))
+      r.fail("sliding_window", sw->dump() +
+                                   ": sliding-window attention shorter than "
+                                   "max_position_embeddings is not supported (use null)");
+  } else {
+    m.num_experts = 0;
+    r.absent_or("attention_bias", false, "attention biases are not supported");
+    r.absent_or("mlp_bias", false, "MLP biases are not supported");
+    r.absent_or("pretraining_tp", 1, "tensor-parallel slicing of the MLP is not supported");
+  }
+  r.absent_or("hidden_act", "silu", "only silu (SwiGLU) is supported");
+  r.absent_or("tie_word_embeddings", false,
+              "tied embeddings are not supported (our lm_head is untied)");
+  r.absent_or("rope_scaling", nullptr, "RoPE scaling is not supported");
+  if (const json* hd = r.find("head_dim");
+      hd && !hd->is_null() && m.n_heads > 0 && *hd != json(m.d_model / m.n_heads))
+    r.fail("head_dim", hd->dump() + ": must be hidden_size / num_attention_heads = " +
+                           std::to_string(m.d_model / m.n_heads));
+  try {
+    validate_model_config(m);
+  } catch (const Error& e) {
+    MOEZERO_THROW(file, ": describes a model we cannot build: ", e.message());
+  }
+  hf.weights = SafetensorsFile::read((fs::path(dir) / "model.safetensors").string());
+  return hf;
+}
+
+std::vector<GroupValues> hf_group_values(const HfModel& hf) {
+  const SafetensorsFile& w = hf.weights;
+  std::vector<GroupValues> out;
+  std::set<std::string> used;
+  for (const GroupSpec& spec : full_param_groups(hf.model)) {
+    const GroupLayout layout(spec);
+    GroupValues g{spec.name, std::vector<float>(static_cast<size_t>(layout.numel()), 0.0f)};
+    for (size_t i = 0; i < spec.params.size(); ++i) {
+      const ParamSpec& p = spec.params[i];
+      const SafetensorsEntry* e = w.find(p.name);
+      if (!e)
+        MOEZERO_THROW(w.path(), ": tensor '", p.name, "' is missing (the model of ", hf.dir,
+                      "/config.json needs it)");
+      const std::vector<int64_t> want = p.shape.dims();
+      if (e->shape != want)
+        MOEZERO_THROW(w.path(), ": tensor '", p.name, "' has shape ", json(e->shape).dump(),
+                      " but config.json implies ", json(want).dump());
+      const std::vector<float> v = w.to_f32(*e);
+      std::copy(v.begin(), v.end(), g.data.begin() + layout.offset(i));
+      used.insert(p.name);
+    }
+    out.push_back(std::move(g));
+  }
+  for (const SafetensorsEntry& e : w.entries())
+    if (!used.count(e.name))
+      MOEZERO_THROW(w.path(), ": tensor '", e.name, "' is not a parameter of the ",
+                    hf_architecture_name(hf.arch), " that config.json describes");
+  return out;
+}
+
+void check_same_shape(const ModelConfig& ours, const HfModel& hf, const std::string& what) {
+  const ModelConfig& m = hf.model;
+  const std::string file = (fs::path(hf.dir) / "config.json").string();
+  auto same = [&](int64_t a, int64_t b, const char* key, const char* hf_key) {
+    if (a != b)
+      MOEZERO_THROW(what, ": ", file, " describes another model: ", hf_key, " = ", b, " but model.",
+                    key, " = ", a);
+  };
+  same(ours.vocab_size, m.vocab_size, "vocab_size", "vocab_size");
+  same(ours.d_model, m.d_model, "d_model", "hidden_size");
+  same(ours.d_ff, m.d_ff, "d_ff", "intermediate_size");
+  same(ours.n_layers, m.n_layers, "n_layers", "num_hidden_layers");
+  same(ours.n_heads, m.n_heads, "n_heads", "num_attention_heads");
+  same(ours.n_kv_heads, m.n_kv_heads, "n_kv_heads", "num_key_value_heads");
+  same(ours.num_experts, m.num_experts, "num_experts",
+       hf.arch == HfArchitecture::Mixtral ? "num_local_experts" : "num_local_experts (Llama: 0)");
+  if (m.num_experts > 0) {
+    same(ours.top_k, m.top_k, "top_k", "num_experts_per_tok");
+    same(ours.moe_every, m.moe_every, "moe_every", "MoE layers every (Mixtral: 1)");
+  }
+  // Not shapes, but the function the weights were trained for: a different RoPE base or norm
+  // epsilon would silently train another model from them.
+  auto same_number = [&](double a, double b, const char* key, const char* hf_key) {
+    if (a != b)
+      MOEZERO_THROW(what, ": ", file, " describes another model: ", hf_key, " = ", b, " but model.",
+                    key, " = ", a, " (set model.", key, " to match)");
+  };
+  same_number(ours.rope_theta, m.rope_theta, "rope_theta", "rope_theta");
+  same_number(ours.norm_eps, m.norm_eps, "norm_eps", "rms_norm_eps");
+}
+
+}  // namespace moezero::moe

@@ -1,0 +1,140 @@
+// hf/hf_score.cpp — forward-only evaluation of a model on a byte file (see hf_score.h).
+#include "hf/hf_score.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <map>
+
+#include "comm/world.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "zero/zero_engine.h"
+#include "moe/moe_runtime.h"
+#include "model/transformer.h"
+
+namespace moezero::moe {
+
+ScoreResult score_bytes(const ModelConfig& model_in, const MoeConfig& moe_in,
+                        const std::vector<GroupValues>& groups, const std::vector<uint8_t>& text,
+                        const ScoreOptions& options, const std::string& text_name) {
+  ModelConfig model = model_in;
+  const int64_t T = options.seq_len > 0 ? options.seq_len : model.seq_len;
+  MOEZERO_REQUIRE(T >= 1, "score: the sequence length must be >= 1, got ", T);
+  MOEZERO_REQUIRE(options.batch_windows >= 1, "score: batch_windows must be >= 1");
+  model.seq_len = std::max(model.seq_len, T);  // RoPE has no table: any length is well defined
+  const auto windows = static_cast<int64_t>(text.size()) / (T + 1);
+  if (windows == 0)
+    MOEZERO_THROW("score: ", text_name, " has ", text.size(), " bytes, fewer than one window of ",
+                  "T + 1 = ", T + 1, " bytes (T = --seq-len)");
+  const int64_t used = windows * (T + 1);
+  for (int64_t i = 0; i < used; ++i)
+    if (text[static_cast<size_t>(i)] >= model.vocab_size)
+      MOEZERO_THROW("score: ", text_name, " has byte ", int(text[static_cast<size_t>(i)]),
+                    " at offset ", i, ", outside the model's vocab_size (", model.vocab_size,
+                    "): tokens are bytes");
+
+  // Inference: no jitter, no capacity drops, no aux or z loss in the number.
+  MoeConfig moe;
+  moe.normalize_top_k = moe_in.normalize_top_k;
+  moe.aux_loss_coef = 0.0;
+  moe.z_loss_coef = 0.0;
+  moe.router_jitter = 0.0;
+  moe.capacity_factor = 0.0;
+
+  std::map<std::string, const GroupValues*> by_name;
+  for (const GroupValues& g : groups) by_name[g.name] = &g;
+
+  ScoreResult result;
+  result.windows = windows;
+  result.tokens = windows * T;
+  result.seq_len = T;
+  double loss_sum = 0.0;
+  comm::World::run(1, [&](comm::RankContext& ctx) {
+    Device& dev = *ctx.device;
+    EngineStreams streams{&dev.create_stream("compute"), &dev.create_stream("gather"),
+                          &dev.create_stream("reduce")};
+    Stream& cs = *streams.compute;
+    const ProcessGroup wg = ctx.world_group();
+    auto gather = ctx.communicator(wg, "gather");
+    auto reduce = ctx.communicator(wg, "reduce");
+    auto misc = ctx.communicator(wg, "misc");
+    MoeRuntime rt;
+    rt.moe = moe;
+    Transformer net(model, &rt);
+    ZeroOptions zo;
+    zo.stage = 0;  // one rank: everything resident
+    zo.compute_dtype = DType::F32;
+    ZeroEngine engine(
+        dev, streams, net.param_groups(),
+        [&](const GroupSpec&) {
+          return GroupComms{gather.get(), reduce.get()};
+        },
+        *misc, zo);
+    for (int g = 0; g < engine.group_count(); ++g) {
+      const std::string& name = engine.layout(g).spec().name;
+      auto it = by_name.find(name);
+      MOEZERO_REQUIRE(it != by_name.end(), "score: parameter group '", name, "' is missing");
+      engine.set_full_params_host(g, it->second->data);
+    }
+    std::vector<int32_t> tok, tgt;
+    for (int64_t w0 = 0; w0 < windows; w0 += options.batch_windows) {
+      const int64_t B = std::min(options.batch_windows, windows - w0);
+      tok.resize(static_cast<size_t>(B * T));
+      tgt.resize(static_cast<size_t>(B * T));
+      for (int64_t b = 0; b < B; ++b) {
+        const uint8_t* win = text.data() + (w0 + b) * (T + 1);
+        for (int64_t t = 0; t < T; ++t) {
+          tok[static_cast<size_t>(b * T + t)] = win[t];
+          tgt[static_cast<size_t>(b * T + t)] = win[t + 1];
+        }
+      }
+      TensorBuffer tokens(dev, DType::I32, Shape{B, T}, MemTag::Activation, cs, "tokens");
+      TensorBuffer targets(dev, DType::I32, Shape{B, T}, MemTag::Activation, cs, "targets");
+      TensorBuffer loss(dev, DType::F32, Shape{1}, MemTag::Other, cs, "loss");
+      dev.memcpy_async(tokens.view().data(), tok.data(), tok.size() * 4, cs);
+      dev.memcpy_async(targets.view().data(), tgt.data(), tgt.size() * 4, cs);
+      dev.ops().fill(cs, loss, 0.0);
+      net.forward(engine, cs, tokens, targets, 1.0f, loss);
+      float batch_loss = 0.0f;  // the sum over this batch's B*T targets
+      dev.memcpy_async(&batch_loss, loss.view().data(), sizeof(float), cs);
+      if (w0 == 0 && options.keep_first_logits) {
+        result.first_logits.resize(static_cast<size_t>(T * model.vocab_size));
+        dev.memcpy_async(result.first_logits.data(), net.last_logits().data(),
+                         result.first_logits.size() * sizeof(float), cs);
+      }
+      cs.synchronize();
+      net.discard_activations();
+      loss_sum += batch_loss;
+    }
+    dev.synchronize();
+  });
+  result.loss = loss_sum / static_cast<double>(result.tokens);
+  return result;
+}
+
+ScoreResult score_hf_dir(const std::string& model_dir, const std::string& text_path,
+                         const ScoreOptions& options) {
+  const HfModel hf = read_hf_dir(model_dir);
+  const std::vector<GroupValues> groups = hf_group_values(hf);
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) MOEZERO_THROW("score: cannot read the text file '", text_path, "'");
+  const std::vector<uint8_t> text((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
+  return score_bytes(hf.model, hf.moe, groups, text, options, text_path);
+}
+
+std::string score_json(const ScoreResult& r) {
+  char buf[96];
+  // JSON has no NaN or infinity: a non-finite loss is null.
+  if (std::isfinite(r.loss))
+    std::snprintf(buf, sizeof buf, "{\"tokens\": %lld, \"loss\": %.17g}",
+                  static_cast<long long>(r.tokens), r.loss);
+  else
+    std::snprintf(buf, sizeof buf, "{\"tokens\": %lld, \"loss\": null}",
+                  static_cast<long long>(r.tokens));
+  return buf;
+}
+
+}  // namespace moezero::moe

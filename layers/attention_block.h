@@ -1,0 +1,56 @@
+// layers/attention_block.h — the attention half of a decoder layer:
+//     out = x + o_proj( attention( rope(q_proj(xn)), rope(k_proj(xn)), v_proj(xn) ) ),
+//     xn = rmsnorm(x) * input_layernorm.weight
+// with grouped-query heads (Hq query heads, Hkv key/value heads, D = C / Hq), RoPE in the
+// Hugging Face rotate-half convention at positions 0..T-1 of each sequence (base rope_theta),
+// and causal softmax attention scaled by 1/sqrt(D).
+//
+// Parameter group "layers.{i}.attn", in this order (provider views index them so):
+//   0 model.layers.{i}.input_layernorm.weight   (C)        Ones, no weight decay
+//   1 model.layers.{i}.self_attn.q_proj.weight  (Hq*D, C)  Normal(init_std)
+//   2 model.layers.{i}.self_attn.k_proj.weight  (Hkv*D, C) Normal(init_std)
+//   3 model.layers.{i}.self_attn.v_proj.weight  (Hkv*D, C) Normal(init_std)
+//   4 model.layers.{i}.self_attn.o_proj.weight  (C, Hq*D)  Normal(init_std)
+#pragma once
+
+#include "core/config.h"
+#include "core/param_group.h"
+#include "layers/module.h"
+
+namespace moezero::moe {
+
+class AttentionBlock {
+ public:
+  // What backward needs (besides the block input x, which the caller keeps).
+  struct Saved {
+    TensorBuffer rstd;  // f32 (B*T)          1/rms of x
+    TensorBuffer xn;    // (B*T, C)           normalised input
+    TensorBuffer q;     // (B*T, Hq*D)        after RoPE
+    TensorBuffer k;     // (B*T, Hkv*D)       after RoPE
+    TensorBuffer v;     // (B*T, Hkv*D)
+    TensorBuffer att;   // (B*T, Hq*D)        attention output, before o_proj
+    TensorBuffer lse;   // f32 (B, Hq, T)     log-sum-exp of the attention scores
+  };
+
+  // [in] layer: decoder layer index; [in] group: provider index of "layers.{layer}.attn".
+  AttentionBlock(const ModelConfig& cfg, int layer, int group);
+
+  GroupSpec param_group() const;
+  int group() const { return group_; }
+
+  // [in] x (B*T, C); [out] out (B*T, C) `=` x + attn(rmsnorm(x)). Returns the saved activations.
+  Saved forward(const ModuleContext& ctx, ParamProvider& params, const Tensor& x,
+                const Tensor& out) const;
+  // [in] saved: forward's (freed on return); [in] x: forward's input;
+  // [in,out] dresid (B*T, C): dL/dout on entry, dL/dx on return (`+=` the attention path).
+  // grad(group) `+=`.
+  void backward(const ModuleContext& ctx, ParamProvider& params, Saved& saved, const Tensor& x,
+                const Tensor& dresid) const;
+
+ private:
+  int64_t d_model_, n_heads_, n_kv_heads_, head_dim_;
+  float rope_theta_, norm_eps_, init_std_;
+  int layer_, group_;
+};
+
+}  // namespace moezero::moe

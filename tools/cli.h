@@ -1,0 +1,36 @@
+// tools/cli.h — subcommands of the moezero program. Each returns the process exit code;
+// errors are thrown as moezero::Error and reported by main on one line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hf/hf_export.h"
+
+namespace moezero::cli {
+
+// `moezero selfcheck [--ranks N] [--backend cpu|cuda|all]`: runs a few kernels against
+// float64 references and the collectives on N ranks-as-threads, prints one line per check.
+int selfcheck(const std::vector<std::string>& args);
+
+// `moezero train --config FILE [--set section.key=value ...] [--metrics FILE] [--trace FILE]
+//  [--quiet] [--resume DIR] [--stop-at STEP] [--export-hf HF_DIR [--export-dtype f32|bf16]]`.
+int train(const std::vector<std::string>& args);
+
+// `moezero config [--doc | --defaults | FILE [--set section.key=value ...]]`.
+int config(const std::vector<std::string>& args);
+
+// `moezero export --checkpoint DIR --out HF_DIR [--dtype f32|bf16]`.
+int export_model(const std::vector<std::string>& args);
+// Consolidates checkpoint `checkpoint` (a save_dir or a step directory) into the Hugging Face
+// directory `out` and prints one line; the work of `export`, and of `train --export-hf` under
+// mpirun.
+void export_checkpoint(const std::string& checkpoint, const std::string& out,
+                       const moe::HfExportOptions& options);
+
+// `moezero score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]`.
+int score(const std::vector<std::string>& args);
+// `moezero report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]`.
+int report(const std::vector<std::string>& args);
+
+}  // namespace moezero::cli

@@ -1,0 +1,106 @@
+// tools/hf_cmd.cpp — `moezero export` (a checkpoint as a Hugging Face directory) and
+// `moezero score` (mean next-token cross-entropy of an exported model on a byte file).
+#include <cstdio>
+#include <iostream>
+
+#include "core/error.h"
+#include "tools/cli.h"
+#include "train/checkpoint.h"
+#include "hf/hf_export.h"
+#include "hf/hf_score.h"
+#include "hf/safetensors.h"
+
+namespace moezero::cli {
+
+namespace {
+
+int64_t parse_positive(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  MOEZERO_REQUIRE(used == text.size() && v >= 1, flag, " '", text, "' is not a positive integer");
+  return v;
+}
+
+moe::SafetensorsDType parse_export_dtype(const std::string& text) {
+  if (text == "f32") return moe::SafetensorsDType::F32;  // the spellings of train --export-dtype
+  if (text == "bf16") return moe::SafetensorsDType::BF16;
+  MOEZERO_THROW("export: --dtype must be f32 or bf16, got '", text, "'");
+}
+
+}  // namespace
+
+int export_model(const std::vector<std::string>& args) {
+  std::string checkpoint, out;
+  moe::HfExportOptions opt;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto value = [&](const char* flag) {
+      MOEZERO_REQUIRE(i + 1 < args.size(), "export: ", flag, " needs a value");
+      return args[++i];
+    };
+    if (args[i] == "--checkpoint")
+      checkpoint = value("--checkpoint");
+    else if (args[i] == "--out")
+      out = value("--out");
+    else if (args[i] == "--dtype")
+      opt.dtype = parse_export_dtype(value("--dtype"));
+    else
+      MOEZERO_THROW("export: unknown option '", args[i], "' (see `moezero help`)");
+  }
+  MOEZERO_REQUIRE(!checkpoint.empty(), "export: --checkpoint DIR is required");
+  MOEZERO_REQUIRE(!out.empty(), "export: --out HF_DIR is required");
+  export_checkpoint(checkpoint, out, opt);
+  return 0;
+}
+
+void export_checkpoint(const std::string& checkpoint, const std::string& out,
+                       const moe::HfExportOptions& opt) {
+  checkpoint::FullParams full = checkpoint::load_full_params(checkpoint);
+  std::vector<moe::GroupValues> groups;
+  groups.reserve(full.groups.size());
+  for (checkpoint::NamedGroup& g : full.groups) groups.push_back({g.name, std::move(g.data)});
+  moe::export_hf(full.config, groups, out, opt);
+  std::printf("exported %s (step %lld, %s) to %s\n", checkpoint.c_str(),
+              static_cast<long long>(full.step),
+              moe::hf_architecture_name(moe::hf_architecture(full.config)), out.c_str());
+}
+
+int score(const std::vector<std::string>& args) {
+  std::string model, text, logits_out;
+  moe::ScoreOptions opt;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto value = [&](const char* flag) {
+      MOEZERO_REQUIRE(i + 1 < args.size(), "score: ", flag, " needs a value");
+      return args[++i];
+    };
+    if (args[i] == "--model")
+      model = value("--model");
+    else if (args[i] == "--text")
+      text = value("--text");
+    else if (args[i] == "--seq-len")
+      opt.seq_len = parse_positive("--seq-len", value("--seq-len"));
+    else if (args[i] == "--batch")
+      opt.batch_windows = parse_positive("--batch", value("--batch"));
+    else if (args[i] == "--logits-out")
+      logits_out = value("--logits-out");
+    else
+      MOEZERO_THROW("score: unknown option '", args[i], "' (see `moezero help`)");
+  }
+  MOEZERO_REQUIRE(!model.empty(), "score: --model HF_DIR is required");
+  MOEZERO_REQUIRE(!text.empty(), "score: --text FILE is required");
+  opt.keep_first_logits = !logits_out.empty();
+  const moe::ScoreResult r = moe::score_hf_dir(model, text, opt);
+  if (!logits_out.empty()) {  // window 0's logits, (T, V) f32, for comparisons (tests/hf)
+    const int64_t vocab = static_cast<int64_t>(r.first_logits.size()) / r.seq_len;
+    moe::write_safetensors(logits_out, {{"logits", {r.seq_len, vocab}, r.first_logits.data()}},
+                           moe::SafetensorsDType::F32, {{"format", "pt"}});
+  }
+  std::cout << moe::score_json(r) << std::endl;
+  return 0;
+}
+
+}  // namespace moezero::cli

@@ -1,0 +1,67 @@
+// tools/moezero_main.cpp — the moezero program: dispatches subcommands and turns every
+// error into one clear line on stderr and a non-zero exit.
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "comm/mpi_launch.h"
+#include "core/error.h"
+#include "tools/cli.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: moezero <command> [options]\n"
+    "commands:\n"
+    "  train --config FILE [--set section.key=value ...] [--metrics FILE] [--trace FILE] "
+    "[--quiet]\n"
+    "        [--resume DIR] [--stop-at STEP] [--export-hf HF_DIR [--export-dtype f32|bf16]]\n"
+    "      train the model the config describes (ranks as threads on the CPU; under\n"
+    "      `mpirun -np N`, one rank per process: see docs/mpi.md);\n"
+    "      --resume continues from a checkpoint (a train.save_dir or one step directory),\n"
+    "      --stop-at ends the run after STEP (schedule still spans train.steps),\n"
+    "      --export-hf writes the trained model as a Hugging Face directory\n"
+    "  selfcheck [--ranks N] [--backend cpu|cuda|all]\n"
+    "      run kernels against float64 references and collectives on N ranks-as-threads\n"
+    "  config [--doc | --defaults | FILE [--set section.key=value ...]]\n"
+    "      print the config reference (Markdown), the defaults, or a checked, resolved file\n"
+    "  export --checkpoint DIR --out HF_DIR [--dtype f32|bf16]\n"
+    "      write a checkpoint as a Hugging Face directory (config.json + model.safetensors)\n"
+    "  score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]\n"
+    "      mean next-token cross-entropy (nats) of an exported model on a byte file, as JSON\n"
+    "  report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]\n"
+    "      per-expert, per-step, comms and memory summary of a metrics file or trace;\n"
+    "      --html: one self-contained page with heatmaps, --json: the numbers\n"
+    "  help      print this text\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    if (cmd == "train") return moezero::cli::train(args);
+    if (cmd == "selfcheck") return moezero::cli::selfcheck(args);
+    if (cmd == "config") return moezero::cli::config(args);
+    if (cmd == "export") return moezero::cli::export_model(args);
+    if (cmd == "score") return moezero::cli::score(args);
+    if (cmd == "report") return moezero::cli::report(args);
+    std::cerr << "moezero: unknown command '" << cmd << "'\n" << kUsage;
+    return 2;
+  } catch (const moezero::Error& e) {
+    std::cerr << "moezero " << cmd << ": error: " << e.message() << " [" << e.file() << ":"
+              << e.line() << "]\n";
+    moezero::comm::mpi_abort_if_active(1);  // under mpirun: no peer waits for this process
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "moezero " << cmd << ": error: " << e.what() << "\n";
+    moezero::comm::mpi_abort_if_active(1);
+    return 1;
+  }
+}

@@ -1,0 +1,501 @@
+// zero/zero_engine.cpp — group state, gather/release, gradient buckets (see zero_engine.h).
+// The optimizer step and parameter initialisation live in zero_step.cpp.
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/trace.h"
+#include "zero/zero_engine_impl.h"
+
+namespace moezero {
+
+using zero_detail::GroupState;
+
+ZeroEngine::ZeroEngine(Device& device, EngineStreams streams, std::vector<GroupSpec> groups,
+                       const std::function<GroupComms(const GroupSpec&)>& comms_of,
+                       Communicator& world_misc, ZeroOptions options,
+                       std::unique_ptr<ResidencyCache> expert_cache)
+    : impl_(std::make_unique<Impl>(device, streams, world_misc, options)), options_(options) {
+  impl_->cache = std::move(expert_cache);
+  MOEZERO_CHECK(options.stage >= 0 && options.stage <= 3, "zero stage must be 0..3, got ",
+                options.stage);
+  MOEZERO_CHECK(options.compute_dtype == DType::F32 || options.compute_dtype == DType::BF16,
+                "compute dtype must be f32 or bf16, got ", dtype_name(options.compute_dtype));
+  MOEZERO_CHECK(streams.compute && streams.gather && streams.reduce,
+                "ZeroEngine needs compute, gather and reduce streams");
+  for (auto& spec : groups) {
+    GroupComms comms = comms_of(spec);
+    MOEZERO_CHECK(comms.gather && comms.reduce, "group '", spec.name, "' has no communicators");
+    impl_->add_group(std::move(spec), comms);
+  }
+  impl_->initialise();
+}
+
+ZeroEngine::~ZeroEngine() = default;
+
+int ZeroEngine::group_count() const { return static_cast<int>(impl_->groups.size()); }
+const GroupLayout& ZeroEngine::layout(int group) const { return impl_->group(group).layout; }
+EngineCounters ZeroEngine::counters() const { return impl_->counters; }
+GroupCounters ZeroEngine::group_counters(int group) const {
+  impl_->group(group);  // range check
+  return impl_->group_counters[static_cast<size_t>(group)];
+}
+void ZeroEngine::set_trace(TraceRecorder* trace) { impl_->trace = trace; }
+int64_t ZeroEngine::step_count() const { return impl_->step; }
+
+Tensor ZeroEngine::acquire(int group, Stream& compute) { return impl_->acquire(group, compute); }
+void ZeroEngine::release(int group, Stream& compute) { impl_->release(group, compute); }
+Tensor ZeroEngine::grad(int group, Stream& compute) { return impl_->grad(group, compute); }
+void ZeroEngine::grad_ready(int group, Stream& compute) { impl_->grad_ready(group, compute); }
+void ZeroEngine::prefetch(int group, Stream&, FetchReason reason) {
+  impl_->prefetch(group, reason == FetchReason::Predicted);
+}
+void ZeroEngine::discard_prefetch(int group) { impl_->discard_prefetch(group); }
+void ZeroEngine::set_keep_score(int group, double score) {
+  auto& st = impl_->group(group);
+  st.keep_score = score;
+  if (impl_->cache && impl_->cache->contains(group)) impl_->cache->set_score(group, score);
+}
+bool ZeroEngine::ready(int group) const {
+  const auto& st = *impl_->groups.at(static_cast<size_t>(group));
+  if (!st.params_sharded) return true;
+  if (st.state == zero_detail::GroupState::Sharded) return false;
+  try {
+    return st.gathered->query();
+  } catch (...) {
+    return true;  // a failed gather: acquire() will surface the error
+  }
+}
+bool ZeroEngine::cached(int group) const {
+  return impl_->groups.at(static_cast<size_t>(group))->state == zero_detail::GroupState::Cached;
+}
+bool ZeroEngine::needs_fetch(int group) const {
+  const auto& st = *impl_->groups.at(static_cast<size_t>(group));
+  return st.params_sharded && st.state == zero_detail::GroupState::Sharded;
+}
+void ZeroEngine::finish_backward() {
+  impl_->flush_buckets();
+  impl_->micro_batch += 1;
+}
+StepResult ZeroEngine::step(const AdamWHyper& hyper) { return impl_->optimizer_step(hyper); }
+std::vector<float> ZeroEngine::full_params_host(int group) {
+  return impl_->full_params_host(group);
+}
+
+void ZeroEngine::set_full_params_host(int group, std::span<const float> values) {
+  impl_->set_full_params_host(group, values);
+}
+
+// ---- Impl: fetch and release ------------------------------------------------------------
+
+ZeroEngine::Impl::Impl(Device& d, EngineStreams s, Communicator& misc, ZeroOptions o)
+    : device(d), streams(s), world_misc(misc), options(o) {
+  params_updated = device.create_event();
+  replicated_ready = device.create_event();
+  reduce_done = device.create_event();
+}
+
+GroupState& ZeroEngine::Impl::group(int g) {
+  MOEZERO_CHECK(g >= 0 && g < static_cast<int>(groups.size()), "parameter group index ", g,
+                " out of range (", groups.size(), " groups)");
+  return *groups[static_cast<size_t>(g)];
+}
+
+void ZeroEngine::Impl::issue_fetch(int g) {
+  GroupState& st = group(g);
+  Stream& gs = *streams.gather;
+  const size_t bytes = st.full_bytes(options.compute_dtype);
+  st.full = TensorBuffer(device, options.compute_dtype, Shape{st.padded}, MemTag::FullParam, gs,
+                         st.layout.spec().name.c_str());
+  gs.wait(*params_updated);  // the shards are final for this step
+  const Tensor& src = st.param_source();
+  TimedGather* timed = nullptr;
+  if (st.expert) {  // per-expert gather time: two pooled events, resolved at the step's sync
+    if (gather_used == gather_events.size())
+      gather_events.push_back({-1, device.create_event(), device.create_event()});
+    timed = &gather_events[gather_used++];
+    timed->group = g;
+    timed->start->record(gs);
+  }
+  if (trace && trace->tracing()) trace->label_next_collective(st.layout.spec().name);
+  st.comms.gather->all_gather(src.data(), st.full.view().data(),
+                              static_cast<size_t>(st.shard_elems), options.compute_dtype, gs);
+  if (timed) timed->end->record(gs);
+  st.gathered->record(gs);
+  st.state = GroupState::Gathering;
+  count_live(st, +1);
+  counters.gathered_bytes += bytes;
+  (st.expert ? counters.gathered_expert_bytes : counters.gathered_dense_bytes) += bytes;
+  counters.gathers += 1;
+  GroupCounters& gc = group_counters[static_cast<size_t>(g)];
+  gc.gathers += 1;
+  gc.gathered_bytes += bytes;
+}
+
+Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
+  GroupState& st = group(g);
+  {  // follow the recorded order of this group's communicator
+    Order& o = orders[comm_key(st.comms.gather)];
+    o.trace.push_back(g);
+    if (o.valid && o.pos < o.recorded.size() && o.recorded[o.pos] == g)
+      ++o.pos;
+    else
+      o.valid = false;  // the order changed: no prefetch for this communicator this step
+  }
+  Tensor out;
+  if (!st.params_sharded) {
+    compute.wait(*replicated_ready);
+    out = st.full_persistent.view();
+  } else {
+    MOEZERO_CHECK(st.state != GroupState::Full, "acquire of parameter group '",
+                  st.layout.spec().name, "', which is already acquired (release it first)");
+    if (st.state == GroupState::Cached) {
+      if (cache->lookup(g, step) == CacheLookup::Hit) {
+        cache->pin(g);
+        st.full.buffer().retag(MemTag::FullParam);
+        counters.cache_hits += 1;
+        group_counters[static_cast<size_t>(g)].cache_hits += 1;
+        if (trace && trace->tracing())
+          trace->cache_event("hit", st.layout.spec().name, st.layout.spec().layer,
+                             st.layout.spec().expert, st.full_bytes(options.compute_dtype));
+        count_live(st, +1);
+      } else {  // stale (cannot happen while the cache is emptied at every step; stay safe)
+        st.full.reset();
+        st.state = GroupState::Sharded;
+      }
+    } else if (st.expert && cache) {
+      counters.cache_misses += 1;
+      group_counters[static_cast<size_t>(g)].cache_misses += 1;
+      if (trace && trace->tracing())
+        trace->cache_event("miss", st.layout.spec().name, st.layout.spec().layer,
+                           st.layout.spec().expert, st.full_bytes(options.compute_dtype));
+    }
+    GroupCounters& gc = group_counters[static_cast<size_t>(g)];
+    if (st.state == GroupState::Sharded) {
+      issue_fetch(g);
+      counters.prefetch_misses += 1;
+      gc.prefetch_misses += 1;
+    } else if (st.state == GroupState::Gathering) {
+      // Started early because it was known to be needed: a miss of the prediction.
+      (st.early_needed ? counters.prefetch_misses : counters.prefetch_hits) += 1;
+      (st.early_needed ? gc.prefetch_misses : gc.prefetch_hits) += 1;
+    }
+    st.early_needed = false;
+    measure_wait(compute, *st.gathered, g);
+    st.full.buffer().record_stream(compute);
+    st.state = GroupState::Full;
+    st.prefetched = false;
+    out = st.full.view();
+  }
+  prefetch_ahead();
+  return out;
+}
+
+void ZeroEngine::Impl::prefetch_ahead() {
+  // Decisions about a group's gather must be identical on every rank of its sharding group,
+  // or that communicator's collectives would be issued in different orders (a hang, or a
+  // divergence error). The ranks of a sharding group share exactly: the groups of that
+  // communicator, the order in which they are acquired, and when they are released. So each
+  // communicator has its own recorded order, position, window and live-bytes limit, computed
+  // from its own groups only; its walk issues gathers in recorded order and stops at the first
+  // group that does not fit (never skipping ahead). Experts of other EDP groups, or the
+  // position of the rank's last acquire among them, never enter a decision.
+  for (auto& [key, o] : orders) {  // keyed by group and channel: the same order on every rank
+    if (!o.valid || o.recorded.empty()) continue;
+    uint64_t ahead = 0;
+    uint64_t live = live_bytes_of(group(o.recorded.front()).comms.gather);
+    for (size_t j = o.pos; j < o.recorded.size(); ++j) {
+      GroupState& st = group(o.recorded[j]);
+      if (!st.params_sharded || st.expert) continue;  // experts: prefetched by their policy
+      const size_t bytes = st.full_bytes(options.compute_dtype);
+      if (st.state == GroupState::Sharded) {
+        if (ahead + bytes > options.prefetch_bucket_bytes || live + bytes > live_limit_per_comm)
+          break;
+        issue_fetch(o.recorded[j]);
+        st.prefetched = true;
+        counters.prefetched += 1;
+        live += bytes;
+      }
+      ahead += bytes;  // in flight or just issued
+      if (ahead >= options.prefetch_bucket_bytes) break;
+    }
+  }
+}
+
+uint64_t ZeroEngine::Impl::live_bytes_of(const Communicator* comm) const {
+  auto it = live_by_comm.find(comm);
+  return it == live_by_comm.end() ? 0 : it->second;
+}
+
+void ZeroEngine::Impl::count_live(const GroupState& st, int sign) {
+  const uint64_t bytes = st.full_bytes(options.compute_dtype);
+  uint64_t& of_comm = live_by_comm[st.comms.gather];
+  if (sign > 0) {
+    of_comm += bytes;
+    live_bytes += bytes;
+    counters.peak_live_bytes = std::max<uint64_t>(counters.peak_live_bytes, live_bytes);
+  } else {
+    of_comm -= bytes;
+    live_bytes -= bytes;
+  }
+  if (trace && trace->tracing()) trace->counter("live_full_param_bytes", live_bytes);
+}
+
+bool ZeroEngine::Impl::offer_to_cache(int g) {
+  GroupState& st = group(g);
+  CacheAdmit a = cache->admit(g, st.full_bytes(options.compute_dtype), step, st.keep_score);
+  for (int e : a.evicted) {
+    if (trace && trace->tracing()) {
+      const GroupSpec& spec = group(e).layout.spec();
+      trace->cache_event("evict", spec.name, spec.layer, spec.expert,
+                         group(e).full_bytes(options.compute_dtype));
+    }
+    drop_resident(e);
+    counters.cache_evictions += 1;
+  }
+  if (trace && trace->tracing()) trace->counter("cache_bytes", cache->counters().bytes_resident);
+  if (!a.admitted) return false;
+  st.full.buffer().retag(MemTag::Cache);
+  st.state = GroupState::Cached;
+  return true;
+}
+
+void ZeroEngine::Impl::release(int g, Stream& compute) {
+  GroupState& st = group(g);
+  if (!st.params_sharded) return;
+  MOEZERO_CHECK(st.state == GroupState::Full, "release of parameter group '", st.layout.spec().name,
+                "', which is not acquired");
+  count_live(st, -1);
+  if (st.expert && cache) {
+    if (cache->contains(g)) {  // served by the cache: still resident
+      cache->unpin(g);
+      st.full.buffer().retag(MemTag::Cache);
+      st.state = GroupState::Cached;
+      return;
+    }
+    if (offer_to_cache(g)) return;
+  }
+  st.full.reset();  // stream-safe: reused only after gather and compute passed this point
+  st.state = GroupState::Sharded;
+}
+
+void ZeroEngine::Impl::drop_resident(int g) {
+  GroupState& st = group(g);
+  st.early_needed = false;
+  if (st.state == GroupState::Gathering) count_live(st, -1);
+  st.full.reset();
+  st.state = GroupState::Sharded;
+  st.prefetched = false;
+}
+
+void ZeroEngine::Impl::prefetch(int g, bool predicted) {
+  GroupState& st = group(g);
+  if (!st.params_sharded || st.state != GroupState::Sharded) return;  // replicated or resident
+  const size_t bytes = st.full_bytes(options.compute_dtype);
+  if (live_bytes_of(st.comms.gather) + bytes > live_limit_per_comm) return;
+  issue_fetch(g);
+  st.prefetched = predicted;
+  st.early_needed = !predicted;
+  if (predicted) counters.prefetched += 1;
+}
+
+void ZeroEngine::Impl::discard_prefetch(int g) {
+  GroupState& st = group(g);
+  if (!st.params_sharded || st.state != GroupState::Gathering || !st.prefetched) return;
+  const size_t bytes = st.full_bytes(options.compute_dtype);
+  counters.prefetch_wasted_bytes += bytes;
+  group_counters[static_cast<size_t>(g)].prefetch_wasted_bytes += bytes;
+  st.prefetched = false;
+  if (st.expert && cache && !cache->contains(g) && offer_to_cache(g)) {
+    count_live(st, -1);  // kept for a later acquire (its gather may still be in flight)
+    return;
+  }
+  drop_resident(g);
+}
+
+void ZeroEngine::Impl::measure_wait(Stream& compute, const Event& ready, int g) {
+  if (stall_used == stall_events.size())
+    stall_events.emplace_back(device.create_event(), device.create_event());
+  auto& [before, after] = stall_events[stall_used++];
+  const int span =
+      trace && trace->tracing()
+          ? trace->begin_span(compute, SpanKind::Stall, "wait " + group(g).layout.spec().name)
+          : -1;
+  before->record(compute);
+  compute.wait(ready);
+  after->record(compute);
+  if (trace) trace->end_span(span);
+}
+
+double ZeroEngine::Impl::collect_stall_ms() {
+  double ms = 0.0;
+  for (size_t i = 0; i < stall_used; ++i) {
+    stall_events[i].second->synchronize();
+    ms += stall_events[i].second->elapsed_ms_since(*stall_events[i].first);
+  }
+  stall_used = 0;
+  return ms;
+}
+
+void ZeroEngine::Impl::collect_gather_ms() {
+  for (size_t i = 0; i < gather_used; ++i) {
+    TimedGather& t = gather_events[i];
+    t.end->synchronize();
+    group_counters[static_cast<size_t>(t.group)].gather_ms += t.end->elapsed_ms_since(*t.start);
+  }
+  gather_used = 0;
+}
+
+void ZeroEngine::Impl::end_passes() {
+  // Prefetched groups that nobody acquired: give their memory back. The shard cache is
+  // emptied: the optimizer is about to change every shard.
+  for (size_t i = 0; i < groups.size(); ++i) {
+    GroupState& p = *groups[i];
+    if (p.params_sharded && p.state == GroupState::Gathering) {
+      if (p.prefetched) {
+        counters.prefetch_wasted_bytes += p.full_bytes(options.compute_dtype);
+        group_counters[i].prefetch_wasted_bytes += p.full_bytes(options.compute_dtype);
+      }
+      drop_resident(static_cast<int>(i));
+      counters.prefetch_waste += 1;
+    }
+    MOEZERO_CHECK(p.state != GroupState::Full, "parameter group '", p.layout.spec().name,
+                  "' is still acquired at the optimizer step (missing release)");
+  }
+  if (cache) {
+    for (int g : cache->invalidate_all()) drop_resident(g);
+    if (trace && trace->tracing()) trace->counter("cache_bytes", cache->counters().bytes_resident);
+  }
+  for (auto& [key, o] : orders) {  // (re-)learn each communicator's order
+    if (o.trace != o.recorded) o.recorded = o.trace;
+    o.trace.clear();
+    o.pos = 0;
+    o.valid = true;
+  }
+}
+
+// ---- Impl: gradients --------------------------------------------------------------------
+
+Tensor ZeroEngine::Impl::grad(int g, Stream& compute) {
+  GroupState& st = group(g);
+  if (!st.grad_full) {
+    st.grad_full = TensorBuffer(device, DType::F32, Shape{st.padded}, MemTag::Grad, compute,
+                                st.layout.spec().name.c_str());
+    device.ops().fill(compute, st.grad_full, 0.0);
+  }
+  return st.grad_full.view();
+}
+
+void ZeroEngine::Impl::grad_ready(int g, Stream& compute) {
+  GroupState& st = group(g);
+  MOEZERO_CHECK(static_cast<bool>(st.grad_full), "grad_ready of group '", st.layout.spec().name,
+                "' without grad() in this backward pass");
+  check_gradient(g, compute);  // hook and non-finite scan, before anything reads it
+  // One bucket per reduce communicator: a bucket's composition (hence the size of its
+  // collective) must be a function of that communicator's groups only, never of how other
+  // groups (experts of other EDP groups) interleave on this rank.
+  st.grad_full.buffer().record_stream(*streams.reduce);
+  Bucket& b = buckets[comm_key(st.comms.reduce)];
+  b.groups.push_back(g);
+  b.bytes += static_cast<uint64_t>(st.padded) * dtype_size_bytes(options.compute_dtype);
+  if (b.bytes >= options.reduce_bucket_bytes) flush_bucket(b);
+}
+
+void ZeroEngine::Impl::check_gradient(int g, Stream& compute) {
+  GroupState& st = group(g);
+  if (options.grad_hook)
+    options.grad_hook(
+        GradReadyInfo{g, &st.layout, st.grad_full.view(), &compute, step_calls, micro_batch});
+  if (!options.check_finite) return;
+  // One i64 (3) result per check, in chunks that live as long as the engine; read at the step.
+  const auto k = static_cast<int64_t>(checks.size());
+  const auto chunk = static_cast<size_t>(k / kChecksPerChunk);
+  if (chunk == check_chunks.size())
+    check_chunks.emplace_back(device, DType::I64, Shape{kChecksPerChunk, 3}, MemTag::Other, compute,
+                              "non-finite checks");
+  device.ops().find_nonfinite(
+      compute, st.grad_full.view(),
+      check_chunks[chunk].view().view_elems((k % kChecksPerChunk) * 3, Shape{3}));
+  checks.push_back({g, micro_batch});
+}
+
+void ZeroEngine::Impl::flush_buckets() {
+  for (auto& [key, b] : buckets) flush_bucket(b);  // key order: the same on every rank
+}
+
+namespace {
+// "grads layers.3.experts.5 +2": the first group of a gradient bucket and how many follow.
+std::string bucket_label(const std::string& first, size_t groups) {
+  return "grads " + first + (groups > 1 ? " +" + std::to_string(groups - 1) : std::string());
+}
+}  // namespace
+
+void ZeroEngine::Impl::flush_bucket(Bucket& b) {
+  if (b.groups.empty()) return;
+  const std::vector<int>& bucket = b.groups;
+  Ops& ops = device.ops();
+  Stream& rs = *streams.reduce;
+  auto ready = device.create_event();
+  ready->record(*streams.compute);         // every grad write of the bucket is before this point
+  rs.wait(*ready);                         // the wait holds what it needs; the event may go
+  const DType dt = options.compute_dtype;  // gradients travel in the compute dtype
+  const GroupState& first = group(bucket.front());
+  const int n = first.n;
+  Communicator* comm = first.comms.reduce;
+
+  if (first.grads_sharded) {
+    int64_t cols = 0;
+    for (int g : bucket) cols += group(g).shard_elems;
+    TensorBuffer send(device, dt, Shape{n * cols}, MemTag::CommBuffer, rs, "reduce bucket");
+    TensorBuffer recv(device, dt, Shape{cols}, MemTag::CommBuffer, rs, "reduce bucket");
+    int64_t c = 0;
+    for (int g : bucket) {  // layout (n, cols): rank r's part of every group, side by side
+      GroupState& st = group(g);
+      for (int r = 0; r < n; ++r)
+        ops.cast(rs, st.grad_full.view().view_elems(r * st.shard_elems, Shape{st.shard_elems}),
+                 send.view().view_elems(r * cols + c, Shape{st.shard_elems}));
+      c += st.shard_elems;
+    }
+    if (trace && trace->tracing())
+      trace->label_next_collective(bucket_label(first.layout.spec().name, bucket.size()));
+    comm->reduce_scatter(send.view().data(), recv.view().data(), static_cast<size_t>(cols), dt,
+                         ReduceOp::Sum, rs);
+    counters.reduce_scattered_bytes += send.view().size_bytes();
+    c = 0;
+    for (int g : bucket) {
+      GroupState& st = group(g);
+      ops.axpy(rs, 1.0f, recv.view().view_elems(c, Shape{st.shard_elems}), st.grad_acc);
+      c += st.shard_elems;
+    }
+  } else {
+    int64_t total = 0;
+    for (int g : bucket) total += group(g).padded;
+    TensorBuffer buf(device, dt, Shape{total}, MemTag::CommBuffer, rs, "all-reduce bucket");
+    int64_t c = 0;
+    for (int g : bucket) {
+      GroupState& st = group(g);
+      ops.cast(rs, st.grad_full, buf.view().view_elems(c, Shape{st.padded}));
+      c += st.padded;
+    }
+    if (n > 1) {
+      if (trace && trace->tracing())
+        trace->label_next_collective(bucket_label(first.layout.spec().name, bucket.size()));
+      comm->all_reduce(buf.view().data(), buf.view().data(), static_cast<size_t>(total), dt,
+                       ReduceOp::Sum, rs);
+      counters.all_reduced_bytes += buf.view().size_bytes();
+    }
+    c = 0;
+    for (int g : bucket) {
+      GroupState& st = group(g);
+      ops.axpy(rs, 1.0f, buf.view().view_elems(c, Shape{st.padded}), st.grad_acc);
+      c += st.padded;
+    }
+  }
+  for (int g : bucket) group(g).grad_full.reset();  // freed once the reduce stream passes
+  reduce_done->record(rs);
+  reduce_recorded = true;
+  b.groups.clear();
+  b.bytes = 0;
+}
+
+}  // namespace moezero

@@ -1,0 +1,155 @@
+// zero/zero_engine_impl.h — private state of ZeroEngine, shared by zero_engine.cpp (fetch,
+// release, gradient buckets) and zero_step.cpp (initialisation, optimizer step).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zero/zero_engine.h"
+
+namespace moezero {
+namespace zero_detail {
+
+// One parameter group on this rank. Ranges are in elements of the flat, padded group buffer.
+struct GroupState {
+  GroupLayout layout;
+  GroupComms comms;
+  int n = 1;                    // ranks sharing the group
+  int rank = 0;                 // this rank's position among them
+  bool params_sharded = false;  // stage 3 and large enough: gathered on acquire
+  bool grads_sharded = false;   // stage >= 2: gradients reduce-scattered into shards
+  bool opt_sharded = false;     // stage >= 1: optimizer state is a shard
+  int64_t padded = 0;           // elements, multiple of n * kParamAlignElems
+  int64_t shard_elems = 0;      // padded / n
+  int64_t opt_offset = 0;       // first element of this rank's optimizer range
+  int64_t opt_elems = 0;        // its length (shard_elems when opt_sharded, else padded)
+
+  // Model states (persistent).
+  TensorBuffer param_shard;          // compute dtype (shard_elems): params_sharded && bf16
+  TensorBuffer full_persistent;      // compute dtype (padded): !params_sharded
+  TensorBuffer master;               // f32 (opt_elems) unless it aliases the compute params
+  Tensor master_view;                // f32 (opt_elems): the fp32 master range
+  TensorBuffer grad_acc;             // compute dtype: (shard_elems) if grads_sharded else (padded)
+  TensorBuffer exp_avg, exp_avg_sq;  // f32 (opt_elems)
+
+  // Transient.
+  TensorBuffer full;       // gathered parameters (params_sharded), compute dtype (padded)
+  TensorBuffer grad_full;  // f32 (padded), alive from grad() to the bucket's reduction
+  // Sharded: only the shard exists. Gathering: all-gather issued, not acquired. Full: acquired.
+  // Cached: gathered, released, kept resident by the shard cache (expert groups only).
+  enum State { Sharded, Gathering, Full, Cached } state = Sharded;
+  bool expert = false;              // GroupKind::Expert: policy-driven prefetch, cacheable
+  double keep_score = 1.0;          // the cache's lfu score (set_keep_score)
+  bool prefetched = false;          // gathered ahead on a prediction (prefetch hit or waste)
+  bool early_needed = false;        // gathered ahead because known to be needed (a miss)
+  std::unique_ptr<Event> gathered;  // recorded on the gather stream after the all-gather
+
+  size_t full_bytes(DType dt) const { return static_cast<size_t>(padded) * dtype_size_bytes(dt); }
+  // What the all-gather reads: the compute-dtype shard (the master itself in fp32 mode).
+  const Tensor& param_source() const { return param_shard ? param_shard.view() : master.view(); }
+};
+
+}  // namespace zero_detail
+
+struct ZeroEngine::Impl {
+  Impl(Device& device, EngineStreams streams, Communicator& world_misc, ZeroOptions options);
+
+  void add_group(GroupSpec spec, GroupComms comms);
+  void initialise();
+  zero_detail::GroupState& group(int g);
+  Tensor acquire(int g, Stream& compute);
+  void release(int g, Stream& compute);
+  void issue_fetch(int g);
+  void prefetch_ahead();
+  uint64_t live_bytes_of(const Communicator* comm) const;        // gathered bytes of comm's groups
+  void count_live(const zero_detail::GroupState& st, int sign);  // +1 gathered, -1 no longer
+  bool offer_to_cache(int g);  // admits a gathered expert to the shard cache (true: kept)
+  void end_passes();
+  Tensor grad(int g, Stream& compute);
+  void grad_ready(int g, Stream& compute);
+  struct Bucket {
+    std::vector<int> groups;  // groups whose gradients await reduction
+    uint64_t bytes = 0;
+  };
+  void flush_bucket(Bucket& b);
+  void flush_buckets();
+  StepResult optimizer_step(const AdamWHyper& hyper);
+  void prefetch(int g, bool predicted);
+  void discard_prefetch(int g);
+  void drop_resident(int g);  // a Cached or unused Gathering buffer goes back to the allocator
+  // compute waits for `ready` (the gather of group g); the wait is timed
+  void measure_wait(Stream& compute, const Event& ready, int g);
+  double collect_stall_ms();  // sum of timed waits since the last call (events completed)
+  void collect_gather_ms();   // adds the timed expert gathers into group_counters
+  std::vector<float> full_params_host(int g);
+  void set_full_params_host(int g, std::span<const float> values);
+
+  Device& device;
+  EngineStreams streams;
+  Communicator& world_misc;
+  ZeroOptions options;
+  std::vector<std::unique_ptr<zero_detail::GroupState>> groups;
+
+  std::unique_ptr<Event> params_updated;    // compute: shards final for this step
+  std::unique_ptr<Event> replicated_ready;  // gather: replicated params refreshed
+  std::unique_ptr<Event> reduce_done;       // reduce: last bucket reduced
+  bool reduce_recorded = false;
+
+  // Prefetch by recorded order, kept per gather communicator (see prefetch_ahead).
+  struct Order {
+    std::vector<int> recorded;  // this communicator's acquires of the last completed step
+    std::vector<int> trace;     // ... of this step so far
+    size_t pos = 0;             // acquires of this step that matched `recorded`
+    bool valid = true;          // false once this step left the recorded order
+  };
+  // Keyed by comm_key: iteration order (which communicator's prefetches are issued first)
+  // must be the same on every rank, so never key by address.
+  std::map<std::string, Order> orders;
+  static std::string comm_key(const Communicator* c) {
+    return c->group().str() + "/" + c->channel();
+  }
+  // Gathered (Gathering or Full) bytes of params_sharded groups: all, and per gather
+  // communicator (the latter is what prefetch decisions see; never iterated).
+  uint64_t live_bytes = 0;
+  std::map<const Communicator*, uint64_t> live_by_comm;
+  // max_live_bytes split evenly over the gather communicators of sharded groups (the world
+  // and this rank's EDP group): each communicator's prefetch decisions see only its own
+  // groups (identical on its ranks), and the shares add up to the limit.
+  uint64_t live_limit_per_comm = 0;
+
+  std::map<std::string, Bucket> buckets;  // one per reduce communicator, keyed by comm_key
+
+  int64_t step = 0;
+  EngineCounters counters;
+
+  // Gradient health (docs/health.md).
+  int64_t step_calls = 0;   // calls of optimizer_step (applied or skipped)
+  int64_t micro_batch = 0;  // finish_backward calls since the last step
+  int norm_slots = 0;       // max group count over the ranks of world_misc
+  static constexpr int64_t kChecksPerChunk = 256;
+  std::vector<TensorBuffer> check_chunks;  // i64 (kChecksPerChunk, 3): find_nonfinite results
+  struct Check {
+    int group;
+    int64_t micro_batch;
+  };
+  std::vector<Check> checks;  // this step's checks, in the order they were enqueued
+  void check_gradient(int g, Stream& compute);
+  std::optional<NonFiniteGrad> resolve_checks(const std::vector<int64_t>& results);
+  std::vector<GroupCounters> group_counters;  // per group, like counters
+  TraceRecorder* trace = nullptr;
+  // Event pairs around the expert all-gathers on the gather stream, reused across steps.
+  struct TimedGather {
+    int group = -1;
+    std::unique_ptr<Event> start, end;
+  };
+  std::vector<TimedGather> gather_events;
+  size_t gather_used = 0;
+  std::unique_ptr<ResidencyCache> cache;  // expert shard cache (may be null)
+  // Event pairs around the compute stream's waits on gathers, reused across steps.
+  std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> stall_events;
+  size_t stall_used = 0;
+};
+
+}  // namespace moezero

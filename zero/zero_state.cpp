@@ -1,0 +1,122 @@
+// zero/zero_state.cpp — ZeroEngine's checkpoint state: which element range of each group this
+// rank writes, export of masters and AdamW moments to the host, and import from any source
+// (any world size, EP size or stage wrote it) into this rank's shards. See zero_engine.h.
+//
+// Why import reproduces the uninterrupted run bit for bit: between steps a rank's state is
+// exactly (masters, moments, step count); the compute-dtype copies are a cast of the masters
+// made by the same kernel the optimizer uses (ops.cast == the AdamW param_copy conversion);
+// padding elements are 0 in a fresh engine and stay 0 under AdamW (zero gradient, zero param),
+// so they are imported as 0; gradient accumulators are zero after step().
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "zero/zero_engine_impl.h"
+
+namespace moezero {
+
+using zero_detail::GroupState;
+
+ZeroEngine::StateRange ZeroEngine::checkpoint_range(int group) const {
+  const GroupState& st = impl_->group(group);
+  if (!st.opt_sharded && st.rank != 0) return {};
+  const int64_t numel = st.layout.numel();
+  const int64_t begin = std::min(st.opt_offset, numel);
+  const int64_t end = std::min(st.opt_offset + st.opt_elems, numel);
+  return {begin, end - begin};
+}
+
+namespace {
+Tensor state_view(GroupState& st, ZeroEngine::StateTensor which) {
+  switch (which) {
+    case ZeroEngine::StateTensor::Master: return st.master_view;
+    case ZeroEngine::StateTensor::ExpAvg: return st.exp_avg.view();
+    case ZeroEngine::StateTensor::ExpAvgSq: return st.exp_avg_sq.view();
+  }
+  MOEZERO_THROW("unknown optimizer state tensor ", static_cast<int>(which));
+}
+}  // namespace
+
+std::vector<float> ZeroEngine::export_state(int group, StateTensor which) {
+  GroupState& st = impl_->group(group);
+  const StateRange r = checkpoint_range(group);
+  std::vector<float> out(static_cast<size_t>(r.count_elems));
+  if (r.count_elems == 0) return out;
+  Stream& cs = *impl_->streams.compute;
+  const Tensor src =
+      state_view(st, which).view_elems(r.begin_elems - st.opt_offset, Shape{r.count_elems});
+  impl_->device.memcpy_async(out.data(), src.data(), out.size() * sizeof(float), cs);
+  cs.synchronize();
+  return out;
+}
+
+void ZeroEngine::import_state(const StateReader& read, int64_t step_count) {
+  Impl& m = *impl_;
+  MOEZERO_CHECK(step_count >= 0, "import_state: step count ", step_count, " is negative");
+  m.device.synchronize();  // no refresh or prefetch may still write the buffers replaced here
+  Stream& cs = *m.streams.compute;
+  Ops& ops = m.device.ops();
+  const bool fp32 = options_.compute_dtype == DType::F32;
+  // Reads [lo, hi) of the group (clipped to numel) into dst[lo - base ...]; the rest stays 0.
+  auto fill = [&](int g, StateTensor which, int64_t base, std::vector<float>& dst) {
+    const int64_t numel = m.group(g).layout.numel();
+    const int64_t lo = std::min(base, numel);
+    const int64_t hi = std::min(base + static_cast<int64_t>(dst.size()), numel);
+    if (hi > lo) read(g, which, lo, hi - lo, dst.data() + (lo - base));
+  };
+  for (int g = 0; g < static_cast<int>(m.groups.size()); ++g) {
+    GroupState& st = *m.groups[static_cast<size_t>(g)];
+    MOEZERO_CHECK(st.state == GroupState::Sharded || !st.params_sharded, "import_state: group '",
+                  st.layout.spec().name, "' is gathered; import state between steps only");
+    const size_t opt_n = static_cast<size_t>(st.opt_elems);
+    std::vector<float> master(opt_n, 0.0f), avg(opt_n, 0.0f), avg_sq(opt_n, 0.0f);
+    fill(g, StateTensor::ExpAvg, st.opt_offset, avg);
+    fill(g, StateTensor::ExpAvgSq, st.opt_offset, avg_sq);
+    if (st.params_sharded) {
+      fill(g, StateTensor::Master, st.opt_offset, master);
+      m.device.memcpy_async(st.master.view().data(), master.data(), opt_n * 4, cs);
+      if (!fp32) ops.cast(cs, st.master.view(), st.param_shard.view());
+    } else {  // replicated parameters: every rank holds all of them
+      std::vector<float> full(static_cast<size_t>(st.padded), 0.0f);
+      fill(g, StateTensor::Master, 0, full);
+      if (fp32) {  // the master is a view of full_persistent
+        m.device.memcpy_async(st.full_persistent.view().data(), full.data(), full.size() * 4, cs);
+      } else {
+        TensorBuffer tmp(m.device, DType::F32, Shape{st.padded}, MemTag::Other, cs, "import");
+        m.device.memcpy_async(tmp.view().data(), full.data(), full.size() * 4, cs);
+        ops.cast(cs, tmp.view(), st.full_persistent.view());
+        m.device.memcpy_async(st.master.view().data(), full.data() + st.opt_offset, opt_n * 4, cs);
+      }
+      cs.synchronize();  // `full` and `tmp` are released at the end of this scope
+    }
+    m.device.memcpy_async(st.exp_avg.view().data(), avg.data(), opt_n * 4, cs);
+    m.device.memcpy_async(st.exp_avg_sq.view().data(), avg_sq.data(), opt_n * 4, cs);
+    ops.fill(cs, st.grad_acc, 0.0);
+    cs.synchronize();  // the host vectors die with this iteration
+  }
+  m.step = step_count;
+  m.params_updated->record(cs);
+  cs.synchronize();
+}
+
+std::vector<std::pair<std::string, std::vector<int>>> ZeroEngine::prefetch_orders() const {
+  std::vector<std::pair<std::string, std::vector<int>>> out;
+  for (const auto& [key, o] : impl_->orders) out.emplace_back(key, o.recorded);
+  return out;
+}
+
+void ZeroEngine::set_prefetch_orders(
+    const std::vector<std::pair<std::string, std::vector<int>>>& orders) {
+  const int n = static_cast<int>(impl_->groups.size());
+  for (const auto& [key, ids] : orders)
+    for (int g : ids)
+      MOEZERO_CHECK(g >= 0 && g < n, "prefetch order '", key, "': group ", g, " out of range (", n,
+                    " groups)");
+  impl_->orders.clear();
+  for (const auto& [key, ids] : orders) {
+    Impl::Order& o = impl_->orders[key];
+    o.recorded = ids;
+  }
+}
+
+}  // namespace moezero
