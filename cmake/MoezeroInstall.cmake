@@ -44,7 +44,7 @@ foreach(_dir core kernels comm prefetch zero layers moe model hf train)
   if(IS_DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir})
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/
       DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/moezero/${_dir}
-      FILES_MATCHING PATTERN "*.h")
+      FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
   endif()
 endforeach()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/moezero/

@@ -129,55 +129,12 @@ void run_f32_gemms(std::span<const F32Gemm> gemms);
 // Runs one GEMM on the calling thread (no TBB), for use inside other parallel kernels.
 void run_f32_gemm_serial(const F32Gemm& g);
 
-// ---- per-family entry points: each validates nothing (core/ops.cpp did) and enqueues -------
-void gemm(Stream& s, const GemmArgs& args);
-void grouped_gemm(Stream& s, std::span<const GemmProblem> problems, Transpose ta, Transpose tb,
-                  float alpha, float beta);
-
-void add(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out);
-void scale(Stream& s, const Tensor& x, float alpha);
-void axpy(Stream& s, float alpha, const Tensor& x, const Tensor& y);
-void fill(Stream& s, const Tensor& x, double value);
-void cast(Stream& s, const Tensor& src, const Tensor& dst);
-void sum_squares(Stream& s, const Tensor& x, const Tensor& out);
-void find_nonfinite(Stream& s, const Tensor& x, const Tensor& result);
-void swiglu_forward(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& out);
-void swiglu_backward(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& dout,
-                     const Tensor& dgate, const Tensor& dup);
-
-void embedding_forward(Stream& s, const Tensor& ids, const Tensor& table, const Tensor& out);
-void embedding_backward(Stream& s, const Tensor& ids, const Tensor& dout, const Tensor& dtable);
-void rmsnorm_forward(Stream& s, const Tensor& x, const Tensor& w, float eps, const Tensor& out,
-                     const Tensor& rstd);
-void rmsnorm_backward(Stream& s, const Tensor& dout, const Tensor& x, const Tensor& w,
-                      const Tensor& rstd, const Tensor& dx, const Tensor& dw);
-void rope(Stream& s, const Tensor& x, const Tensor& positions, float base, Ops::RopeDirection dir,
-          const Tensor& out);
-
-void attention_forward(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
-                       const Tensor& out, const Tensor& lse);
-void attention_backward(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
-                        const Tensor& dk, const Tensor& dv);
-
-void softmax_forward(Stream& s, const Tensor& x, const Tensor& out);
-void softmax_backward(Stream& s, const Tensor& y, const Tensor& dy, const Tensor& dx);
-void topk(Stream& s, const Tensor& x, int k, const Tensor& values, const Tensor& indices);
-void cross_entropy_forward(Stream& s, const Tensor& logits, const Tensor& targets,
-                           const Tensor& losses);
-void cross_entropy_backward(Stream& s, const Tensor& logits, const Tensor& targets,
-                            const Tensor& dlosses, const Tensor& dlogits);
-
-void adamw(Stream& s, const AdamWArgs& args);
-
-void expert_histogram(Stream& s, const Tensor& expert_ids, int num_experts, const Tensor& counts);
-void sort_by_expert(Stream& s, const Tensor& expert_ids, int num_experts, const Tensor& perm,
-                    const Tensor& inv_perm, const Tensor& offsets);
-void gather_rows(Stream& s, const Tensor& x, const Tensor& perm, int k, const Tensor& out);
-void combine_rows(Stream& s, const Tensor& y, const Tensor& inv_perm, const Tensor& weights, int k,
-                  const Tensor& out);
-void combine_rows_backward(Stream& s, const Tensor& dout, const Tensor& y, const Tensor& perm,
-                           const Tensor& inv_perm, const Tensor& weights, int k, const Tensor& dy,
-                           const Tensor& dweights);
+// ---- per-family entry points -------------------------------------------------------------
+// cpu::<op> for every op of core/ops.def, with the op's signature: each validates nothing
+// (core/ops.cpp did) and enqueues its work on the stream as a host task. Defined in the op's
+// family file (cpu_gemm.cpp, cpu_elementwise.cpp, cpu_norm.cpp, cpu_attention.cpp,
+// cpu_softmax.cpp, cpu_optim.cpp, cpu_moe.cpp).
+#define MOEZERO_OP(name, params, args) void name params;
+#include "core/ops.def"
 
 }  // namespace moezero::cpu

@@ -124,12 +124,12 @@ void rmsnorm_backward(Stream& s, const Tensor& dout, const Tensor& x, const Tens
 
 // Rotate-half RoPE on x, out (T, H, D); positions i32 (T). Angles pos * base^(-2i/D) are formed
 // in double (exact enough for any position) and their cos/sin rounded to fp32.
-void rope(Stream& s, const Tensor& x, const Tensor& positions, float base, Ops::RopeDirection dir,
+void rope(Stream& s, const Tensor& x, const Tensor& positions, float base, RopeDirection dir,
           const Tensor& out) {
   s.enqueue_host([x, positions, base, dir, out] {
     const int64_t t_n = x.dim(0), h_n = x.dim(1), d = x.dim(2), half = d / 2;
     const int32_t* pos = positions.data_as<int32_t>();
-    const float sign = dir == Ops::RopeDirection::Forward ? 1.0f : -1.0f;
+    const float sign = dir == RopeDirection::Forward ? 1.0f : -1.0f;
     std::vector<double> inv_freq(static_cast<size_t>(half));
     for (int64_t i = 0; i < half; ++i) {
       inv_freq[static_cast<size_t>(i)] = std::pow(

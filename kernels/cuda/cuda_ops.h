@@ -30,56 +30,9 @@ struct OpContext;
 
 class CudaOps final : public Ops {
  protected:
-  // Declared in the order of core/ops.h.
-  void do_gemm(Stream& s, const GemmArgs& args) override;
-  void do_grouped_gemm(Stream& s, std::span<const GemmProblem> problems, Transpose trans_a,
-                       Transpose trans_b, float alpha, float beta) override;
-  void do_add(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) override;
-  void do_scale(Stream& s, const Tensor& x, float alpha) override;
-  void do_axpy(Stream& s, float alpha, const Tensor& x, const Tensor& y) override;
-  void do_fill(Stream& s, const Tensor& x, double value) override;
-  void do_cast(Stream& s, const Tensor& src, const Tensor& dst) override;
-  void do_sum_squares(Stream& s, const Tensor& x, const Tensor& out) override;
-  void do_find_nonfinite(Stream& s, const Tensor& x, const Tensor& result) override;
-  void do_embedding_forward(Stream& s, const Tensor& ids, const Tensor& table,
-                            const Tensor& out) override;
-  void do_embedding_backward(Stream& s, const Tensor& ids, const Tensor& dout,
-                             const Tensor& dtable) override;
-  void do_rmsnorm_forward(Stream& s, const Tensor& x, const Tensor& w, float eps, const Tensor& out,
-                          const Tensor& rstd) override;
-  void do_rmsnorm_backward(Stream& s, const Tensor& dout, const Tensor& x, const Tensor& w,
-                           const Tensor& rstd, const Tensor& dx, const Tensor& dw) override;
-  void do_rope(Stream& s, const Tensor& x, const Tensor& positions, float base, RopeDirection dir,
-               const Tensor& out) override;
-  void do_attention_forward(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
-                            const Tensor& out, const Tensor& lse) override;
-  void do_attention_backward(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& out, const Tensor& lse, const Tensor& dout,
-                             const Tensor& dq, const Tensor& dk, const Tensor& dv) override;
-  void do_swiglu_forward(Stream& s, const Tensor& gate, const Tensor& up,
-                         const Tensor& out) override;
-  void do_swiglu_backward(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& dout,
-                          const Tensor& dgate, const Tensor& dup) override;
-  void do_softmax_forward(Stream& s, const Tensor& x, const Tensor& out) override;
-  void do_softmax_backward(Stream& s, const Tensor& y, const Tensor& dy, const Tensor& dx) override;
-  void do_topk(Stream& s, const Tensor& x, int k, const Tensor& values,
-               const Tensor& indices) override;
-  void do_cross_entropy_forward(Stream& s, const Tensor& logits, const Tensor& targets,
-                                const Tensor& losses) override;
-  void do_cross_entropy_backward(Stream& s, const Tensor& logits, const Tensor& targets,
-                                 const Tensor& dlosses, const Tensor& dlogits) override;
-  void do_adamw(Stream& s, const AdamWArgs& args) override;
-  void do_expert_histogram(Stream& s, const Tensor& expert_ids, int num_experts,
-                           const Tensor& counts) override;
-  void do_sort_by_expert(Stream& s, const Tensor& expert_ids, int num_experts, const Tensor& perm,
-                         const Tensor& inv_perm, const Tensor& offsets) override;
-  void do_gather_rows(Stream& s, const Tensor& x, const Tensor& perm, int k,
-                      const Tensor& out) override;
-  void do_combine_rows(Stream& s, const Tensor& y, const Tensor& inv_perm, const Tensor& weights,
-                       int k, const Tensor& out) override;
-  void do_combine_rows_backward(Stream& s, const Tensor& dout, const Tensor& y, const Tensor& perm,
-                                const Tensor& inv_perm, const Tensor& weights, int k,
-                                const Tensor& dy, const Tensor& dweights) override;
+  // Every op of core/ops.def; each .cu family file listed above defines its members.
+#define MOEZERO_OP(name, params, args) void do_##name params override;
+#include "core/ops.def"
 };
 
 // Stable sort of n (key, value) int32 pairs by key, keys in [0, 2^end_bit). The one CUB radix
