@@ -181,6 +181,15 @@ void Ops::add(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) {
   do_add(s, a, b, out);
 }
 
+void Ops::mul(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) {
+  Check ck("mul", s);
+  ck.on_device("a", a);
+  ck.floating("a", a);
+  ck.like("b", b, "a", a);
+  ck.like("out", out, "a", a);
+  do_mul(s, a, b, out);
+}
+
 void Ops::scale(Stream& s, const Tensor& x, float alpha) {
   Check ck("scale", s);
   ck.on_device("x", x);
@@ -436,6 +445,42 @@ void Ops::cross_entropy_backward(Stream& s, const Tensor& logits, const Tensor& 
 }
 
 // ---- optimizer ------------------------------------------------------------------------------
+
+void Ops::logsumexp(Stream& s, const Tensor& x, const Tensor& out) {
+  Check ck("logsumexp", s);
+  ck.rank("x", x, 2);
+  ck.dtype("x", x, DType::F32);
+  if (x.dim(1) < 1) MOEZERO_THROW("logsumexp: x is ", desc(x), " but must have C >= 1 columns");
+  ck.exact("out", out, Shape{x.dim(0)}, DType::F32);
+  do_logsumexp(s, x, out);
+}
+
+// ---- column gathers between (R, C) and (R, k) ------------------------------------------------
+
+namespace {
+// The (R, C) / (R, k) pair of gather_cols and scatter_add_cols: f32 rows of both, i32 idx (R, k).
+void check_cols(const Check& ck, const char* wide_name, const Tensor& wide,
+                const char* narrow_name, const Tensor& narrow, const Tensor& idx) {
+  ck.rank(wide_name, wide, 2);
+  ck.dtype(wide_name, wide, DType::F32);
+  ck.rank("idx", idx, 2);
+  ck.dtype("idx", idx, DType::I32);
+  ck.dim("idx", idx, 0, wide.dim(0), "rows of the (R, C) tensor");
+  ck.exact(narrow_name, narrow, Shape{idx.dim(0), idx.dim(1)}, DType::F32);
+}
+}  // namespace
+
+void Ops::gather_cols(Stream& s, const Tensor& x, const Tensor& idx, const Tensor& out) {
+  Check ck("gather_cols", s);
+  check_cols(ck, "x", x, "out", out, idx);
+  do_gather_cols(s, x, idx, out);
+}
+
+void Ops::scatter_add_cols(Stream& s, const Tensor& src, const Tensor& idx, const Tensor& out) {
+  Check ck("scatter_add_cols", s);
+  check_cols(ck, "out", out, "src", src, idx);
+  do_scatter_add_cols(s, src, idx, out);
+}
 
 void Ops::adamw(Stream& s, const AdamWArgs& a) {
   Check ck("adamw", s);

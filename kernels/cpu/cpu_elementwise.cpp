@@ -55,6 +55,19 @@ void add(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) {
   });
 }
 
+void mul(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) {
+  s.enqueue_host([a, b, out] {
+    dispatch_float(a.dtype(), "mul", [&]<typename T>() {
+      const T* pa = static_cast<const T*>(a.data());
+      const T* pb = static_cast<const T*>(b.data());
+      T* po = static_cast<T*>(out.data());
+      for_blocks(a.numel(), [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) po[i] = from_f32<T>(to_f32(pa[i]) * to_f32(pb[i]));
+      });
+    });
+  });
+}
+
 void scale(Stream& s, const Tensor& x, float alpha) {
   s.enqueue_host([x, alpha] {
     dispatch_float(x.dtype(), "scale", [&]<typename T>() {

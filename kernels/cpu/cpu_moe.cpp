@@ -1,5 +1,6 @@
 // kernels/cpu/cpu_moe.cpp — the MoE data movers on the CPU: expert histogram, stable sort of
-// assignments by expert, dispatch (gather_rows), combine (combine_rows) and its backward.
+// assignments by expert, dispatch (gather_rows), combine (combine_rows) and its backward, and the
+// router's column gathers between (N, E) and (N, k) rows (gather_cols, scatter_add_cols).
 //
 // An assignment a = t * k + j is token t's j-th choice; expert_ids[a] in [0, E) or -1
 // (dropped). The sort is a sequential counting sort (O(N), stable by construction); the row
@@ -165,6 +166,53 @@ void combine_rows_backward(Stream& s, const Tensor& dout, const Tensor& y, const
           pdw[a] = dot_f32(dr.data(), yr.data(), c);
         }
       });
+    });
+  });
+}
+
+namespace {
+// idx i32 (R, k): every entry -1 or in [0, C).
+void check_col_ids(const char* op, const Tensor& idx, int64_t c) {
+  const int32_t* pi = idx.data_as<int32_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i) {
+    if (pi[i] != -1 && (pi[i] < 0 || pi[i] >= c)) {
+      MOEZERO_THROW(op, ": idx[", i, "] = ", pi[i], " is outside [0, C = ", c,
+                    ") and is not -1 (absent)");
+    }
+  }
+}
+}  // namespace
+
+// out[r, j] = x[r, idx[r, j]] (0 for -1); x f32 (R, C), idx i32 (R, k), out f32 (R, k).
+void gather_cols(Stream& s, const Tensor& x, const Tensor& idx, const Tensor& out) {
+  s.enqueue_host([x, idx, out] {
+    const int64_t c = x.dim(1), k = idx.dim(1);
+    check_col_ids("gather_cols", idx, c);
+    const float* px = x.data_as<float>();
+    const int32_t* pi = idx.data_as<int32_t>();
+    float* po = out.data_as<float>();
+    parallel_for_each(idx.dim(0), row_grain(k), [&](int64_t r) {
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = pi[r * k + j];
+        po[r * k + j] = e < 0 ? 0.0f : px[r * c + e];
+      }
+    });
+  });
+}
+
+// out[r, idx[r, j]] += src[r, j] in increasing j (skipping -1); one task per row: deterministic.
+void scatter_add_cols(Stream& s, const Tensor& src, const Tensor& idx, const Tensor& out) {
+  s.enqueue_host([src, idx, out] {
+    const int64_t c = out.dim(1), k = idx.dim(1);
+    check_col_ids("scatter_add_cols", idx, c);
+    const float* ps = src.data_as<float>();
+    const int32_t* pi = idx.data_as<int32_t>();
+    float* po = out.data_as<float>();
+    parallel_for_each(idx.dim(0), row_grain(k), [&](int64_t r) {
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = pi[r * k + j];
+        if (e >= 0) po[r * c + e] += ps[r * k + j];
+      }
     });
   });
 }

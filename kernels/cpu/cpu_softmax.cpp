@@ -1,5 +1,5 @@
-// kernels/cpu/cpu_softmax.cpp — row softmax forward/backward, top-k, and the cross-entropy
-// loss forward/backward on the CPU. One row per loop index, fp32 arithmetic, rows widened into a
+// kernels/cpu/cpu_softmax.cpp — row softmax forward/backward, logsumexp, top-k, and the
+// cross-entropy loss forward/backward on the CPU. One row per loop index, fp32 arithmetic, rows widened into a
 // per-task scratch row.
 #include <algorithm>
 #include <cmath>
@@ -47,6 +47,23 @@ void softmax_forward(Stream& s, const Tensor& x, const Tensor& out) {
         softmax_row(row.data(), c);
         store_f32(row.data(), po + r * c, c);
       });
+    });
+  });
+}
+
+// out[r] = max + log(sum exp(x[r] - max)); x f32 (R, C), out f32 (R).
+void logsumexp(Stream& s, const Tensor& x, const Tensor& out) {
+  s.enqueue_host([x, out] {
+    const int64_t rows = x.dim(0), c = x.dim(1);
+    const float* px = x.data_as<float>();
+    float* po = out.data_as<float>();
+    parallel_for_each(rows, row_grain(c), [&](int64_t r) {
+      const float* row = px + r * c;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < c; ++j) mx = std::max(mx, row[j]);
+      float sum = 0.0f;
+      for (int64_t j = 0; j < c; ++j) sum += std::exp(row[j] - mx);
+      po[r] = mx + std::log(sum);
     });
   });
 }

@@ -29,6 +29,10 @@ std::string kernel_error_message(int code, long long where, long long value, lon
     return detail::concat(op, ": expert_ids[", where, "] = ", value, " is outside [0, E = ", limit,
                           ") and is not -1 (dropped)");
   };
+  auto cols = [&](const char* op) {
+    return detail::concat(op, ": idx[", where, "] = ", value, " is outside [0, C = ", limit,
+                          ") and is not -1 (absent)");
+  };
   switch (code) {
     case kEmbeddingForwardId: return ids("embedding_forward");
     case kEmbeddingBackwardId: return ids("embedding_backward");
@@ -36,6 +40,8 @@ std::string kernel_error_message(int code, long long where, long long value, lon
     case kCrossEntropyBackwardTarget: return targets("cross_entropy_backward");
     case kExpertHistogramId: return experts("expert_histogram");
     case kSortByExpertId: return experts("sort_by_expert");
+    case kGatherColsIdx: return cols("gather_cols");
+    case kScatterAddColsIdx: return cols("scatter_add_cols");
     default: return detail::concat("unknown kernel error code ", code);
   }
 }

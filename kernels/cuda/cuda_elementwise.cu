@@ -1,4 +1,4 @@
-// kernels/cuda/cuda_elementwise.cu — add, scale, axpy, fill, cast, swiglu forward/backward.
+// kernels/cuda/cuda_elementwise.cu — add, mul, scale, axpy, fill, cast, swiglu forward/backward.
 //
 // Grid-stride loops over flat elements (int64 indices); fp32 arithmetic, one rounding on store.
 // In-place and aliased calls are safe: each element is read before it is written, by the same
@@ -19,6 +19,11 @@ namespace {
 template <typename T>
 __global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
   MOEZERO_GRID_STRIDE(i, n) { out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i])); }
+}
+
+template <typename T>
+__global__ void mul_kernel(const T* a, const T* b, T* out, int64_t n) {
+  MOEZERO_GRID_STRIDE(i, n) { out[i] = from_f32<T>(to_f32(a[i]) * to_f32(b[i])); }
 }
 
 template <typename T>
@@ -84,6 +89,17 @@ void CudaOps::do_add(Stream& s, const Tensor& a, const Tensor& b, const Tensor& 
   dispatch_float(out.dtype(), "add", [&](auto tag) {
     using T = typename decltype(tag)::type;
     add_kernel<T><<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<T>(a), ptr<T>(b), ptr<T>(out), n);
+    MOEZERO_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void CudaOps::do_mul(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) {
+  OpContext ctx(s);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  dispatch_float(out.dtype(), "mul", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    mul_kernel<T><<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<T>(a), ptr<T>(b), ptr<T>(out), n);
     MOEZERO_CUDA_CHECK_LAUNCH();
   });
 }

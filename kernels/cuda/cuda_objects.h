@@ -42,6 +42,8 @@ enum KernelErrorCode : int {
   kCrossEntropyBackwardTarget,  //   "
   kExpertHistogramId,           // expert_ids[where] = value outside [0, E = limit), not -1
   kSortByExpertId,              //   "
+  kGatherColsIdx,               // idx[where] = value outside [0, C = limit), not -1
+  kScatterAddColsIdx,           //   "
 };
 
 // Lives in mapped pinned host memory, so the host reads it without a CUDA call. Written by at

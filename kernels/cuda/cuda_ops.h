@@ -3,14 +3,15 @@
 // The public methods of Ops (core/ops.cpp) validate shapes and dtypes; the do_* methods here
 // assume valid arguments. One .cu file per op family defines its members:
 //   cuda_gemm.cu              gemm, grouped_gemm (cuBLAS, fp32 compute)
-//   cuda_elementwise.cu       add, scale, axpy, fill, cast, swiglu
+//   cuda_elementwise.cu       add, mul, scale, axpy, fill, cast, swiglu
 //   cuda_reduce_optim.cu      sum_squares, find_nonfinite, adamw
 //   cuda_embedding.cu         embedding forward/backward (backward: sort + segmented sum)
 //   cuda_norm_rope.cu         rmsnorm forward/backward, rope
 //   cuda_attention.cu         causal GQA attention forward/backward
-//   cuda_softmax_topk_ce.cu   softmax, topk, cross-entropy
+//   cuda_softmax_topk_ce.cu   softmax, logsumexp, topk, cross-entropy
 //   cuda_moe.cu               expert_histogram, sort_by_expert (CUB radix sort)
 //   cuda_moe_rows.cu          gather_rows, combine_rows, combine_rows_backward
+//   cuda_cols.cu              gather_cols, scatter_add_cols (the router's (N, E) <-> (N, k))
 //
 // Determinism: every op is run-to-run deterministic on a given GPU: no floating-point
 // atomics anywhere (weight-gradient reductions use fixed-order partial sums; embedding

@@ -1,6 +1,7 @@
-// kernels/cuda/cuda_softmax_topk_ce.cu — row softmax (forward/backward), top-k, cross-entropy.
+// kernels/cuda/cuda_softmax_topk_ce.cu — row softmax (forward/backward), logsumexp, top-k,
+// cross-entropy.
 //
-// One block per row for softmax and cross-entropy (fixed-order block reductions, so results
+// One block per row for softmax, logsumexp and cross-entropy (fixed-order block reductions, so results
 // are deterministic); every element is read before the same thread overwrites it, so the
 // documented aliases (softmax out = x, dlogits = logits) are safe.
 // topk: one warp per row, k rounds of a warp arg-max under the total order
@@ -31,6 +32,19 @@ __global__ void softmax_forward_kernel(const T* x, T* out, int64_t C) {
   const float inv = 1.0f / sum;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
     o[c] = from_f32<T>(expf(to_f32(xr[c]) - mx) * inv);
+}
+
+// out[row] = max + log(sum exp(x - max)); x f32.
+__global__ void logsumexp_kernel(const float* x, float* out, int64_t C) {
+  __shared__ float scratch[32];
+  const float* xr = x + blockIdx.x * C;
+  float mx = -INFINITY;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) mx = fmaxf(mx, xr[c]);
+  mx = block_max(mx, scratch);
+  float sum = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += expf(xr[c] - mx);
+  sum = block_sum(sum, scratch);
+  if (threadIdx.x == 0) out[blockIdx.x] = mx + logf(sum);
 }
 
 // dx = y * (dy - sum(dy * y))
@@ -162,6 +176,14 @@ void CudaOps::do_softmax_forward(Stream& s, const Tensor& x, const Tensor& out) 
     softmax_forward_kernel<T><<<grid_rows(R), kThreads, 0, ctx.st>>>(ptr<T>(x), ptr<T>(out), C);
     MOEZERO_CUDA_CHECK_LAUNCH();
   });
+}
+
+void CudaOps::do_logsumexp(Stream& s, const Tensor& x, const Tensor& out) {
+  OpContext ctx(s);
+  const int64_t R = x.dim(0), C = x.dim(1);
+  if (R == 0) return;
+  logsumexp_kernel<<<grid_rows(R), kThreads, 0, ctx.st>>>(ptr<float>(x), ptr<float>(out), C);
+  MOEZERO_CUDA_CHECK_LAUNCH();
 }
 
 void CudaOps::do_softmax_backward(Stream& s, const Tensor& y, const Tensor& dy, const Tensor& dx) {
