@@ -1,3 +1,4 @@
+// core/device.cpp — device kind names (device.h holds the Device, Stream and Event interfaces).
 #include "core/device.h"
 
 namespace moezero {

@@ -1,3 +1,4 @@
+// core/dtype.cpp — dtype parsing and the host fp16 conversions (dtype.h).
 #include "core/dtype.h"
 
 #include <string>

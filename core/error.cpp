@@ -1,3 +1,4 @@
+// core/error.cpp — moezero::Error and the message building of the check macros (error.h).
 #include "core/error.h"
 
 namespace moezero {

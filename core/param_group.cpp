@@ -1,3 +1,4 @@
+// core/param_group.cpp — parameter group layout: offsets, padding to equal shards (param_group.h).
 #include "core/param_group.h"
 
 #include "core/error.h"

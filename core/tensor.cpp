@@ -1,3 +1,4 @@
+// core/tensor.cpp — Shape and the Tensor views (reshape, slices) of tensor.h.
 #include "core/tensor.h"
 
 #include <sstream>

@@ -1,3 +1,4 @@
+// kernels/backend.cpp — the device factory: CPU always, CUDA when built and a GPU is usable.
 #include "kernels/backend.h"
 
 #include "core/error.h"

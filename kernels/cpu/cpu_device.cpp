@@ -1,3 +1,4 @@
+// kernels/cpu/cpu_device.cpp — CpuDevice, CpuStream (an in-order worker thread) and CpuEvent.
 #include "kernels/cpu/cpu_device.h"
 
 #include <cstdlib>
