@@ -3,7 +3,6 @@
 
 #include <numeric>
 
-#include "core/error.h"
 #include "core/trace.h"
 
 namespace moezero::moe {

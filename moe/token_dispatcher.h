@@ -1,19 +1,19 @@
 // moe/token_dispatcher.h — moves token rows between this rank and the owners of their experts
 // (the expert-parallel, EP, group) and back, as Megatron-Core's token dispatcher does. Each
-// direction is three named steps; only the `exchange` steps communicate, and they do so on the
-// a2a stream (rt.a2a_stream, else the compute stream) with the EP communicator only:
+// round is three named steps; only the `exchange` steps communicate, and they do so on the a2a
+// stream (rt.a2a_stream, else the compute stream) with the EP communicator only. Preprocess and
+// postprocess never communicate.
 //
-//   dispatch  preprocess   count():          per-expert histogram of the kept assignments
-//                                            (compute stream, no communication)
-//             exchange     exchange_counts(): all-to-all of the per-peer counts (E ints)
-//             postprocess  plan():           the row layout, from the host copies of the counts
-//                                            (host only, after the layer's one host sync)
-//             preprocess   dispatch():       stable sort by expert, gather rows (compute stream)
-//             exchange                       all_to_all_v of the rows to the expert owners
-//             postprocess                    none: rows arrive laid out [source peer][local
-//                                            expert]; DispatchState::for_each_block walks them
-//   combine   exchange     combine():        all_to_all_v of the expert outputs back
-//             postprocess                    out = Σ_j w_j · y_j (combine_rows, compute stream)
+//   dispatch, counts  preprocess   count(): per-expert histogram of the kept assignments
+//                     exchange     exchange_counts(): all-to-all of the per-peer counts
+//                     postprocess  plan(): the row layout, from the host copies of the counts
+//                                  (host only, after the layer's one host sync)
+//   dispatch, rows    preprocess   dispatch(): stable sort by expert, gather rows
+//                     exchange     dispatch(): all_to_all_v of the rows to the expert owners
+//                     postprocess  none: rows arrive laid out [source peer][local expert], and
+//                                  DispatchState::for_each_block walks one expert's blocks
+//   combine           exchange     combine(): all_to_all_v of the expert outputs back
+//                     postprocess  combine(): out = Σ_j w_j · y_j (combine_rows)
 // Backward runs the same steps in reverse: combine_backward() (weighted-combine backward, then
 // the exchange to the owners) and dispatch_backward() (the exchange back, then gather_rows'
 // backward, an unweighted combine).
