@@ -1,44 +1,46 @@
 // moe/moe_layer.h — the MoE FFN sub-layer: out = h + sum_j w_j * expert_{e_j}(rmsnorm(h)),
 // with top-k routing, expert parallelism (all-to-all token dispatch over the EP group) and
-// ZeRO-3 experts that never hang.
+// ZeRO-3 experts that never hang. It composes three parts, as Megatron-Core's MoE layer does:
+// the router (moe/router.h), the token dispatcher (moe/token_dispatcher.h) and this rank's
+// experts (moe/local_experts.h); forward is route -> agree -> dispatch -> compute -> combine.
 //
 // Forward on one rank (N = B*T local tokens, E experts, ep = EP width, Epr = E / ep local experts):
-//   1. acquire the layer group (post_attention_layernorm + router gate); xn = rmsnorm(h).
-//   2. router.forward_local -> expert id and weight per assignment (-1: dropped by capacity),
-//      local statistics (3E f32). expert_histogram -> local kept counts (E).
-//   3. AGREEMENT: one all-reduce (Sum) of the statistics over the world: global top-k counts,
+//   1. route: acquire the layer group (post_attention_layernorm + router gate);
+//      xn = rmsnorm(h); router.forward_local -> expert id and weight per assignment (-1: dropped
+//      by capacity) and local statistics (RouterStats, 3E f32). Dispatch preprocess: the local
+//      kept counts per expert (E).
+//   2. agree: one all-reduce (Sum) of the statistics over the world: global top-k counts,
 //      global kept counts and global probability sums. The global kept count of expert e is
 //      > 0 exactly when some rank routed a token to it, so every rank of e's EDP group (indeed
-//      every rank) sees the same active set; the aux loss uses the same global numbers.
-//      The per-peer token counts are exchanged with one all-to-all over the EP group.
+//      every rank) sees the same active set; the aux loss uses the same global numbers. Then the
+//      dispatcher exchanges the per-peer token counts (one all-to-all over the EP group).
 //      HOST SYNC (the only one of the layer): the counts are needed on the host to size the
-//      token all-to-all and to decide which experts to gather.
-//   4. sort assignments by expert (stable), gather rows, all_to_all_v to the owners.
+//      token all-to-all and to decide which experts to gather. The agreed kept counts feed the
+//      frequency model, the shard cache's keep scores and the routing statistics.
+//   3. dispatch: sort assignments by expert (stable), gather rows, all_to_all_v to the owners.
 //      Received rows are laid out [source peer][local expert].
-//   5. for each ACTIVE local expert in id order: acquire its group (an all-gather over its
-//      EDP group, which every member issues because the active set is agreed), SwiGLU over
-//      its row blocks, release. Experts no rank routed to are neither gathered nor computed.
-//   6. all_to_all_v back, weighted combine, out = h + combined.
+//   4. compute: for each ACTIVE local expert: acquire its group (an all-gather over its EDP
+//      group, which every member issues because the active set is agreed), SwiGLU over its row
+//      blocks, release (LocalExperts says in which order). Experts no rank routed to are
+//      neither gathered nor computed.
+//   5. combine: all_to_all_v back, weighted combine, out = h + combined.
 // Backward mirrors it; for inactive experts nothing is issued: no gradient, no
 // reduce-scatter anywhere (their gradient is zero on every rank, and skipping is agreed).
 //
 // Groups (provider indices first_group, first_group + 1, ...): "layers.l.moe"
 // {model.layers.l.post_attention_layernorm.weight, model.layers.l.block_sparse_moe.gate.weight}
-// (Dense), then one per LOCAL expert j: "layers.l.experts.e" {...experts.e.w1.weight (F, C)
-// (gate), w2 (C, F) (down), w3 (F, C) (up)} (GroupKind::Expert, expert = e).
+// (Dense), then one per LOCAL expert (moe/local_experts.h).
 #pragma once
 
-#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "layers/feed_forward.h"
+#include "moe/local_experts.h"
 #include "moe/moe_runtime.h"
 #include "moe/router.h"
-
-namespace moezero {
-enum class TracePass : uint8_t;
-}
+#include "moe/token_dispatcher.h"
 
 namespace moezero::moe {
 
@@ -61,49 +63,30 @@ class MoeFeedForward final : public FeedForward {
   void backward(const ModuleContext& ctx, ParamProvider& params, std::unique_ptr<Saved> saved,
                 const Tensor& h, const Tensor& dresid) override;
 
-  int local_experts() const { return experts_per_rank_; }
+  int local_experts() const { return experts_.count(); }
 
  private:
   struct MoeSaved;
-  int expert_group(int j) const { return first_group_ + 1 + j; }
-  // The active local experts in the order to run them, in two phases. Gathers are started
-  // for all of them in id order (the agreed order). Phase 1 (`first`): those whose gather was
-  // started or that are resident: cached ones first in id order (acquiring them updates the
-  // cache's recency, which must agree across ranks), then the others in the order their
-  // parameters are ready; all are then released (and, in backward, reduced) in id order, so the
-  // shard cache and the gradient buckets see the same sequence on every rank. Phase 2 (`then`):
-  // those the live-parameter limit kept from prefetching; each is acquired (an on-demand gather, a
-  // collective), run and released in id order, one at a time, so the limit holds.
-  struct RunOrder {
-    std::vector<int> first, then;
-  };
-  // [in] reason: Needed in forward (after the router: on demand), Predicted in backward (the
-  // exact backward prefetch: the routing is known when the layer's backward starts).
-  RunOrder run_order(const ModuleContext& ctx, ParamProvider& params,
-                     const std::vector<char>& active, ParamProvider::FetchReason reason) const;
-  // all_to_all_v of rows (C wide) with per-peer row counts; copies when ep_size == 1.
-  // Runs on rt.a2a_stream when set: it waits for the compute stream's writes of `send`, and
-  // the compute stream waits for `recv` (events only, no host sync).
-  void exchange(const ModuleContext& ctx, TensorBuffer& send, const std::vector<int64_t>& send_rows,
-                TensorBuffer& recv, const std::vector<int64_t>& recv_rows);
-  // Runs call(stream) on the a2a stream ordered by events after the compute stream's writes of
-  // `send` and before its reads of `recv` (both buffers recorded as used by that stream).
-  void on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send, TensorBuffer& recv,
-                     const std::function<void(Stream&)>& call);
-  // A trace span for local expert j's compute (its rows of this micro-batch) while tracing;
-  // -1 otherwise.
-  int expert_span(const ModuleContext& ctx, const MoeSaved& sv, int j, TracePass pass) const;
-  // The stream the EP communicator runs on.
-  Stream& a2a_stream(const ModuleContext& ctx) const {
-    return rt_.a2a_stream ? *rt_.a2a_stream : ctx.s();
-  }
+  // The steps of forward (moe_layer.cpp), in order.
+  // Route: norm and router; the layer group stays acquired until agree().
+  Router::Routing& route(const ModuleContext& ctx, ParamProvider& params, const Tensor& h,
+                         MoeSaved& sv);
+  // Agree: all-reduce of the router statistics, the router's losses; releases the layer group.
+  void agree(const ModuleContext& ctx, ParamProvider& params, const Router::Routing& routing);
+  // HOST SYNC: downloads the dispatch counts and the agreed router statistics (returned).
+  std::vector<float> synchronize(const ModuleContext& ctx, DispatchCounts& counts,
+                                 const Router::Routing& routing) const;
+  // From the agreed kept counts (E), identical on every rank: the active local experts (Epr),
+  // the frequency model and keep scores, dropped unneeded prefetches, routing statistics.
+  std::vector<char> apply_agreement(ParamProvider& params, std::span<const float> kept);
 
   ModelConfig cfg_;
   MoeRuntime rt_;
   int layer_, moe_index_, first_group_;
-  int experts_per_rank_;
   Router router_;
-  std::vector<int> planned_;  // local expert ids prefetched by prepare() for this micro-batch
+  TokenDispatcher dispatcher_;
+  LocalExperts experts_;      // provider groups first_group_ + 1, ...
+  std::vector<int> planned_;  // (global) expert ids prefetched by prepare() for this micro-batch
 };
 
 }  // namespace moezero::moe

@@ -30,6 +30,20 @@ struct MoeStats {
   // (out), and, on e's owner, assignments for e received from other EP ranks (in). Summed over
   // all ranks, out[l][e] == in[l][e]. Zero when ep_size == 1.
   std::vector<std::vector<int64_t>> a2a_tokens_in, a2a_tokens_out;
+  // Makes room for MoE layer `moe_index` with `experts` experts and zeroes its per-expert
+  // counters; each MoE layer calls it once, when it is constructed.
+  void add_layer(int moe_index, int64_t experts) {
+    const size_t m = static_cast<size_t>(moe_index), E = static_cast<size_t>(experts);
+    if (tokens_per_expert.size() <= m) {
+      tokens_per_expert.resize(m + 1);
+      active_experts.resize(m + 1);
+      a2a_tokens_in.resize(m + 1);
+      a2a_tokens_out.resize(m + 1);
+    }
+    tokens_per_expert[m].assign(E, 0);
+    a2a_tokens_in[m].assign(E, 0);
+    a2a_tokens_out[m].assign(E, 0);
+  }
   void clear() {
     for (auto& v : tokens_per_expert) std::fill(v.begin(), v.end(), 0);
     for (auto& v : a2a_tokens_in) std::fill(v.begin(), v.end(), 0);

@@ -21,7 +21,6 @@ namespace moezero::moe {
 
 namespace {
 
-using router_host::drop_over_capacity;
 using router_host::Drops;
 using router_host::noise_of;
 using router_host::silu_inverse;
@@ -154,7 +153,7 @@ Tensor gate_f32(const ModuleContext& ctx, const Tensor& gate, TensorBuffer& tmp)
 Router::Routing& Router::forward_local(const ModuleContext& ctx, const Tensor& x,
                                        const Tensor& gate, int64_t token_offset,
                                        int64_t micro_batch, RouterMode mode) {
-  const int64_t E = cfg_.num_experts, k = cfg_.top_k;
+  const int64_t E = cfg_.num_experts;
   MOEZERO_CHECK(x.rank() == 2 && x.dtype() == ctx.dtype, "router forward of layer ", layer_,
                 ": x is ", x.str(), " but must be (N, C) ", dtype_name(ctx.dtype));
   const int64_t N = x.dim(0), C = x.dim(1);
@@ -162,110 +161,141 @@ Router::Routing& Router::forward_local(const ModuleContext& ctx, const Tensor& x
                 "layer ", layer_, ": gate is ", gate.str(), " but must be ", dtype_name(ctx.dtype),
                 "(", E, ", ", C, ")");
   MOEZERO_CHECK(token_offset >= 0, "router forward: token_offset is ", token_offset);
-  Ops& ops = ctx.ops();
-  Stream& s = ctx.s();
 
   st_.reset();
+  build_identity(ctx);
+  std::unique_ptr<State> st = new_state(ctx, N, C);
+  State& state = *st;
+  if (N == 0) {
+    ctx.ops().fill(ctx.s(), state.stats, 0.0);
+  } else {
+    if (mode == RouterMode::Train && cfg_.jitter > 0.0f)
+      make_noise(ctx, state, token_offset, micro_batch);
+    const TensorBuffer logits = select(ctx, state, x, gate);
+    local_statistics(ctx, state);
+    if (cfg_.z_coef > 0.0f) logsumexp(ctx, state, logits);
+    const RouterStats layout = stats_layout();
+    if (state.routing.capacity == 0)
+      ctx.ops().cast(ctx.s(), layout.selected(state.stats), layout.kept(state.stats));
+    else
+      drop_over_capacity(ctx, state);
+  }
+  st_ = std::move(st);
+  return st_->routing;
+}
+
+void Router::build_identity(const ModuleContext& ctx) {
+  Stream& s = ctx.s();
+  if (identity_ && identity_stream_ == &s) return;
+  const int64_t E = cfg_.num_experts;
+  identity_stream_ = &s;  // built on (and ordered by) the compute stream
+  identity_ = TensorBuffer(s.device(), DType::F32, Shape{E, E}, MemTag::Other, s, "router.eye");
+  ctx.ops().fill(s, identity_, 0.0);
+  for (int64_t e = 0; e < E; ++e)
+    ctx.ops().fill(s, identity_.view().view_elems(e * (E + 1), {1}), 1.0);
+}
+
+std::unique_ptr<Router::State> Router::new_state(const ModuleContext& ctx, int64_t N,
+                                                 int64_t C) const {
+  const int64_t E = cfg_.num_experts, k = cfg_.top_k;
   auto st = std::make_unique<State>();
   st->n = N;
   st->c = C;
-  if (!identity_ || identity_stream_ != &s) {  // built on (and ordered by) the compute stream
-    identity_stream_ = &s;
-    identity_ = TensorBuffer(s.device(), DType::F32, Shape{E, E}, MemTag::Other, s, "router.eye");
-    ops.fill(s, identity_, 0.0);
-    for (int64_t e = 0; e < E; ++e) ops.fill(s, identity_.view().view_elems(e * (E + 1), {1}), 1.0);
-  }
-  st->stats = ctx.alloc(DType::F32, Shape{3 * E}, "router.stats");
+  st->stats = ctx.alloc(DType::F32, Shape{stats_layout().numel()}, "router.stats");
   st->probs = ctx.alloc(DType::F32, Shape{N, E}, "router.probs");
   st->ids = ctx.alloc(DType::I32, Shape{N, k}, "router.ids");
   st->vals = ctx.alloc(DType::F32, Shape{N, k}, "router.vals");
-  const Tensor stats = st->stats;
-  Routing& r = st->routing;
-  r = Routing{.tokens = N,
-              .capacity = capacity(N),
-              .expert_ids = st->ids.view().reshape({N * k}),
-              .weights = st->vals,
-              .probs = st->probs,
-              .stats = stats};
-  if (N == 0) {
-    ops.fill(s, stats, 0.0);
-    st_ = std::move(st);
-    return st_->routing;
-  }
+  st->routing = Routing{.tokens = N,
+                        .capacity = capacity(N),
+                        .expert_ids = st->ids.view().reshape({N * k}),
+                        .weights = st->vals,
+                        .probs = st->probs,
+                        .stats = st->stats};
+  return st;
+}
 
-  // Jitter: noise on the host, keyed by the global token index (world-size independent).
-  if (mode == RouterMode::Train && cfg_.jitter > 0.0f) {
-    std::vector<float> g(static_cast<size_t>(N * C));
-    for (int64_t t = 0; t < N; ++t) {
-      const uint64_t key = token_key(cfg_.seed, layer_, micro_batch, token_offset + t);
-      for (int64_t ch = 0; ch < C; ++ch)
-        g[t * C + ch] = static_cast<float>(silu_inverse(noise_of(key, ch, cfg_.jitter)));
-    }
-    st->noise_g = ctx.alloc(DType::F32, Shape{N, C}, "router.noise");
-    upload(s, std::move(g), st->noise_g);
+void Router::make_noise(const ModuleContext& ctx, State& st, int64_t token_offset,
+                        int64_t micro_batch) const {
+  // Noise on the host, keyed by the global token index (world-size independent).
+  const int64_t N = st.n, C = st.c;
+  std::vector<float> g(static_cast<size_t>(N * C));
+  for (int64_t t = 0; t < N; ++t) {
+    const uint64_t key = token_key(cfg_.seed, layer_, micro_batch, token_offset + t);
+    for (int64_t ch = 0; ch < C; ++ch)
+      g[t * C + ch] = static_cast<float>(silu_inverse(noise_of(key, ch, cfg_.jitter)));
   }
+  st.noise_g = ctx.alloc(DType::F32, Shape{N, C}, "router.noise");
+  upload(ctx.s(), std::move(g), st.noise_g);
+}
 
+TensorBuffer Router::select(const ModuleContext& ctx, State& st, const Tensor& x,
+                            const Tensor& gate) const {
+  Ops& ops = ctx.ops();
+  Stream& s = ctx.s();
+  const int64_t E = cfg_.num_experts, k = cfg_.top_k, N = st.n;
   // logits (N, E) = xj @ Wg^T in f32; probs; top-k; one-hot rows of the choices.
   TensorBuffer x_tmp, scratch, gate_tmp;
-  const Tensor xj = gate_input(ctx, x, st->noise_g ? st->noise_g.view() : Tensor(), x_tmp, scratch);
+  const Tensor xj = gate_input(ctx, x, st.noise_g ? st.noise_g.view() : Tensor(), x_tmp, scratch);
   const Tensor wg = gate_f32(ctx, gate, gate_tmp);
   TensorBuffer logits = ctx.alloc(DType::F32, Shape{N, E}, "router.logits");
   mm(ctx, xj, wg, logits, 1.0f, 0.0f, Transpose::No, Transpose::Yes);
   x_tmp.reset();
   gate_tmp.reset();
-  ops.softmax_forward(s, logits, st->probs);
-  ops.topk(s, st->probs, static_cast<int>(k), st->vals, st->ids);
-  st->onehot = ctx.alloc(DType::F32, Shape{N * k, E}, "router.onehot");
-  ops.embedding_forward(s, r.expert_ids, identity_, st->onehot);
+  ops.softmax_forward(s, logits, st.probs);
+  ops.topk(s, st.probs, static_cast<int>(k), st.vals, st.ids);
+  st.onehot = ctx.alloc(DType::F32, Shape{N * k, E}, "router.onehot");
+  ops.embedding_forward(s, st.routing.expert_ids, identity_, st.onehot);
 
   // Renormalised weights = softmax over the chosen logits (= p_j / Σ_j p_j).
   if (cfg_.normalize_top_k) {
-    st->w_norm = ctx.alloc(DType::F32, Shape{N, k}, "router.w_norm");
-    mm(ctx, st->onehot.view().reshape({N, k, E}), logits.view().reshape({N, E, 1}),
-       st->w_norm.view().reshape({N, k, 1}));
-    ops.softmax_forward(s, st->w_norm, st->w_norm);
-    r.weights = st->w_norm;
+    st.w_norm = ctx.alloc(DType::F32, Shape{N, k}, "router.w_norm");
+    mm(ctx, st.onehot.view().reshape({N, k, E}), logits.view().reshape({N, E, 1}),
+       st.w_norm.view().reshape({N, k, 1}));
+    ops.softmax_forward(s, st.w_norm, st.w_norm);
+    st.routing.weights = st.w_norm;
   }
+  return logits;
+}
 
-  // Local statistics: selections per expert, Σ_t probs.
-  st->ones = ctx.alloc(DType::F32, Shape{N * k}, "router.ones");
-  ops.fill(s, st->ones, 1.0);
-  const Tensor selected = stats.view_elems(0, {1, E}), kept = stats.view_elems(E, {1, E});
-  mm(ctx, st->ones.view().reshape({1, N * k}), st->onehot, selected);
-  mm(ctx, st->ones.view().view_elems(0, {1, N}), st->probs, stats.view_elems(2 * E, {1, E}));
+void Router::local_statistics(const ModuleContext& ctx, State& st) const {
+  // Selections per expert, Σ_t probs (the kept counts follow: dropless or capacity).
+  const int64_t k = cfg_.top_k, N = st.n;
+  const RouterStats layout = stats_layout();
+  st.ones = ctx.alloc(DType::F32, Shape{N * k}, "router.ones");
+  ctx.ops().fill(ctx.s(), st.ones, 1.0);
+  mm(ctx, st.ones.view().reshape({1, N * k}), st.onehot, layout.selected(st.stats));
+  mm(ctx, st.ones.view().view_elems(0, {1, N}), st.probs, layout.prob_sum(st.stats));
+}
 
-  if (cfg_.z_coef > 0.0f) {  // lse = CE(logits, target 0) + logits @ e0
-    st->lse = ctx.alloc(DType::F32, Shape{N}, "router.lse");
-    TensorBuffer zero_targets = ctx.alloc(DType::I32, Shape{N}, "router.target0");
-    ops.fill(s, zero_targets, 0.0);
-    ops.cross_entropy_forward(s, logits, zero_targets, st->lse);
-    mm(ctx, logits, identity_.view().view_elems(0, {E, 1}), st->lse.view().reshape({N, 1}), 1.0f,
-       1.0f);
-  }
+void Router::logsumexp(const ModuleContext& ctx, State& st, const Tensor& logits) const {
+  // lse = CE(logits, target 0) + logits @ e0.
+  const int64_t E = cfg_.num_experts, N = st.n;
+  st.lse = ctx.alloc(DType::F32, Shape{N}, "router.lse");
+  TensorBuffer zero_targets = ctx.alloc(DType::I32, Shape{N}, "router.target0");
+  ctx.ops().fill(ctx.s(), zero_targets, 0.0);
+  ctx.ops().cross_entropy_forward(ctx.s(), logits, zero_targets, st.lse);
+  mm(ctx, logits, identity_.view().view_elems(0, {E, 1}), st.lse.view().reshape({N, 1}), 1.0f,
+     1.0f);
+}
 
-  if (r.capacity == 0) {
-    ops.cast(s, selected, kept);
-    st_ = std::move(st);
-    return st_->routing;
-  }
-
-  // Capacity: decided on the host (one host synchronisation).
-  const std::vector<int32_t> ids = download<int32_t>(s, st->ids);
-  const std::vector<float> probs = download<float>(s, st->vals);
-  std::vector<float> w = download<float>(s, st->weights_before_drop());
+void Router::drop_over_capacity(const ModuleContext& ctx, State& st) const {
+  // Decided on the host (one host synchronisation).
+  Stream& s = ctx.s();
+  const int64_t E = cfg_.num_experts, k = cfg_.top_k, N = st.n;
+  const std::vector<int32_t> ids = download<int32_t>(s, st.ids);
+  const std::vector<float> probs = download<float>(s, st.vals);
+  std::vector<float> w = download<float>(s, st.weights_before_drop());
   s.synchronize();
-  Drops d = drop_over_capacity(ids, probs, std::move(w), k, E, r.capacity);
-  st->kept_ids = ctx.alloc(DType::I32, Shape{N * k}, "router.kept_ids");
-  st->kept_w = ctx.alloc(DType::F32, Shape{N, k}, "router.kept_w");
-  st->keep_diag = ctx.alloc(DType::F32, Shape{N, k, k}, "router.keep_diag");
-  upload(s, std::move(d.kept_ids), st->kept_ids);
-  upload(s, std::move(d.w), st->kept_w);
-  upload(s, std::move(d.diag), st->keep_diag);
-  upload(s, std::move(d.kept), kept.reshape({E}));
-  r.expert_ids = st->kept_ids;
-  r.weights = st->kept_w;
-  st_ = std::move(st);
-  return st_->routing;
+  Drops d = router_host::drop_over_capacity(ids, probs, std::move(w), k, E, st.routing.capacity);
+  st.kept_ids = ctx.alloc(DType::I32, Shape{N * k}, "router.kept_ids");
+  st.kept_w = ctx.alloc(DType::F32, Shape{N, k}, "router.kept_w");
+  st.keep_diag = ctx.alloc(DType::F32, Shape{N, k, k}, "router.keep_diag");
+  upload(s, std::move(d.kept_ids), st.kept_ids);
+  upload(s, std::move(d.w), st.kept_w);
+  upload(s, std::move(d.diag), st.keep_diag);
+  upload(s, std::move(d.kept), stats_layout().kept(st.stats).reshape({E}));
+  st.routing.expert_ids = st.kept_ids;
+  st.routing.weights = st.kept_w;
 }
 
 void Router::finish(const ModuleContext& ctx, int64_t global_tokens, float scale,
@@ -289,8 +319,9 @@ void Router::finish(const ModuleContext& ctx, int64_t global_tokens, float scale
   Stream& s = ctx.s();
   const double ng = static_cast<double>(global_tokens);
   // aux = E/N_g² · Σ_e selected_e · probsum_e, as (1, E) @ (E, 1).
+  const RouterStats layout = stats_layout();
   auto add_aux = [&](const Tensor& out, double alpha) {
-    mm(ctx, st.stats.view().view_elems(0, {1, E}), st.stats.view().view_elems(2 * E, {E, 1}),
+    mm(ctx, layout.selected(st.stats), layout.prob_sum(st.stats).reshape({E, 1}),
        out.reshape({1, 1}), static_cast<float>(alpha), 1.0f);
   };
   if (cfg_.aux_coef > 0.0f && N > 0)
@@ -328,24 +359,35 @@ void Router::backward(const ModuleContext& ctx, const Tensor& dweights, const Te
     st_.reset();
     return;
   }
+  TensorBuffer dw_kept;
+  const Tensor dw = kept_dweights(ctx, st, dweights, dw_kept);
+  TensorBuffer dlogits = logits_backward(ctx, st, dw);
+  input_backward(ctx, st, dlogits, x, gate, dx, dgate);
+  st_.reset();
+}
+
+Tensor Router::kept_dweights(const ModuleContext& ctx, const State& st, const Tensor& dweights,
+                             TensorBuffer& tmp) const {
+  // Dropped assignments contribute nothing: dw · diag(keep).
+  if (!st.keep_diag) return dweights;
+  const int64_t k = cfg_.top_k, N = st.n;
+  tmp = ctx.alloc(DType::F32, Shape{N, k}, "router.dw_kept");
+  mm(ctx, dweights.reshape({N, 1, k}), st.keep_diag, tmp.view().reshape({N, 1, k}));
+  return tmp;
+}
+
+TensorBuffer Router::logits_backward(const ModuleContext& ctx, const State& st,
+                                     const Tensor& dw) const {
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
+  const int64_t E = cfg_.num_experts, k = cfg_.top_k, N = st.n;
+  const bool aux = cfg_.aux_coef > 0.0f;
   const double ng = static_cast<double>(st.global_tokens);
-
-  // Dropped assignments contribute nothing: dw · diag(keep).
-  Tensor dw = dweights;
-  TensorBuffer dw_kept;
-  if (st.keep_diag) {
-    dw_kept = ctx.alloc(DType::F32, Shape{N, k}, "router.dw_kept");
-    mm(ctx, dweights.reshape({N, 1, k}), st.keep_diag, dw_kept.view().reshape({N, 1, k}));
-    dw = dw_kept;
-  }
-
   // dprobs (aux part) = scale·aux_coef·E/N_g² · selected_e, broadcast over rows.
   TensorBuffer dlogits = ctx.alloc(DType::F32, Shape{N, E}, "router.dlogits");
   TensorBuffer dprobs = ctx.alloc(DType::F32, Shape{N, E}, "router.dprobs");
   if (aux) {
-    mm(ctx, st.ones.view().view_elems(0, {N, 1}), st.stats.view().view_elems(0, {1, E}), dprobs,
+    mm(ctx, st.ones.view().view_elems(0, {N, 1}), stats_layout().selected(st.stats), dprobs,
        static_cast<float>(st.scale * cfg_.aux_coef * E / (ng * ng)));
   }
   const Tensor onehot = st.onehot.view().reshape({N, k, E});
@@ -365,13 +407,21 @@ void Router::backward(const ModuleContext& ctx, const Tensor& dweights, const Te
     ops.softmax_backward(s, st.probs, dprobs, dlogits);
   }
   dprobs.reset();
-  if (z) {  // dlogits_t += scale·z_coef·2·lse_t/N_g · probs_t
+  if (cfg_.z_coef > 0.0f) {  // dlogits_t += scale·z_coef·2·lse_t/N_g · probs_t
     mm(ctx, st.lse.view().reshape({N, 1, 1}), st.probs.view().reshape({N, 1, E}),
        dlogits.view().reshape({N, 1, E}), static_cast<float>(2.0 * st.scale * cfg_.z_coef / ng),
        1.0f);
   }
+  return dlogits;
+}
 
+void Router::input_backward(const ModuleContext& ctx, const State& st, const Tensor& dlogits,
+                            const Tensor& x, const Tensor& gate, const Tensor& dx,
+                            const Tensor& dgate) const {
   // dWg += dlogits^T @ xj (xj recomputed); dx += (dlogits @ Wg) · noise.
+  Ops& ops = ctx.ops();
+  Stream& s = ctx.s();
+  const int64_t N = st.n, C = st.c;
   const Tensor noise = st.noise_g ? st.noise_g.view() : Tensor();
   {
     TensorBuffer x_tmp, scratch;
@@ -393,7 +443,6 @@ void Router::backward(const ModuleContext& ctx, const Tensor& dweights, const Te
     }
     ops.axpy(s, 1.0f, dx32, dx);
   }
-  st_.reset();
 }
 
 }  // namespace moezero::moe

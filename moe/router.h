@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "core/config.h"
 #include "layers/module.h"
@@ -59,6 +60,27 @@ RouterConfig router_config(const ModelConfig& model, const MoeConfig& moe, uint6
 
 enum class RouterMode : uint8_t { Train, Eval };  // Eval: no jitter
 
+// The layout of the router's statistics vector (Router::Routing::stats), f32 (3E): the one
+// definition every reader uses (router.cpp, moe_layer.cpp). Local on return of forward_local;
+// the caller all-reduces it (Sum, in place) over the data-parallel ranks before finish().
+// Counts are exact as floats up to 2^24 per expert.
+//   [0, E)   selected: top-k selections per expert, before capacity dropping
+//   [E, 2E)  kept:     kept assignments per expert (= selected when dropless)
+//   [2E, 3E) prob_sum: Σ over tokens of probs[:, e]
+struct RouterStats {
+  int64_t experts = 0;  // E
+
+  int64_t numel() const { return 3 * experts; }
+  // Device views (1, E) into a stats tensor f32 (3E).
+  Tensor selected(const Tensor& stats) const { return stats.view_elems(0, {1, experts}); }
+  Tensor kept(const Tensor& stats) const { return stats.view_elems(experts, {1, experts}); }
+  Tensor prob_sum(const Tensor& stats) const { return stats.view_elems(2 * experts, {1, experts}); }
+  // The kept counts (E) of a host copy of stats (3E).
+  std::span<const float> kept(std::span<const float> host) const {
+    return host.subspan(static_cast<size_t>(experts), static_cast<size_t>(experts));
+  }
+};
+
 class Router {
  public:
   // Views into the router's per-micro-batch state; valid until the next forward_local or the
@@ -69,12 +91,8 @@ class Router {
     Tensor expert_ids;     // i32 (N*k): assignment t*k+j -> expert, -1 when dropped
     Tensor weights;        // f32 (N, k): combine weights, 0 when dropped
     Tensor probs;          // f32 (N, E): softmax of the gate logits
-    // f32 (3E), local on return; the caller all-reduces it (Sum, in place) over the
-    // data-parallel ranks before finish():
-    //   [0, E)   top-k selections per expert, before capacity dropping
-    //   [E, 2E)  kept assignments per expert (= [0, E) when dropless)
-    //   [2E, 3E) Σ over tokens of probs[:, e]
-    // Counts are exact as floats up to 2^24 per expert.
+    // f32 (3E), laid out as RouterStats says (Router::stats_layout()); local on return, the
+    // caller all-reduces it (Sum, in place) over the data-parallel ranks before finish().
     Tensor stats;
   };
 
@@ -85,6 +103,7 @@ class Router {
   Router& operator=(const Router&) = delete;
 
   const RouterConfig& config() const { return cfg_; }
+  RouterStats stats_layout() const { return RouterStats{cfg_.num_experts}; }
   // ceil(k·tokens·f/E) (at least 1 for tokens > 0; a relative 1e-6 below an integer counts as
   // that integer, see router.cpp); 0 when dropless.
   int64_t capacity(int64_t tokens) const;
@@ -129,6 +148,28 @@ class Router {
 
  private:
   struct State;
+  // The steps of forward_local, in order (router.cpp):
+  void build_identity(const ModuleContext& ctx);  // the one-hot table, once per compute stream
+  std::unique_ptr<State> new_state(const ModuleContext& ctx, int64_t N, int64_t C) const;
+  void make_noise(const ModuleContext& ctx, State& st, int64_t token_offset,
+                  int64_t micro_batch) const;  // jitter, training only
+  // logits, probs, top-k, one-hot rows, renormalised weights; returns the logits f32 (N, E).
+  TensorBuffer select(const ModuleContext& ctx, State& st, const Tensor& x,
+                      const Tensor& gate) const;
+  void local_statistics(const ModuleContext& ctx, State& st) const;  // selected, prob_sum
+  void logsumexp(const ModuleContext& ctx, State& st, const Tensor& logits) const;  // z_coef > 0
+  void drop_over_capacity(const ModuleContext& ctx, State& st) const;  // capacity > 0: host sync
+  // The steps of backward, in order:
+  // dweights with dropped assignments masked (in `tmp`), or dweights itself when dropless.
+  Tensor kept_dweights(const ModuleContext& ctx, const State& st, const Tensor& dweights,
+                       TensorBuffer& tmp) const;
+  // dlogits f32 (N, E) from the combine weights, the aux loss and the z-loss.
+  TensorBuffer logits_backward(const ModuleContext& ctx, const State& st, const Tensor& dw) const;
+  // dgate `+=` dlogits^T @ xj; dx `+=` (dlogits @ Wg) · noise.
+  void input_backward(const ModuleContext& ctx, const State& st, const Tensor& dlogits,
+                      const Tensor& x, const Tensor& gate, const Tensor& dx,
+                      const Tensor& dgate) const;
+
   RouterConfig cfg_;
   int layer_;
   TensorBuffer identity_;  // f32 (E, E): the one-hot table, built on identity_stream_

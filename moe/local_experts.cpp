@@ -1,0 +1,167 @@
+// moe/local_experts.cpp — run order, forward and backward of this rank's experts
+// (local_experts.h).
+#include "moe/local_experts.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/trace.h"
+
+namespace moezero::moe {
+
+namespace {
+constexpr size_t kW1 = 0, kW2 = 1, kW3 = 2;  // expert group: gate, down, up
+}  // namespace
+
+LocalExperts::LocalExperts(const ModelConfig& cfg, const MoeRuntime& rt, int layer, int first_group)
+    : cfg_(cfg),
+      rt_(rt),
+      layer_(layer),
+      first_group_(first_group),
+      experts_per_rank_(static_cast<int>(cfg.num_experts / rt.ep_size)) {}
+
+std::vector<GroupSpec> LocalExperts::param_groups() const {
+  const std::string p = "model.layers." + std::to_string(layer_) + ".";
+  const float std_ = static_cast<float>(cfg_.init_std);
+  const int64_t C = cfg_.d_model, F = cfg_.d_ff;
+  std::vector<GroupSpec> groups;
+  for (int j = 0; j < experts_per_rank_; ++j) {
+    const int e = expert(j);
+    const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+    GroupSpec eg;
+    eg.name = "layers." + std::to_string(layer_) + ".experts." + std::to_string(e);
+    eg.kind = GroupKind::Expert;
+    eg.layer = layer_;
+    eg.expert = e;
+    eg.params = {linear_weight(x + "w1.weight", F, C, std_),
+                 linear_weight(x + "w2.weight", C, F, std_),
+                 linear_weight(x + "w3.weight", F, C, std_)};
+    groups.push_back(std::move(eg));
+  }
+  return groups;
+}
+
+LocalExperts::RunOrder LocalExperts::run_order(const ModuleContext& ctx, ParamProvider& params,
+                                               const std::vector<char>& active,
+                                               ParamProvider::FetchReason reason) const {
+  std::vector<int> ids;
+  for (int j = 0; j < experts_per_rank_; ++j)
+    if (active[static_cast<size_t>(j)]) ids.push_back(j);
+  for (int j : ids)  // agreed order; no-op if resident or in flight (a predicted prefetch)
+    params.prefetch(group(j), ctx.s(), reason);
+  // Cached experts first, in id order: acquiring them updates the shard cache's recency, which
+  // must advance identically on every rank. Then the rest by readiness (a host-side query of
+  // local timing: their acquires touch no shared decision state).
+  RunOrder order;
+  std::vector<int> ready, in_flight;
+  for (int j : ids) {
+    const int g = group(j);
+    if (params.needs_fetch(g))
+      order.then.push_back(j);  // over the live limit: id order
+    else if (params.cached(g))
+      order.first.push_back(j);
+    else if (params.ready(g))
+      ready.push_back(j);
+    else
+      in_flight.push_back(j);
+  }
+  order.first.insert(order.first.end(), ready.begin(), ready.end());
+  order.first.insert(order.first.end(), in_flight.begin(), in_flight.end());
+  return order;
+}
+
+template <typename Run, typename Finish>
+void LocalExperts::execute(const RunOrder& order, Run&& run, Finish&& finish) {
+  for (int j : order.first) run(j);  // in the order parameters are ready
+  std::vector<int> first_ids = order.first;
+  std::sort(first_ids.begin(), first_ids.end());
+  for (int j : first_ids) finish(j);  // id order: the cache and the gradient buckets agree
+  for (int j : order.then) {          // on-demand gathers, one at a time, id order
+    run(j);
+    finish(j);
+  }
+}
+
+int LocalExperts::span(const ModuleContext& ctx, const DispatchState& rows, int j,
+                       TracePass pass) const {
+  if (!rt_.trace || !rt_.trace->tracing()) return -1;
+  return rt_.trace->begin_expert(ctx.s(), layer_, expert(j), rows.rows_of(j), pass);
+}
+
+TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& params,
+                                   const DispatchState& rows, const std::vector<char>& active,
+                                   const Tensor& x, TensorBuffer& gate, TensorBuffer& up) const {
+  Ops& ops = ctx.ops();
+  Stream& s = ctx.s();
+  const int64_t R = rows.received, C = cfg_.d_model, F = cfg_.d_ff;
+  gate = ctx.alloc_act(Shape{R, F}, "moe.gate");
+  up = ctx.alloc_act(Shape{R, F}, "moe.up");
+  TensorBuffer act = ctx.alloc_act(Shape{R, F}, "moe.act");
+  TensorBuffer y = ctx.alloc_act(Shape{R, C}, "moe.yr");
+  const RunOrder order = run_order(ctx, params, active, ParamProvider::FetchReason::Needed);
+  auto run = [&](int j) {
+    const int g = group(j);
+    const int sp = span(ctx, rows, j, TracePass::Forward);
+    const Tensor w = params.acquire(g, s);  // waits for this expert's gather only
+    const GroupLayout& el = params.layout(g);
+    rows.for_each_block(j, [&](int64_t row, int64_t n) {
+      auto block = [&](const Tensor& t) { return t.slice_rows(row, row + n); };
+      linear_forward(ctx, block(x), el.view(w, kW1), block(gate));
+      linear_forward(ctx, block(x), el.view(w, kW3), block(up));
+      ops.swiglu_forward(s, block(gate), block(up), block(act));
+      linear_forward(ctx, block(act), el.view(w, kW2), block(y));
+    });
+    if (rt_.trace) rt_.trace->end_span(sp);
+  };
+  execute(order, run, [&](int j) { params.release(group(j), s); });
+  act.reset();
+  return y;
+}
+
+TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& params,
+                                    const DispatchState& rows, const std::vector<char>& active,
+                                    const Tensor& x, const Tensor& gate, const Tensor& up,
+                                    const Tensor& dy) const {
+  Ops& ops = ctx.ops();
+  Stream& s = ctx.s();
+  const int64_t R = rows.received, C = cfg_.d_model, F = cfg_.d_ff;
+  TensorBuffer dx = ctx.alloc_act(Shape{R, C}, "moe.dxr");
+  TensorBuffer act = ctx.alloc_act(Shape{R, F}, "moe.act");
+  TensorBuffer dact = ctx.alloc_act(Shape{R, F}, "moe.dact");
+  TensorBuffer dgate = ctx.alloc_act(Shape{R, F}, "moe.dgate");
+  TensorBuffer dup = ctx.alloc_act(Shape{R, F}, "moe.dup");
+  // Backward prefetch is exact: the routing is known, so every needed expert's gather starts
+  // now, in the order they will run (cached ones are resident already; the provider keeps
+  // within its live-parameter limit).
+  const RunOrder order = run_order(ctx, params, active, ParamProvider::FetchReason::Predicted);
+  auto run = [&](int j) {
+    const int g = group(j);
+    const int sp = span(ctx, rows, j, TracePass::Backward);
+    const Tensor w = params.acquire(g, s);
+    const Tensor gw = params.grad(g, s);
+    const GroupLayout& el = params.layout(g);
+    rows.for_each_block(j, [&](int64_t row, int64_t n) {
+      auto block = [&](const Tensor& t) { return t.slice_rows(row, row + n); };
+      ops.swiglu_forward(s, block(gate), block(up), block(act));  // recompute
+      linear_backward_data(ctx, block(dy), el.view(w, kW2), block(dact), Accumulate::No);
+      linear_backward_weight(ctx, block(dy), block(act), el.view(gw, kW2));
+      ops.swiglu_backward(s, block(gate), block(up), block(dact), block(dgate), block(dup));
+      linear_backward_weight(ctx, block(dgate), block(x), el.view(gw, kW1));
+      linear_backward_weight(ctx, block(dup), block(x), el.view(gw, kW3));
+      linear_backward_data(ctx, block(dgate), el.view(w, kW1), block(dx), Accumulate::No);
+      linear_backward_data(ctx, block(dup), el.view(w, kW3), block(dx), Accumulate::Yes);
+    });
+    if (rt_.trace) rt_.trace->end_span(sp);
+  };
+  execute(order, run, [&](int j) {
+    params.grad_ready(group(j), s);
+    params.release(group(j), s);
+  });
+  act.reset();
+  dact.reset();
+  dgate.reset();
+  dup.reset();
+  return dx;
+}
+
+}  // namespace moezero::moe

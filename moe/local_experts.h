@@ -1,0 +1,81 @@
+// moe/local_experts.h — the expert-compute step of the MoE layer: this rank's Epr = E / ep
+// experts (SwiGLU FFNs, one ZeRO parameter group each), run over the rows the token dispatcher
+// received for them (moe/token_dispatcher.h), forward and backward.
+//
+// Only ACTIVE experts (some rank routed a token to them: the globally agreed set) are touched:
+// each is acquired (an all-gather over its EDP group, which every member issues because the
+// active set is agreed), run over its row blocks (one per source peer), released and, in
+// backward, its gradient reduced. The order of those calls is what keeps the collectives of all
+// ranks matched and the shard cache in agreement; see RunOrder.
+//
+// Expert group j (provider index first_group + j): "layers.l.experts.e", e = ep_rank·Epr + j,
+// {...experts.e.w1.weight (F, C) (gate), w2 (C, F) (down), w3 (F, C) (up)} (GroupKind::Expert).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/config.h"
+#include "core/param_group.h"
+#include "layers/module.h"
+#include "moe/moe_runtime.h"
+#include "moe/token_dispatcher.h"
+
+namespace moezero {
+enum class TracePass : uint8_t;
+}
+
+namespace moezero::moe {
+
+class LocalExperts {
+ public:
+  // [in] layer: decoder layer index; [in] first_group: provider index of local expert 0.
+  LocalExperts(const ModelConfig& cfg, const MoeRuntime& rt, int layer, int first_group);
+
+  int count() const { return experts_per_rank_; }                          // Epr
+  int group(int j) const { return first_group_ + j; }                      // provider index
+  int expert(int j) const { return rt_.ep_rank * experts_per_rank_ + j; }  // global id
+  std::vector<GroupSpec> param_groups() const;
+
+  // [in] x (R, C): the received rows, laid out as `rows` says; [in] active (Epr): agreed;
+  // [out] gate, up (R, F): pre-activations, allocated here (kept for backward);
+  // returns y (R, C) `=` the expert outputs (rows of inactive experts: unwritten; there are none).
+  TensorBuffer forward(const ModuleContext& ctx, ParamProvider& params, const DispatchState& rows,
+                       const std::vector<char>& active, const Tensor& x, TensorBuffer& gate,
+                       TensorBuffer& up) const;
+  // [in] dy (R, C); x, gate, up: forward's; returns dx (R, C) `=`. Writes (`+=`) each active
+  // expert's parameter gradient and marks it ready (grad_ready) before releasing the expert.
+  TensorBuffer backward(const ModuleContext& ctx, ParamProvider& params, const DispatchState& rows,
+                        const std::vector<char>& active, const Tensor& x, const Tensor& gate,
+                        const Tensor& up, const Tensor& dy) const;
+
+ private:
+  // The active local experts in the order to run them, in two phases. Gathers are started
+  // for all of them in id order (the agreed order). Phase 1 (`first`): those whose gather was
+  // started or that are resident: cached ones first in id order (acquiring them updates the
+  // cache's recency, which must agree across ranks), then the others in the order their
+  // parameters are ready; all are then released (and, in backward, reduced) in id order, so the
+  // shard cache and the gradient buckets see the same sequence on every rank. Phase 2 (`then`):
+  // those the live-parameter limit kept from prefetching; each is acquired (an on-demand gather, a
+  // collective), run and released in id order, one at a time, so the limit holds.
+  struct RunOrder {
+    std::vector<int> first, then;
+  };
+  // [in] reason: Needed in forward (after the router: on demand), Predicted in backward (the
+  // exact backward prefetch: the routing is known when the layer's backward starts).
+  RunOrder run_order(const ModuleContext& ctx, ParamProvider& params,
+                     const std::vector<char>& active, ParamProvider::FetchReason reason) const;
+  // run(j) for phase 1 in run order, then finish(j) in id order; then run(j), finish(j) for
+  // each of phase 2.
+  template <typename Run, typename Finish>
+  static void execute(const RunOrder& order, Run&& run, Finish&& finish);
+  // A trace span for local expert j's compute (its rows of this micro-batch) while tracing;
+  // -1 otherwise.
+  int span(const ModuleContext& ctx, const DispatchState& rows, int j, TracePass pass) const;
+
+  ModelConfig cfg_;
+  MoeRuntime rt_;
+  int layer_, first_group_, experts_per_rank_;
+};
+
+}  // namespace moezero::moe
