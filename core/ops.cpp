@@ -224,9 +224,11 @@ void Ops::cast(Stream& s, const Tensor& src, const Tensor& dst) {
     MOEZERO_THROW("cast: src is ", desc(src), " but dst is ", desc(dst), ": numel differs (",
                   src.numel(), " vs ", dst.numel(), ")");
   }
-  if (src.dtype() != dst.dtype() && !(is_floating(src.dtype()) && is_floating(dst.dtype()))) {
+  const bool counts = src.dtype() == DType::I32 && dst.dtype() == DType::F32;
+  if (src.dtype() != dst.dtype() && !counts &&
+      !(is_floating(src.dtype()) && is_floating(dst.dtype()))) {
     MOEZERO_THROW("cast: src is ", desc(src), " and dst is ", desc(dst),
-                  ": only float <-> float or same-dtype copies are supported");
+                  ": only float <-> float, i32 -> f32 or same-dtype copies are supported");
   }
   do_cast(s, src, dst);
 }

@@ -1,13 +1,8 @@
-// moe/router.cpp — forward, finish and backward of the top-k router (router.h). Compositions
-// for ops the table lacks (candidates for core/ops.h):
-// - One-hot rows: onehot (N*k, E) f32 = embedding_forward(top-k ids, identity (E, E)); gathers at
-//   the choices and scatters of (N, k) into (N, E) are batched GEMMs with batch N, (N, k, E) @
-//   (N, E, 1) and (N, 1, k) @ (N, k, E): exact (products with 1 and 0). Counts: ones @ onehot.
-// - Elementwise multiply (jitter): swiglu_backward's dup = dout · silu(g), g = silu^-1(noise)
-//   from the host; the device factor is silu(f32(g)) ≈ noise.
-// - Masking dropped assignments of dweights: (N, 1, k) @ diag(keep) (N, k, k), built on the host
-//   in the (already synchronising) capacity path.
-// - logsumexp (z-loss): cross_entropy_forward(logits, target 0) + logits @ e0 (beta = 1).
+// moe/router.cpp — forward, finish and backward of the top-k router (router.h), written with
+// the op table: gather_cols / scatter_add_cols move values between all-expert rows (N, E) and
+// the top-k choices (N, k); expert_histogram counts selections; mul applies the jitter noise and
+// the keep mask of dropped assignments; logsumexp gives the z-loss. GEMMs remain where the math
+// is a product: the gate, column sums (ones @ probs) and rank-1 broadcasts (aux, z backward).
 #include "moe/router.h"
 
 #include <algorithm>
@@ -23,7 +18,6 @@ namespace {
 
 using router_host::Drops;
 using router_host::noise_of;
-using router_host::silu_inverse;
 using router_host::token_key;
 
 // dst = host data, asynchronously; the host copy lives until the stream has passed the copy.
@@ -70,13 +64,12 @@ struct Router::State {
   TensorBuffer probs;    // f32 (N, E)
   TensorBuffer ids;      // i32 (N, k)  top-k choices before dropping
   TensorBuffer vals;     // f32 (N, k)  their probabilities
-  TensorBuffer onehot;   // f32 (N*k, E)
   TensorBuffer w_norm;   // f32 (N, k)  renormalised weights before dropping (normalize_top_k)
-  TensorBuffer ones;     // f32 (N*k)
+  TensorBuffer ones;     // f32 (N)     column sums and row broadcasts
   TensorBuffer lse;      // f32 (N)     logsumexp of the logits (z_coef > 0)
-  TensorBuffer noise_g;  // f32 (N, C)  silu^-1(noise) (jitter, training)
-  TensorBuffer kept_ids, kept_w, keep_diag;  // capacity: i32 (N*k), f32 (N, k), f32 (N, k, k)
-  int64_t global_tokens = 0;                 // set by finish
+  TensorBuffer noise;    // f32 (N, C)  multiplicative jitter noise (training)
+  TensorBuffer kept_ids, kept_w, keep;  // capacity: i32 (N*k), f32 (N, k), f32 (N, k) 1/0 mask
+  int64_t global_tokens = 0;            // set by finish
   float scale = 1.0f;
   bool finished = false;
 
@@ -121,10 +114,10 @@ Router::Routing& Router::routing() {
 
 namespace {
 
-// The gate input in f32: x itself (f32, no jitter), else a cast and/or the jittered product in
-// `tmp`. `scratch` is swiglu_backward's unused dgate output.
-Tensor gate_input(const ModuleContext& ctx, const Tensor& x, const Tensor& noise_g,
-                  TensorBuffer& tmp, TensorBuffer& scratch) {
+// The gate input in f32: x itself (f32, no jitter), else a cast and/or the jittered product
+// x · noise in `tmp`.
+Tensor gate_input(const ModuleContext& ctx, const Tensor& x, const Tensor& noise,
+                  TensorBuffer& tmp) {
   Ops& ops = ctx.ops();
   Tensor x32 = x;
   if (x.dtype() != DType::F32) {
@@ -132,11 +125,9 @@ Tensor gate_input(const ModuleContext& ctx, const Tensor& x, const Tensor& noise
     ops.cast(ctx.s(), x, tmp);
     x32 = tmp;
   }
-  if (!noise_g.defined()) return x32;
-  scratch = ctx.alloc(DType::F32, x.shape(), "router.scratch");
+  if (!noise.defined()) return x32;
   TensorBuffer xj = ctx.alloc(DType::F32, x.shape(), "router.xj");
-  ops.swiglu_backward(ctx.s(), noise_g, x32, x32, scratch, xj);  // xj = x32 · silu(g)
-  scratch.reset();
+  ops.mul(ctx.s(), x32, noise, xj);
   tmp = std::move(xj);
   return tmp;
 }
@@ -163,7 +154,6 @@ Router::Routing& Router::forward_local(const ModuleContext& ctx, const Tensor& x
   MOEZERO_CHECK(token_offset >= 0, "router forward: token_offset is ", token_offset);
 
   st_.reset();
-  build_identity(ctx);
   std::unique_ptr<State> st = new_state(ctx, N, C);
   State& state = *st;
   if (N == 0) {
@@ -182,17 +172,6 @@ Router::Routing& Router::forward_local(const ModuleContext& ctx, const Tensor& x
   }
   st_ = std::move(st);
   return st_->routing;
-}
-
-void Router::build_identity(const ModuleContext& ctx) {
-  Stream& s = ctx.s();
-  if (identity_ && identity_stream_ == &s) return;
-  const int64_t E = cfg_.num_experts;
-  identity_stream_ = &s;  // built on (and ordered by) the compute stream
-  identity_ = TensorBuffer(s.device(), DType::F32, Shape{E, E}, MemTag::Other, s, "router.eye");
-  ctx.ops().fill(s, identity_, 0.0);
-  for (int64_t e = 0; e < E; ++e)
-    ctx.ops().fill(s, identity_.view().view_elems(e * (E + 1), {1}), 1.0);
 }
 
 std::unique_ptr<Router::State> Router::new_state(const ModuleContext& ctx, int64_t N,
@@ -222,10 +201,10 @@ void Router::make_noise(const ModuleContext& ctx, State& st, int64_t token_offse
   for (int64_t t = 0; t < N; ++t) {
     const uint64_t key = token_key(cfg_.seed, layer_, micro_batch, token_offset + t);
     for (int64_t ch = 0; ch < C; ++ch)
-      g[t * C + ch] = static_cast<float>(silu_inverse(noise_of(key, ch, cfg_.jitter)));
+      g[t * C + ch] = static_cast<float>(noise_of(key, ch, cfg_.jitter));
   }
-  st.noise_g = ctx.alloc(DType::F32, Shape{N, C}, "router.noise");
-  upload(ctx.s(), std::move(g), st.noise_g);
+  st.noise = ctx.alloc(DType::F32, Shape{N, C}, "router.noise");
+  upload(ctx.s(), std::move(g), st.noise);
 }
 
 TensorBuffer Router::select(const ModuleContext& ctx, State& st, const Tensor& x,
@@ -233,9 +212,9 @@ TensorBuffer Router::select(const ModuleContext& ctx, State& st, const Tensor& x
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
   const int64_t E = cfg_.num_experts, k = cfg_.top_k, N = st.n;
-  // logits (N, E) = xj @ Wg^T in f32; probs; top-k; one-hot rows of the choices.
-  TensorBuffer x_tmp, scratch, gate_tmp;
-  const Tensor xj = gate_input(ctx, x, st.noise_g ? st.noise_g.view() : Tensor(), x_tmp, scratch);
+  // logits (N, E) = xj @ Wg^T in f32; probs; top-k.
+  TensorBuffer x_tmp, gate_tmp;
+  const Tensor xj = gate_input(ctx, x, st.noise ? st.noise.view() : Tensor(), x_tmp);
   const Tensor wg = gate_f32(ctx, gate, gate_tmp);
   TensorBuffer logits = ctx.alloc(DType::F32, Shape{N, E}, "router.logits");
   mm(ctx, xj, wg, logits, 1.0f, 0.0f, Transpose::No, Transpose::Yes);
@@ -243,14 +222,11 @@ TensorBuffer Router::select(const ModuleContext& ctx, State& st, const Tensor& x
   gate_tmp.reset();
   ops.softmax_forward(s, logits, st.probs);
   ops.topk(s, st.probs, static_cast<int>(k), st.vals, st.ids);
-  st.onehot = ctx.alloc(DType::F32, Shape{N * k, E}, "router.onehot");
-  ops.embedding_forward(s, st.routing.expert_ids, identity_, st.onehot);
 
   // Renormalised weights = softmax over the chosen logits (= p_j / Σ_j p_j).
   if (cfg_.normalize_top_k) {
     st.w_norm = ctx.alloc(DType::F32, Shape{N, k}, "router.w_norm");
-    mm(ctx, st.onehot.view().reshape({N, k, E}), logits.view().reshape({N, E, 1}),
-       st.w_norm.view().reshape({N, k, 1}));
+    ops.gather_cols(s, logits, st.ids, st.w_norm);
     ops.softmax_forward(s, st.w_norm, st.w_norm);
     st.routing.weights = st.w_norm;
   }
@@ -259,23 +235,19 @@ TensorBuffer Router::select(const ModuleContext& ctx, State& st, const Tensor& x
 
 void Router::local_statistics(const ModuleContext& ctx, State& st) const {
   // Selections per expert, Σ_t probs (the kept counts follow: dropless or capacity).
-  const int64_t k = cfg_.top_k, N = st.n;
+  const int64_t E = cfg_.num_experts, N = st.n;
   const RouterStats layout = stats_layout();
-  st.ones = ctx.alloc(DType::F32, Shape{N * k}, "router.ones");
+  TensorBuffer counts = ctx.alloc(DType::I32, Shape{E}, "router.counts");
+  ctx.ops().expert_histogram(ctx.s(), st.routing.expert_ids, static_cast<int>(E), counts);
+  ctx.ops().cast(ctx.s(), counts, layout.selected(st.stats).reshape({E}));
+  st.ones = ctx.alloc(DType::F32, Shape{N}, "router.ones");
   ctx.ops().fill(ctx.s(), st.ones, 1.0);
-  mm(ctx, st.ones.view().reshape({1, N * k}), st.onehot, layout.selected(st.stats));
-  mm(ctx, st.ones.view().view_elems(0, {1, N}), st.probs, layout.prob_sum(st.stats));
+  mm(ctx, st.ones.view().reshape({1, N}), st.probs, layout.prob_sum(st.stats));
 }
 
 void Router::logsumexp(const ModuleContext& ctx, State& st, const Tensor& logits) const {
-  // lse = CE(logits, target 0) + logits @ e0.
-  const int64_t E = cfg_.num_experts, N = st.n;
-  st.lse = ctx.alloc(DType::F32, Shape{N}, "router.lse");
-  TensorBuffer zero_targets = ctx.alloc(DType::I32, Shape{N}, "router.target0");
-  ctx.ops().fill(ctx.s(), zero_targets, 0.0);
-  ctx.ops().cross_entropy_forward(ctx.s(), logits, zero_targets, st.lse);
-  mm(ctx, logits, identity_.view().view_elems(0, {E, 1}), st.lse.view().reshape({N, 1}), 1.0f,
-     1.0f);
+  st.lse = ctx.alloc(DType::F32, Shape{st.n}, "router.lse");
+  ctx.ops().logsumexp(ctx.s(), logits, st.lse);
 }
 
 void Router::drop_over_capacity(const ModuleContext& ctx, State& st) const {
@@ -289,10 +261,10 @@ void Router::drop_over_capacity(const ModuleContext& ctx, State& st) const {
   Drops d = router_host::drop_over_capacity(ids, probs, std::move(w), k, E, st.routing.capacity);
   st.kept_ids = ctx.alloc(DType::I32, Shape{N * k}, "router.kept_ids");
   st.kept_w = ctx.alloc(DType::F32, Shape{N, k}, "router.kept_w");
-  st.keep_diag = ctx.alloc(DType::F32, Shape{N, k, k}, "router.keep_diag");
+  st.keep = ctx.alloc(DType::F32, Shape{N, k}, "router.keep");
   upload(s, std::move(d.kept_ids), st.kept_ids);
   upload(s, std::move(d.w), st.kept_w);
-  upload(s, std::move(d.diag), st.keep_diag);
+  upload(s, std::move(d.keep), st.keep);
   upload(s, std::move(d.kept), stats_layout().kept(st.stats).reshape({E}));
   st.routing.expert_ids = st.kept_ids;
   st.routing.weights = st.kept_w;
@@ -368,11 +340,10 @@ void Router::backward(const ModuleContext& ctx, const Tensor& dweights, const Te
 
 Tensor Router::kept_dweights(const ModuleContext& ctx, const State& st, const Tensor& dweights,
                              TensorBuffer& tmp) const {
-  // Dropped assignments contribute nothing: dw · diag(keep).
-  if (!st.keep_diag) return dweights;
-  const int64_t k = cfg_.top_k, N = st.n;
-  tmp = ctx.alloc(DType::F32, Shape{N, k}, "router.dw_kept");
-  mm(ctx, dweights.reshape({N, 1, k}), st.keep_diag, tmp.view().reshape({N, 1, k}));
+  // Dropped assignments contribute nothing: dw · keep.
+  if (!st.keep) return dweights;
+  tmp = ctx.alloc(DType::F32, Shape{st.n, cfg_.top_k}, "router.dw_kept");
+  ctx.ops().mul(ctx.s(), dweights, st.keep, tmp);
   return tmp;
 }
 
@@ -390,7 +361,6 @@ TensorBuffer Router::logits_backward(const ModuleContext& ctx, const State& st,
     mm(ctx, st.ones.view().view_elems(0, {N, 1}), stats_layout().selected(st.stats), dprobs,
        static_cast<float>(st.scale * cfg_.aux_coef * E / (ng * ng)));
   }
-  const Tensor onehot = st.onehot.view().reshape({N, k, E});
   if (cfg_.normalize_top_k) {  // d(chosen logits) = softmax_backward(w, dw), scattered
     if (aux) {
       ops.softmax_backward(s, st.probs, dprobs, dlogits);
@@ -399,11 +369,10 @@ TensorBuffer Router::logits_backward(const ModuleContext& ctx, const State& st,
     }
     TensorBuffer dchosen = ctx.alloc(DType::F32, Shape{N, k}, "router.dchosen");
     ops.softmax_backward(s, st.w_norm, dw, dchosen);
-    mm(ctx, dchosen.view().reshape({N, 1, k}), onehot, dlogits.view().reshape({N, 1, E}), 1.0f,
-       1.0f);
+    ops.scatter_add_cols(s, dchosen, st.ids, dlogits);
   } else {  // dprobs += dw scattered
     if (!aux) ops.fill(s, dprobs, 0.0);
-    mm(ctx, dw.reshape({N, 1, k}), onehot, dprobs.view().reshape({N, 1, E}), 1.0f, 1.0f);
+    ops.scatter_add_cols(s, dw, st.ids, dprobs);
     ops.softmax_backward(s, st.probs, dprobs, dlogits);
   }
   dprobs.reset();
@@ -422,10 +391,10 @@ void Router::input_backward(const ModuleContext& ctx, const State& st, const Ten
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
   const int64_t N = st.n, C = st.c;
-  const Tensor noise = st.noise_g ? st.noise_g.view() : Tensor();
+  const Tensor noise = st.noise ? st.noise.view() : Tensor();
   {
-    TensorBuffer x_tmp, scratch;
-    const Tensor xj = gate_input(ctx, x, noise, x_tmp, scratch);
+    TensorBuffer x_tmp;
+    const Tensor xj = gate_input(ctx, x, noise, x_tmp);
     mm(ctx, dlogits, xj, dgate, 1.0f, 1.0f, Transpose::Yes);
   }
   TensorBuffer gate_tmp;
@@ -436,10 +405,7 @@ void Router::input_backward(const ModuleContext& ctx, const State& st, const Ten
     TensorBuffer dx32 = ctx.alloc(DType::F32, Shape{N, C}, "router.dx32");
     mm(ctx, dlogits, wg, dx32);
     if (noise.defined()) {
-      TensorBuffer scratch = ctx.alloc(DType::F32, Shape{N, C}, "router.scratch");
-      TensorBuffer dxj = ctx.alloc(DType::F32, Shape{N, C}, "router.dxj");
-      ops.swiglu_backward(s, noise, dx32, dx32, scratch, dxj);  // dxj = dx32 · silu(g)
-      dx32 = std::move(dxj);
+      ops.mul(s, dx32, noise, dx32);
     }
     ops.axpy(s, 1.0f, dx32, dx);
   }

@@ -30,9 +30,6 @@
 // stream task). Capacity dropping is decided on the host: forward_local blocks on ctx.stream
 // once (downloads top-k ids/probs) when capacity_factor > 0.
 //
-// Ops the table lacks, composed here (moe/router.cpp says how): elementwise multiply (jitter,
-// via swiglu_backward), scatter/gather of (N, k) into (N, E) rows (one-hot rows from
-// embedding_forward on an identity table + batched GEMMs), logsumexp (cross_entropy_forward).
 #pragma once
 
 #include <cstdint>
@@ -149,11 +146,10 @@ class Router {
  private:
   struct State;
   // The steps of forward_local, in order (router.cpp):
-  void build_identity(const ModuleContext& ctx);  // the one-hot table, once per compute stream
   std::unique_ptr<State> new_state(const ModuleContext& ctx, int64_t N, int64_t C) const;
   void make_noise(const ModuleContext& ctx, State& st, int64_t token_offset,
                   int64_t micro_batch) const;  // jitter, training only
-  // logits, probs, top-k, one-hot rows, renormalised weights; returns the logits f32 (N, E).
+  // logits, probs, top-k, renormalised weights; returns the logits f32 (N, E).
   TensorBuffer select(const ModuleContext& ctx, State& st, const Tensor& x,
                       const Tensor& gate) const;
   void local_statistics(const ModuleContext& ctx, State& st) const;  // selected, prob_sum
@@ -172,8 +168,6 @@ class Router {
 
   RouterConfig cfg_;
   int layer_;
-  TensorBuffer identity_;  // f32 (E, E): the one-hot table, built on identity_stream_
-  Stream* identity_stream_ = nullptr;
   std::unique_ptr<State> st_;
 };
 

@@ -1,5 +1,5 @@
 // moe/router_host.h — the host-side parts of the router (moe/router.h): the jitter noise key and
-// the inverse of silu that applies it, and the capacity decision. Private to moe/router.cpp.
+// value, and the capacity decision. Private to moe/router.cpp.
 #pragma once
 
 #include <algorithm>
@@ -29,31 +29,18 @@ inline double noise_of(uint64_t token_key, int64_t channel, double eps) {
   return 1.0 - eps + 2.0 * eps * u;
 }
 
-// x with silu(x) = y, for y in (0, 2): Newton from 2.4, where silu is convex and increasing on
-// (-2.4, 2.4), so the iterates decrease monotonically to the root.
-inline double silu_inverse(double y) {
-  double x = 2.4;
-  for (int i = 0; i < 40; ++i) {
-    const double s = 1.0 / (1.0 + std::exp(-x));
-    const double dx = (x * s - y) / (s * (1.0 + x * (1.0 - s)));
-    x -= dx;
-    if (std::abs(dx) < 1e-15) break;
-  }
-  return x;
-}
-
 // The capacity decision (host): per expert, keep the `cap` assignments of highest probability
 // (equal probabilities: the lower token index). ids, probs, w: (N*k) before dropping.
 struct Drops {
   std::vector<int32_t> kept_ids;  // (N*k), -1 dropped
   std::vector<float> w;           // (N*k), 0 dropped
-  std::vector<float> diag;        // (N, k, k): diag(1 kept, 0 dropped) per token
+  std::vector<float> keep;        // (N*k): 1 kept, 0 dropped
   std::vector<float> kept;        // (E) kept assignments per expert
 };
 inline Drops drop_over_capacity(const std::vector<int32_t>& ids, const std::vector<float>& probs,
                                 std::vector<float> w, int64_t k, int64_t E, int64_t cap) {
   const int64_t nk = static_cast<int64_t>(ids.size());
-  Drops d{ids, std::move(w), std::vector<float>(static_cast<size_t>(nk * k)),
+  Drops d{ids, std::move(w), std::vector<float>(static_cast<size_t>(nk)),
           std::vector<float>(static_cast<size_t>(E))};
   std::vector<std::vector<int64_t>> by_expert(static_cast<size_t>(E));
   for (int64_t a = 0; a < nk; ++a) by_expert[ids[a]].push_back(a);  // a = t*k + j: t ascending
@@ -69,7 +56,7 @@ inline Drops drop_over_capacity(const std::vector<int32_t>& ids, const std::vect
     d.kept[e] = static_cast<float>(kept);
   }
   for (int64_t a = 0; a < nk; ++a)
-    if (d.kept_ids[a] != -1) d.diag[a * k + a % k] = 1.0f;
+    if (d.kept_ids[a] != -1) d.keep[a] = 1.0f;
   return d;
 }
 

@@ -124,6 +124,14 @@ void cast(Stream& s, const Tensor& src, const Tensor& dst) {
       });
       return;
     }
+    if (src.dtype() == DType::I32) {  // i32 -> f32 (validated)
+      const int32_t* ps = src.data_as<int32_t>();
+      float* pd = dst.data_as<float>();
+      for_blocks(src.numel(), [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) pd[i] = static_cast<float>(ps[i]);
+      });
+      return;
+    }
     dispatch_float(src.dtype(), "cast", [&]<typename S>() {
       dispatch_float(dst.dtype(), "cast", [&]<typename D>() {
         const S* ps = static_cast<const S*>(src.data());

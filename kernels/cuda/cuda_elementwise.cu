@@ -26,6 +26,10 @@ __global__ void mul_kernel(const T* a, const T* b, T* out, int64_t n) {
   MOEZERO_GRID_STRIDE(i, n) { out[i] = from_f32<T>(to_f32(a[i]) * to_f32(b[i])); }
 }
 
+__global__ void cast_i32_f32_kernel(const int32_t* src, float* dst, int64_t n) {
+  MOEZERO_GRID_STRIDE(i, n) { dst[i] = static_cast<float>(src[i]); }
+}
+
 template <typename T>
 __global__ void scale_kernel(T* x, float alpha, int64_t n) {
   MOEZERO_GRID_STRIDE(i, n) { x[i] = from_f32<T>(alpha * to_f32(x[i])); }
@@ -165,6 +169,12 @@ void CudaOps::do_cast(Stream& s, const Tensor& src, const Tensor& dst) {
       MOEZERO_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), dst.size_bytes(),
                                          cudaMemcpyDeviceToDevice, ctx.st));
     }
+    return;
+  }
+  if (src.dtype() == DType::I32) {  // i32 -> f32 (validated)
+    cast_i32_f32_kernel<<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<int32_t>(src), ptr<float>(dst),
+                                                              n);
+    MOEZERO_CUDA_CHECK_LAUNCH();
     return;
   }
   dispatch_float(src.dtype(), "cast", [&](auto stag) {

@@ -1,6 +1,6 @@
 // tests/kernels/router_ops_test.cpp — the ops the router is written with: mul (elementwise
 // product), logsumexp (z-loss), gather_cols and scatter_add_cols (moves between (N, E) and
-// (N, k) rows), against float64 references on every backend; absent (-1) indices, bad indices
+// (N, k) rows), cast of i32 counts to f32, against float64 references on every backend; absent (-1) indices, bad indices
 // failing on the stream, and validation errors that name the op.
 #include <algorithm>
 #include <cmath>
@@ -94,6 +94,15 @@ TEST_P(RouterOpsTest, RepeatedColumnsAccumulateInOrder) {
   TensorBuffer out = upload({0.0f, 0.0f, 10.0f, 0.0f}, DType::F32, Shape{1, 4});
   ops().scatter_add_cols(s(), src, idx, out);
   EXPECT_EQ(download(out), (Vec{0.5f, 0.0f, 13.0f, 0.0f}));
+}
+
+TEST_P(RouterOpsTest, CastsCountsToF32Exactly) {
+  const IVec counts = {0, 1, 7, 16777215, -3};
+  TensorBuffer ti = upload_i32(counts, Shape{5}), out = alloc(DType::F32, Shape{5});
+  ops().cast(s(), ti, out);
+  EXPECT_EQ(download(out), (Vec{0.0f, 1.0f, 7.0f, 16777215.0f, -3.0f}));
+  TensorBuffer bf = alloc(DType::BF16, Shape{5});
+  EXPECT_MOEZERO_ERROR(ops().cast(s(), ti, bf), "cast: src is i32(5) and dst is bf16(5)");
 }
 
 TEST_P(RouterOpsTest, BadColumnFailsOnTheStream) {
