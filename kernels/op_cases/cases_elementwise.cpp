@@ -277,8 +277,8 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
     out.push_back(adamw_case(sc, n));
     for (DType t : {f32, bf16}) {
       if (sc == kG && t == f32) continue;
-      out.push_back(swiglu_case(sc, t, sc == kC ? 4096 : 16384, sc == kC ? 2048 : 5632, false));
-      out.push_back(swiglu_case(sc, t, sc == kC ? 4096 : 16384, sc == kC ? 2048 : 5632, true));
+      out.push_back(swiglu_case(sc, t, sc == kC ? 4096 : 8192, sc == kC ? 2048 : 5632, false));
+      out.push_back(swiglu_case(sc, t, sc == kC ? 4096 : 8192, sc == kC ? 2048 : 5632, true));
     }
   }
 }
