@@ -166,7 +166,7 @@ void ref_attention(const AttnDims& m, const HostValues& v, DVec* out, DVec* lse,
 // bf16: output rounding 2^-8 of the element or of the tensor's largest.
 Tol attention_tol(DType t, const AttnDims& m) {
   const double sq = std::sqrt(double(m.t * m.d));
-  if (t == DType::F32) return {1e-5 * sq, 1e-6, "f32: fp32 sums of T*D terms", 1e-5 * sq};
+  if (t == DType::F32) return {1e-5 * sq, 1e-6 * sq, "f32: fp32 sums of T*D terms", 1e-5 * sq};
   return {1.0 / 256, 1e-3, "bf16: output rounding 2^-9 plus fp32 sums", 1.0 / 256};
 }
 
