@@ -1,194 +1,92 @@
-// benchmarks/kernels_cuda_bench.cpp — CUDA op-table throughput against raw library baselines
-// measured in the same run.
+// benchmarks/kernels_cuda_bench.cpp — CUDA throughput on the op-case table's GpuBench cases
+// (kernels/op_cases), each next to a raw-library baseline measured in the same run.
 //
-//   gemm          bf16 op-table gemm        vs raw cublasGemmEx, same shape        (TFLOP/s)
-//   grouped_gemm  bf16, 8 uneven experts    vs one dense cublasGemmEx of the same FLOPs
-//   attention     causal GQA fwd / bwd      vs cuBLAS batched Q K^T and P V (full T x T,
-//                                           no softmax): how far the simple kernel is from GEMM
-//   gather_rows   permutation of bf16 rows  vs cudaMemcpyAsync D2D of the same bytes (GB/s)
-// Last column: ratio = ours / baseline (1.0 = as fast as the library). Times are CUDA-event
-// means over several iterations after warm-up. Without a usable GPU it prints
-// "skipped: <reason>" and exits 0.
-#include <algorithm>
+// Each case is rated by the count it declares: compute-bound cases (gemm, grouped_gemm,
+// attention) in TFLOP/s of the case's FLOP count, against raw cublasGemmEx (bf16 in and out,
+// fp32 compute) at 4096^3; memory-bound cases in GB/s of the case's bytes read + written,
+// against cudaMemcpyAsync D2D of 1 GiB (bytes read + written). Last column: ratio = ours /
+// baseline (1.0 = as fast as the library). Times are CUDA-event means over several iterations
+// after warm-up; inputs are the case's own, generated from a fixed seed. Without a usable GPU
+// it prints "skipped: <reason>" and exits 0.
+// Usage: kernels_cuda_bench [--quick] [--filter SUBSTRING]
+//   --quick: fewer iterations; --filter: only cases whose name contains SUBSTRING.
 #include <cstdio>
 #include <functional>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "core/cuda_check.h"
-#include "core/ops.h"
 #include "core/tensor.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_stream.h"
+#include "kernels/op_cases/op_case.h"
 
 using namespace moezero;
 
 namespace {
 
-struct Row {
-  std::string name, shape, unit;
-  double ms, ours, base;
-};
+int g_iters = 10;
 
-double time_ms(Device& dev, Stream& s, const std::function<void()>& f, int iters) {
+// Mean ms per call of f over g_iters calls after two warm-up calls.
+double time_ms(Device& dev, Stream& s, const std::function<void()>& f) {
   for (int i = 0; i < 2; ++i) f();
   auto e0 = dev.create_event();
   auto e1 = dev.create_event();
   e0->record(s);
-  for (int i = 0; i < iters; ++i) f();
+  for (int i = 0; i < g_iters; ++i) f();
   e1->record(s);
   e1->synchronize();
-  return static_cast<double>(e1->elapsed_ms_since(*e0)) / iters;
+  return static_cast<double>(e1->elapsed_ms_since(*e0)) / g_iters;
 }
 
-// Random bf16 values in [-1, 1).
-TensorBuffer random_bf16(Device& dev, Stream& s, Shape shape, std::mt19937& rng) {
-  TensorBuffer t(dev, DType::BF16, shape, MemTag::Activation, s, "bench");
-  std::vector<bf16> host(static_cast<size_t>(shape.numel()));
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (auto& x : host) x = float_to_bf16(u(rng));
-  dev.memcpy_async(t.view().data(), host.data(), t.view().size_bytes(), s);
-  s.synchronize();  // host vector dies at scope end
-  return t;
-}
-
-TensorBuffer empty(Device& dev, Stream& s, DType t, Shape shape) {
-  return TensorBuffer(dev, t, shape, MemTag::Activation, s, "bench");
-}
-
-// Raw row-major C (m, n) = A (m, k) @ op(B), B stored (n, k) when trans_b, else (k, n); bf16 in,
-// c_type out, fp32 compute; `batch` strided problems (stride 0 = shared).
-void raw_gemm(cublasHandle_t h, int m, int n, int k, bool trans_b, const void* a, long long sa,
-              const void* b, long long sb, void* c, long long sc, cudaDataType_t c_type,
-              int batch) {
+// Raw cuBLAS, row-major C (n, n) = A (n, n) @ B (n, n): bf16 in and out, fp32 compute.
+double cublas_tflops(Device& dev, Stream& s, int64_t n) {
+  cublasHandle_t h = nullptr;
+  MOEZERO_CUDA_CHECK(cublasCreate(&h));
+  MOEZERO_CUDA_CHECK(cublasSetStream(h, cuda::cuda_stream_handle(s)));
+  TensorBuffer a(dev, DType::BF16, Shape{n, n}, MemTag::Activation, s, "bench");
+  TensorBuffer b(dev, DType::BF16, Shape{n, n}, MemTag::Activation, s, "bench");
+  TensorBuffer c(dev, DType::BF16, Shape{n, n}, MemTag::Activation, s, "bench");
+  dev.ops().fill(s, a, 0.01);
+  dev.ops().fill(s, b, 0.01);
   const float alpha = 1.0f, beta = 0.0f;
-  const cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int ldb = trans_b ? k : n;
-  MOEZERO_CUDA_CHECK(cublasGemmStridedBatchedEx(
-      h, opb, CUBLAS_OP_N, n, m, k, &alpha, b, CUDA_R_16BF, ldb, sb, a, CUDA_R_16BF, k, sa, &beta,
-      c, c_type, n, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-void bench_gemm(Device& dev, Stream& s, cublasHandle_t h, std::mt19937& rng, std::vector<Row>& out,
-                int64_t m, int64_t n, int64_t k) {
-  TensorBuffer a = random_bf16(dev, s, Shape{m, k}, rng);
-  TensorBuffer b = random_bf16(dev, s, Shape{n, k}, rng);  // nn.Linear layout: (out, in)
-  TensorBuffer c = empty(dev, s, DType::BF16, Shape{m, n});
-  GemmArgs g{a, b, c, Transpose::No, Transpose::Yes, 1.0f, 0.0f};
-  const double flops = 2.0 * m * n * k;
-  const double ours = time_ms(
-      dev, s, [&] { dev.ops().gemm(s, g); }, 10);
-  const double base = time_ms(
-      dev, s,
-      [&] {
-        raw_gemm(h, int(m), int(n), int(k), true, a.view().data(), 0, b.view().data(), 0,
-                 c.view().data(), 0, CUDA_R_16BF, 1);
-      },
-      10);
-  out.push_back({"gemm", std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k),
-                 "TFLOP/s", ours, flops / ours / 1e9, flops / base / 1e9});
-}
-
-void bench_grouped(Device& dev, Stream& s, cublasHandle_t h, std::mt19937& rng,
-                   std::vector<Row>& out) {
-  const std::vector<int64_t> rows{3072, 2560, 2048, 2048, 1792, 1536, 1792, 1536};  // 16384
-  const int64_t C = 2048, F = 5632, M = std::accumulate(rows.begin(), rows.end(), int64_t{0});
-  const int64_t E = static_cast<int64_t>(rows.size());
-  TensorBuffer x = random_bf16(dev, s, Shape{M, C}, rng);
-  TensorBuffer w = random_bf16(dev, s, Shape{E, F, C}, rng);
-  TensorBuffer y = empty(dev, s, DType::BF16, Shape{M, F});
-  std::vector<GemmProblem> probs;
-  int64_t r0 = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    probs.push_back({x.view().slice_rows(r0, r0 + rows[e]),
-                     w.view().view_elems(e * F * C, Shape{F, C}),
-                     y.view().slice_rows(r0, r0 + rows[e])});
-    r0 += rows[e];
-  }
-  const double flops = 2.0 * M * F * C;
-  const double ours = time_ms(
-      dev, s, [&] { dev.ops().grouped_gemm(s, probs, Transpose::No, Transpose::Yes, 1.0f, 0.0f); },
-      10);
-  const double base = time_ms(
-      dev, s,
-      [&] {
-        raw_gemm(h, int(M), int(F), int(C), true, x.view().data(), 0, w.view().data(), 0,
-                 y.view().data(), 0, CUDA_R_16BF, 1);
-      },
-      10);
-  out.push_back({"grouped_gemm", "E=8 M=16384 F=5632 C=2048", "TFLOP/s", ours, flops / ours / 1e9,
-                 flops / base / 1e9});
-}
-
-void bench_attention(Device& dev, Stream& s, cublasHandle_t h, std::mt19937& rng,
-                     std::vector<Row>& out) {
-  const int64_t B = 1, T = 2048, Hq = 32, Hkv = 8, D = 128;
-  TensorBuffer q = random_bf16(dev, s, Shape{B, T, Hq, D}, rng);
-  TensorBuffer k = random_bf16(dev, s, Shape{B, T, Hkv, D}, rng);
-  TensorBuffer v = random_bf16(dev, s, Shape{B, T, Hkv, D}, rng);
-  TensorBuffer o = empty(dev, s, DType::BF16, Shape{B, T, Hq, D});
-  TensorBuffer lse = empty(dev, s, DType::F32, Shape{B, Hq, T});
-  TensorBuffer dout = random_bf16(dev, s, Shape{B, T, Hq, D}, rng);
-  TensorBuffer dq = empty(dev, s, DType::BF16, Shape{B, T, Hq, D});
-  TensorBuffer dk = empty(dev, s, DType::BF16, Shape{B, T, Hkv, D});
-  TensorBuffer dv = empty(dev, s, DType::BF16, Shape{B, T, Hkv, D});
-  // Baseline: per head S = Q K^T (T, T) then O = S V, as two strided-batched GEMMs.
-  TensorBuffer kb = random_bf16(dev, s, Shape{B * Hq, T, D}, rng);  // one K, V per query head
-  TensorBuffer vb = random_bf16(dev, s, Shape{B * Hq, T, D}, rng);
-  TensorBuffer sc = empty(dev, s, DType::BF16, Shape{B * Hq, T, T});
-  TensorBuffer ob = empty(dev, s, DType::BF16, Shape{B * Hq, T, D});
-  const double causal_fwd = 2.0 * 2.0 * B * Hq * T * T * D / 2.0;
-  const double full_fwd = 2.0 * causal_fwd;
-  const double fwd = time_ms(
-      dev, s, [&] { dev.ops().attention_forward(s, q, k, v, o, lse); }, 5);
-  const double bwd = time_ms(
-      dev, s, [&] { dev.ops().attention_backward(s, q, k, v, o, lse, dout, dq, dk, dv); }, 3);
-  const double base = time_ms(
-      dev, s,
-      [&] {
-        raw_gemm(h, int(T), int(T), int(D), true, q.view().data(), T * D, kb.view().data(), T * D,
-                 sc.view().data(), T * T, CUDA_R_16BF, int(B * Hq));
-        raw_gemm(h, int(T), int(D), int(T), false, sc.view().data(), T * T, vb.view().data(), T * D,
-                 ob.view().data(), T * D, CUDA_R_16BF, int(B * Hq));
-      },
-      5);
-  const std::string shape = "B=1 T=2048 Hq=32 Hkv=8 D=128";
-  out.push_back(
-      {"attention_fwd", shape, "TFLOP/s", fwd, causal_fwd / fwd / 1e9, full_fwd / base / 1e9});
-  out.push_back({"attention_bwd", shape, "TFLOP/s", bwd, 2.5 * causal_fwd / bwd / 1e9,
-                 full_fwd / base / 1e9});
-}
-
-void bench_gather(Device& dev, Stream& s, std::mt19937& rng, std::vector<Row>& out) {
-  const int64_t T = 16384, C = 4096, k = 2, N = T * k;
-  TensorBuffer x = random_bf16(dev, s, Shape{T, C}, rng);
-  TensorBuffer y = empty(dev, s, DType::BF16, Shape{N, C});
-  TensorBuffer perm = empty(dev, s, DType::I32, Shape{N});
-  std::vector<int32_t> p(static_cast<size_t>(N));
-  std::iota(p.begin(), p.end(), 0);
-  std::shuffle(p.begin(), p.end(), rng);
-  dev.memcpy_async(perm.view().data(), p.data(), p.size() * sizeof(int32_t), s);
+  const int ni = static_cast<int>(n);
+  const double ms = time_ms(dev, s, [&] {
+    MOEZERO_CUDA_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha,
+                                    b.view().data(), CUDA_R_16BF, ni, a.view().data(), CUDA_R_16BF,
+                                    ni, &beta, c.view().data(), CUDA_R_16BF, ni, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+  });
   s.synchronize();
-  const double bytes = 2.0 * N * C * 2.0;  // read + write of every output row
-  const double ours = time_ms(
-      dev, s, [&] { dev.ops().gather_rows(s, x, perm, int(k), y); }, 10);
-  const double base = time_ms(
-      dev, s,
-      [&] {
-        dev.memcpy_async(y.view().data(), x.view().data(), x.view().size_bytes(), s);
-        dev.memcpy_async(static_cast<char*>(y.view().data()) + x.view().size_bytes(),
-                         x.view().data(), x.view().size_bytes(), s);
-      },
-      10);
-  out.push_back(
-      {"gather_rows", "N=32768 C=4096 bf16", "GB/s", ours, bytes / ours / 1e6, bytes / base / 1e6});
+  MOEZERO_CUDA_CHECK(cublasDestroy(h));
+  return 2.0 * n * n * n / ms / 1e9;
+}
+
+double memcpy_gbs(Device& dev, Stream& s) {
+  const int64_t bytes = int64_t{1} << 30;
+  TensorBuffer a(dev, DType::I32, Shape{bytes / 4}, MemTag::Activation, s, "bench");
+  TensorBuffer b(dev, DType::I32, Shape{bytes / 4}, MemTag::Activation, s, "bench");
+  const double ms = time_ms(dev, s, [&] {
+    dev.memcpy_async(b.view().data(), a.view().data(), static_cast<size_t>(bytes), s);
+  });
+  return 2.0 * static_cast<double>(bytes) / ms / 1e6;
 }
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::string filter;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      g_iters = 3;
+    } else if (a == "--filter" && i + 1 < argc) {
+      filter = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: kernels_cuda_bench [--quick] [--filter SUBSTRING]\n");
+      return 2;
+    }
+  }
   try {
     std::string why;
     if (!cuda_available(&why)) {
@@ -197,27 +95,27 @@ int main() {
     }
     auto dev = make_cuda_device(0);
     Stream& s = dev->default_stream();
-    std::mt19937 rng(1234);
-    cublasHandle_t h = nullptr;
-    MOEZERO_CUDA_CHECK(cublasCreate(&h));
-    MOEZERO_CUDA_CHECK(cublasSetStream(h, cuda::cuda_stream_handle(s)));
-    std::vector<Row> rows;
-    bench_gemm(*dev, s, h, rng, rows, 4096, 4096, 4096);
-    bench_gemm(*dev, s, h, rng, rows, 16384, 5632, 2048);
-    bench_grouped(*dev, s, h, rng, rows);
-    bench_attention(*dev, s, h, rng, rows);
-    bench_gather(*dev, s, rng, rows);
-    s.synchronize();
-    MOEZERO_CUDA_CHECK(cublasDestroy(h));
-
+    const double compute_base = cublas_tflops(*dev, s, 4096), memory_base = memcpy_gbs(*dev, s);
     std::printf("\nCUDA kernels on %s (ratio = ours / baseline in this run)\n",
                 dev->name().c_str());
-    std::printf("%-14s %-30s %10s %12s %12s %8s\n", "op", "shape", "ms", "ours", "baseline",
-                "ratio");
-    for (const Row& r : rows) {
-      std::printf("%-14s %-30s %10.3f %8.1f %-3s %8.1f %-3s %8.2f\n", r.name.c_str(),
-                  r.shape.c_str(), r.ms, r.ours, r.unit == "GB/s" ? "GB" : "TF", r.base,
-                  r.unit == "GB/s" ? "GB" : "TF", r.ours / r.base);
+    std::printf("baselines: cublasGemmEx bf16 4096^3 %.1f TFLOP/s; memcpy D2D 1 GiB %.1f GB/s\n",
+                compute_base, memory_base);
+    std::printf("%-52s %10s %12s %12s %8s\n", "case", "ms", "ours", "baseline", "ratio");
+    for (const cases::OpCase* c : cases::cases_of(cases::SizeClass::GpuBench)) {
+      if (!filter.empty() && c->name.find(filter) == std::string::npos) continue;
+      double ms = 0;
+      {
+        cases::CaseTensors t(*dev, s, *c, c->inputs(1234));
+        ms = time_ms(*dev, s, [&] { c->run(dev->ops(), s, t.views()); });
+        s.synchronize();
+      }
+      const bool compute = c->bound == cases::Bound::Compute;
+      const double ours = compute ? c->flops / ms / 1e9 : c->bytes / ms / 1e6;
+      const double base = compute ? compute_base : memory_base;
+      const char* unit = compute ? "TF" : "GB";
+      std::printf("%-52s %10.3f %8.1f %-3s %8.1f %-3s %8.2f\n", c->name.c_str(), ms, ours, unit,
+                  base, unit, ours / base);
+      std::fflush(stdout);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -113,7 +113,7 @@ if [[ -x "$BUILD/bin/moezero" ]]; then
 fi
 
 if [[ -x "$BUILD/bin/kernels_cuda_bench" ]]; then
-  step kernels_cuda_bench 150 "$BUILD/bin/kernels_cuda_bench"
+  step kernels_cuda_bench 240 "$BUILD/bin/kernels_cuda_bench"
   if grep -q '^skipped:' "$LOGS/kernels_cuda_bench.log"; then
     STATUS[${#STATUS[@]}-1]="FAIL"
     FAILED=1
