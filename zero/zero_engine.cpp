@@ -134,14 +134,9 @@ void ZeroEngine::Impl::issue_fetch(int g) {
 
 Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
   GroupState& st = group(g);
-  {  // follow the recorded order of this group's communicator
-    Order& o = orders[comm_key(st.comms.gather)];
-    o.trace.push_back(g);
-    if (o.valid && o.pos < o.recorded.size() && o.recorded[o.pos] == g)
-      ++o.pos;
-    else
-      o.valid = false;  // the order changed: no prefetch for this communicator this step
-  }
+  // Follow the recorded order of this group's communicator; once this step leaves it, no
+  // prefetch by order for that communicator until the step ends.
+  orders[comm_key(st.comms.gather)].on_acquire(g);
   Tensor out;
   if (!st.params_sharded) {
     compute.wait(*replicated_ready);
@@ -201,17 +196,18 @@ void ZeroEngine::Impl::prefetch_ahead() {
   // group that does not fit (never skipping ahead). Experts of other EDP groups, or the
   // position of the rank's last acquire among them, never enter a decision.
   for (auto& [key, o] : orders) {  // keyed by group and channel: the same order on every rank
-    if (!o.valid || o.recorded.empty()) continue;
+    const std::span<const int> next = o.ahead();  // empty unless replaying
+    if (next.empty()) continue;
     uint64_t ahead = 0;
-    uint64_t live = live_bytes_of(group(o.recorded.front()).comms.gather);
-    for (size_t j = o.pos; j < o.recorded.size(); ++j) {
-      GroupState& st = group(o.recorded[j]);
+    uint64_t live = live_bytes_of(group(o.recorded().front()).comms.gather);
+    for (int g : next) {
+      GroupState& st = group(g);
       if (!st.params_sharded || st.expert) continue;  // experts: prefetched by their policy
       const size_t bytes = st.full_bytes(options.compute_dtype);
       if (st.state == GroupState::Sharded) {
         if (ahead + bytes > options.prefetch_bucket_bytes || live + bytes > live_limit_per_comm)
           break;
-        issue_fetch(o.recorded[j]);
+        issue_fetch(g);
         st.prefetched = true;
         counters.prefetched += 1;
         live += bytes;
@@ -366,12 +362,7 @@ void ZeroEngine::Impl::end_passes() {
     for (int g : cache->invalidate_all()) drop_resident(g);
     if (trace && trace->tracing()) trace->counter("cache_bytes", cache->counters().bytes_resident);
   }
-  for (auto& [key, o] : orders) {  // (re-)learn each communicator's order
-    if (o.trace != o.recorded) o.recorded = o.trace;
-    o.trace.clear();
-    o.pos = 0;
-    o.valid = true;
-  }
+  for (auto& [key, o] : orders) o.end_step();  // (re-)learn each communicator's order
 }
 
 // ---- Impl: gradients --------------------------------------------------------------------

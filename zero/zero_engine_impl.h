@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "zero/fetch_order.h"
 #include "zero/zero_engine.h"
 
 namespace moezero {
@@ -98,15 +99,9 @@ struct ZeroEngine::Impl {
   bool reduce_recorded = false;
 
   // Prefetch by recorded order, kept per gather communicator (see prefetch_ahead).
-  struct Order {
-    std::vector<int> recorded;  // this communicator's acquires of the last completed step
-    std::vector<int> trace;     // ... of this step so far
-    size_t pos = 0;             // acquires of this step that matched `recorded`
-    bool valid = true;          // false once this step left the recorded order
-  };
   // Keyed by comm_key: iteration order (which communicator's prefetches are issued first)
   // must be the same on every rank, so never key by address.
-  std::map<std::string, Order> orders;
+  std::map<std::string, FetchOrder> orders;
   static std::string comm_key(const Communicator* c) {
     return c->group().str() + "/" + c->channel();
   }

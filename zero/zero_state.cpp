@@ -101,7 +101,7 @@ void ZeroEngine::import_state(const StateReader& read, int64_t step_count) {
 
 std::vector<std::pair<std::string, std::vector<int>>> ZeroEngine::prefetch_orders() const {
   std::vector<std::pair<std::string, std::vector<int>>> out;
-  for (const auto& [key, o] : impl_->orders) out.emplace_back(key, o.recorded);
+  for (const auto& [key, o] : impl_->orders) out.emplace_back(key, o.recorded());
   return out;
 }
 
@@ -113,10 +113,7 @@ void ZeroEngine::set_prefetch_orders(
       MOEZERO_CHECK(g >= 0 && g < n, "prefetch order '", key, "': group ", g, " out of range (", n,
                     " groups)");
   impl_->orders.clear();
-  for (const auto& [key, ids] : orders) {
-    Impl::Order& o = impl_->orders[key];
-    o.recorded = ids;
-  }
+  for (const auto& [key, ids] : orders) impl_->orders[key] = FetchOrder::restored(ids);
 }
 
 }  // namespace moezero
