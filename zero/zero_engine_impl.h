@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/event_pool.h"
 #include "zero/fetch_order.h"
 #include "zero/zero_engine.h"
 
@@ -134,17 +135,18 @@ struct ZeroEngine::Impl {
   std::optional<NonFiniteGrad> resolve_checks(const std::vector<int64_t>& results);
   std::vector<GroupCounters> group_counters;  // per group, like counters
   TraceRecorder* trace = nullptr;
-  // Event pairs around the expert all-gathers on the gather stream, reused across steps.
+  // Event pairs around this step's expert all-gathers on the gather stream (pooled events).
   struct TimedGather {
     int group = -1;
-    std::unique_ptr<Event> start, end;
+    Event* start = nullptr;
+    Event* end = nullptr;
   };
-  std::vector<TimedGather> gather_events;
-  size_t gather_used = 0;
+  std::vector<TimedGather> timed_gathers;
+  EventPool gather_events{device};        // recycled by collect_gather_ms
   std::unique_ptr<ResidencyCache> cache;  // expert shard cache (may be null)
-  // Event pairs around the compute stream's waits on gathers, reused across steps.
-  std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> stall_events;
-  size_t stall_used = 0;
+  // Event pairs around this step's waits of the compute stream on gathers (pooled events).
+  std::vector<std::pair<Event*, Event*>> timed_waits;
+  EventPool stall_events{device};  // recycled by collect_stall_ms
 };
 
 }  // namespace moezero
