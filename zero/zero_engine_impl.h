@@ -78,6 +78,17 @@ struct ZeroEngine::Impl {
   void flush_bucket(Bucket& b);
   void flush_buckets();
   StepResult optimizer_step(const AdamWHyper& hyper);
+  // The steps of optimizer_step, in order (zero_step.cpp).
+  void drain_passes();  // buckets reduced, prefetches settled, compute after reduce and gather
+  // What the step's one host sync reads (enqueued on the compute stream by enqueue_readback).
+  struct StepReadback {
+    TensorBuffer sq;                     // f32 (norm_slots): squared shard norms, this rank
+    TensorBuffer all_sq;                 // f32 (world, norm_slots): every rank's (world > 1)
+    std::vector<int64_t> check_results;  // i64 (checks, 3): find_nonfinite results, on the host
+  };
+  StepReadback enqueue_readback(StepResult& r);  // also enqueues the copy into r.shard_sq
+  void apply_adamw(const AdamWHyper& hyper, float grad_scale);  // every optimizer range
+  void refresh_replicated();  // all-gather replicated groups' updated ranges (gather stream)
   void prefetch(int g, bool predicted);
   void discard_prefetch(int g);
   void drop_resident(int g);  // a Cached or unused Gathering buffer goes back to the allocator
