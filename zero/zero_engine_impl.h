@@ -1,5 +1,6 @@
 // zero/zero_engine_impl.h — private state of ZeroEngine, shared by zero_engine.cpp (fetch,
-// release, gradient buckets) and zero_step.cpp (initialisation, optimizer step).
+// release, gradient buckets), zero_step.cpp (initialisation, optimizer step) and
+// zero_state.cpp (state to and from the host).
 #pragma once
 
 #include <map>
