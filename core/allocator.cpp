@@ -1,3 +1,5 @@
+// core/allocator.cpp — the caching allocator (blocks reused once their streams passed their
+// release) and Buffer, its RAII handle (see allocator.h).
 #include "core/allocator.h"
 
 #include <algorithm>
@@ -159,6 +161,81 @@ void* Allocator::take_cached_locked(size_t block_bytes, size_t* got_bytes) {
   return p;
 }
 
+void Allocator::release_free_pool_locked() {
+  for (auto& [size, p] : free_pool_) {
+    device_.raw_free(p);
+    stats_.reserved_bytes -= size;
+  }
+  free_pool_.clear();
+}
+
+void Allocator::free_pending_locked(std::unique_lock<std::mutex>& lock) {
+  // Wait for pending frees (without holding the lock: a stream task may free memory).
+  std::vector<Pending> waiting = std::move(pending_);
+  pending_.clear();
+  lock.unlock();
+  for (auto& p : waiting)
+    for (auto& e : p.events) {
+      try {
+        e->synchronize();
+      } catch (...) {
+      }
+    }
+  lock.lock();
+  for (auto& p : waiting) {
+    device_.raw_free(p.ptr);
+    stats_.reserved_bytes -= p.block_bytes;
+    stats_.pending_bytes -= p.block_bytes;
+  }
+}
+
+void* Allocator::obtain_block_locked(size_t block_bytes, size_t* got_bytes,
+                                     std::unique_lock<std::mutex>& lock) {
+  reclaim_completed_locked();
+  void* ptr = take_cached_locked(block_bytes, got_bytes);
+  for (int attempt = 0; attempt < 3 && !ptr; ++attempt) {
+    if (attempt == 1)
+      release_free_pool_locked();  // give the cache back to the device and try again
+    else if (attempt == 2)
+      free_pending_locked(lock);
+    if (capacity_bytes_ == 0 || stats_.reserved_bytes + block_bytes <= capacity_bytes_) {
+      ptr = device_.raw_alloc(block_bytes);
+      if (ptr) {
+        *got_bytes = block_bytes;
+        stats_.reserved_bytes += block_bytes;
+        ++stats_.device_alloc_count;
+      }
+    }
+  }
+  return ptr;
+}
+
+void Allocator::throw_out_of_memory_locked(size_t bytes, size_t block_bytes, MemTag tag,
+                                           const char* what) const {
+  const bool over_limit =
+      capacity_bytes_ != 0 && stats_.reserved_bytes + block_bytes > capacity_bytes_;
+  MOEZERO_THROW_AS(
+      OutOfMemoryError, "out of memory on ", device_.name(), ": ", mem_tag_name(tag), " buffer",
+      (what[0] ? " '" : ""), what, (what[0] ? "'" : ""), " asked for ", bytes, " bytes (",
+      format_bytes(bytes), "); ",
+      over_limit
+          ? "the limit is " + std::to_string(capacity_bytes_) + " bytes (" +
+                format_bytes(capacity_bytes_) + ", train.memory_limit)"
+          : std::string("the device has no more memory (limit: ") +
+                (capacity_bytes_ ? format_bytes(capacity_bytes_) : std::string("none")) + ")",
+      ", reserved ", format_bytes(stats_.reserved_bytes), "; in use ",
+      format_bytes(stats_.total_current_bytes), ", by tag: ", top_tags_text(stats_.current_bytes));
+}
+
+void Allocator::count_allocation_locked(size_t bytes, MemTag tag) {
+  auto t = static_cast<size_t>(tag);
+  stats_.current_bytes[t] += bytes;
+  stats_.peak_bytes[t] = std::max(stats_.peak_bytes[t], stats_.current_bytes[t]);
+  stats_.total_current_bytes += bytes;
+  stats_.total_peak_bytes = std::max(stats_.total_peak_bytes, stats_.total_current_bytes);
+  ++stats_.alloc_count;
+}
+
 Buffer Allocator::allocate(size_t bytes, MemTag tag, Stream& stream, const char* what) {
   Buffer b;
   if (bytes == 0) return b;
@@ -167,68 +244,9 @@ Buffer Allocator::allocate(size_t bytes, MemTag tag, Stream& stream, const char*
   size_t got = block;
   {
     std::unique_lock lock(mu_);
-    reclaim_completed_locked();
-    ptr = take_cached_locked(block, &got);
-    if (!ptr) {
-      for (int attempt = 0; attempt < 3 && !ptr; ++attempt) {
-        if (attempt == 1) {
-          // Give the cache back to the device and try again.
-          for (auto& [size, p] : free_pool_) {
-            device_.raw_free(p);
-            stats_.reserved_bytes -= size;
-          }
-          free_pool_.clear();
-        } else if (attempt == 2) {
-          // Wait for pending frees (without holding the lock: a stream task may free memory).
-          std::vector<Pending> waiting = std::move(pending_);
-          pending_.clear();
-          lock.unlock();
-          for (auto& p : waiting)
-            for (auto& e : p.events) {
-              try {
-                e->synchronize();
-              } catch (...) {
-              }
-            }
-          lock.lock();
-          for (auto& p : waiting) {
-            device_.raw_free(p.ptr);
-            stats_.reserved_bytes -= p.block_bytes;
-            stats_.pending_bytes -= p.block_bytes;
-          }
-        }
-        if (capacity_bytes_ == 0 || stats_.reserved_bytes + block <= capacity_bytes_) {
-          ptr = device_.raw_alloc(block);
-          if (ptr) {
-            got = block;
-            stats_.reserved_bytes += block;
-            ++stats_.device_alloc_count;
-          }
-        }
-      }
-    }
-    if (!ptr) {
-      const bool over_limit =
-          capacity_bytes_ != 0 && stats_.reserved_bytes + block > capacity_bytes_;
-      MOEZERO_THROW_AS(
-          OutOfMemoryError, "out of memory on ", device_.name(), ": ", mem_tag_name(tag), " buffer",
-          (what[0] ? " '" : ""), what, (what[0] ? "'" : ""), " asked for ", bytes, " bytes (",
-          format_bytes(bytes), "); ",
-          over_limit
-              ? "the limit is " + std::to_string(capacity_bytes_) + " bytes (" +
-                    format_bytes(capacity_bytes_) + ", train.memory_limit)"
-              : std::string("the device has no more memory (limit: ") +
-                    (capacity_bytes_ ? format_bytes(capacity_bytes_) : std::string("none")) + ")",
-          ", reserved ", format_bytes(stats_.reserved_bytes), "; in use ",
-          format_bytes(stats_.total_current_bytes),
-          ", by tag: ", top_tags_text(stats_.current_bytes));
-    }
-    auto t = static_cast<size_t>(tag);
-    stats_.current_bytes[t] += bytes;
-    stats_.peak_bytes[t] = std::max(stats_.peak_bytes[t], stats_.current_bytes[t]);
-    stats_.total_current_bytes += bytes;
-    stats_.total_peak_bytes = std::max(stats_.total_peak_bytes, stats_.total_current_bytes);
-    ++stats_.alloc_count;
+    ptr = obtain_block_locked(block, &got, lock);
+    if (!ptr) throw_out_of_memory_locked(bytes, block, tag, what);
+    count_allocation_locked(bytes, tag);
   }
   b.allocator_ = this;
   b.device_ = &device_;
@@ -272,11 +290,7 @@ void Allocator::reset_peak() {
 void Allocator::empty_cache() {
   std::lock_guard lock(mu_);
   reclaim_completed_locked();
-  for (auto& [size, p] : free_pool_) {
-    device_.raw_free(p);
-    stats_.reserved_bytes -= size;
-  }
-  free_pool_.clear();
+  release_free_pool_locked();
 }
 
 void Allocator::set_capacity_bytes(size_t bytes) {

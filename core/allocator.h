@@ -128,6 +128,17 @@ class Allocator {
   void retag(Buffer& b, MemTag tag);
   void reclaim_completed_locked();  // pending -> free pool for blocks whose events completed
   void* take_cached_locked(size_t block_bytes, size_t* got_bytes);
+  // The steps of allocate, all under mu_.
+  // A block for `block_bytes`: cached, else from the device (after returning the free pool,
+  // then after waiting for pending frees, which unlocks `lock` meanwhile). nullptr when none;
+  // [out] got_bytes: the block's size when found.
+  void* obtain_block_locked(size_t block_bytes, size_t* got_bytes,
+                            std::unique_lock<std::mutex>& lock);
+  void release_free_pool_locked();  // every cached block back to the device
+  void free_pending_locked(std::unique_lock<std::mutex>& lock);  // waits, unlocked, then frees
+  [[noreturn]] void throw_out_of_memory_locked(size_t bytes, size_t block_bytes, MemTag tag,
+                                               const char* what) const;
+  void count_allocation_locked(size_t bytes, MemTag tag);
 
   Device& device_;
   size_t capacity_bytes_;

@@ -151,7 +151,12 @@ void TraceSink::write(const std::string& error) const {
 
 TraceRecorder::TraceRecorder(Device& device, Stream& compute, int rank, TraceSink* sink,
                              StepList steps)
-    : device_(device), compute_(compute), rank_(rank), sink_(sink), steps_(std::move(steps)) {
+    : device_(device),
+      compute_(compute),
+      rank_(rank),
+      sink_(sink),
+      steps_(std::move(steps)),
+      events_(device) {
   run_base_ = device_.create_event();
   step_base_ = device_.create_event();
   run_base_->record(compute_);
@@ -202,16 +207,6 @@ double TraceRecorder::host_now_us() const {
       .count();
 }
 
-Event* TraceRecorder::take_event() {
-  if (free_.empty()) {
-    events_.push_back(device_.create_event());
-    return events_.back().get();
-  }
-  Event* e = free_.back();
-  free_.pop_back();
-  return e;
-}
-
 void TraceRecorder::begin_step(int64_t step) {
   step_ = step;
   tracing_ = sink_ != nullptr && steps_.contains(step);
@@ -221,7 +216,7 @@ void TraceRecorder::begin_step(int64_t step) {
 int TraceRecorder::open(Stream& stream, Span span) {
   span.tid = trace_tid_of(stream);
   span.stream = &stream;
-  span.start = take_event();
+  span.start = &events_.take();
   span.start->record(stream);
   spans_.push_back(std::move(span));
   return static_cast<int>(spans_.size()) - 1;
@@ -257,7 +252,7 @@ void TraceRecorder::end_span(int span) {
   if (span < 0) return;
   Span& s = spans_.at(static_cast<size_t>(span));
   MOEZERO_CHECK(s.end == nullptr, "trace span '", s.name, "' ended twice");
-  s.end = take_event();
+  s.end = &events_.take();
   s.end->record(*s.stream);  // the stream the span began on
 }
 
@@ -395,10 +390,9 @@ StepTiming TraceRecorder::finish_step() {
     const double dur_ms = resolve(s, step_offset_us, out);
     if (s.cat == Cat::Collective && s.stream != &compute_) t.comm_ms += dur_ms;
     if (s.a2a_wait) t.a2a_wait_ms += dur_ms;
-    free_.push_back(s.start);
-    free_.push_back(s.end);
   }
   spans_.clear();
+  events_.recycle();  // every span's events are read
   if (tracing_ && sink_) {
     out.insert(out.end(), std::make_move_iterator(host_events_.begin()),
                std::make_move_iterator(host_events_.end()));

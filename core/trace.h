@@ -32,6 +32,7 @@
 
 #include "core/communicator.h"
 #include "core/device.h"
+#include "core/event_pool.h"
 #include "core/step_list.h"
 
 namespace moezero {
@@ -186,7 +187,6 @@ class TraceRecorder final : public CollectiveObserver {
     int group_size = 0;
     uint64_t bytes = 0;
   };
-  Event* take_event();
   int open(Stream& stream, Span span);
   double host_now_us() const;
   // Resolves a completed span: its duration (ms) and, when traced, its event into `out`.
@@ -203,10 +203,9 @@ class TraceRecorder final : public CollectiveObserver {
   bool tracing_ = false, last_traced_ = false;
   int64_t step_ = 0;
   std::string next_label_;
-  std::vector<std::unique_ptr<Event>> events_;  // every event this recorder created
-  std::vector<Event*> free_;                    // the pool
-  std::vector<Span> spans_;                     // of the current step, in begin order
-  std::vector<TraceEvent> host_events_;         // of the current step
+  EventPool events_;                     // span starts and ends; recycled at finish_step
+  std::vector<Span> spans_;              // of the current step, in begin order
+  std::vector<TraceEvent> host_events_;  // of the current step
 };
 
 }  // namespace moezero

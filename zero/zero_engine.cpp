@@ -109,18 +109,17 @@ void ZeroEngine::Impl::issue_fetch(int g) {
                          st.layout.spec().name.c_str());
   gs.wait(*params_updated);  // the shards are final for this step
   const Tensor& src = st.param_source();
-  TimedGather* timed = nullptr;
+  Event* timed_end = nullptr;
   if (st.expert) {  // per-expert gather time: two pooled events, resolved at the step's sync
-    if (gather_used == gather_events.size())
-      gather_events.push_back({-1, device.create_event(), device.create_event()});
-    timed = &gather_events[gather_used++];
-    timed->group = g;
-    timed->start->record(gs);
+    Event& start = gather_events.take();
+    timed_end = &gather_events.take();
+    timed_gathers.push_back({g, &start, timed_end});
+    start.record(gs);
   }
   if (trace && trace->tracing()) trace->label_next_collective(st.layout.spec().name);
   st.comms.gather->all_gather(src.data(), st.full.view().data(),
                               static_cast<size_t>(st.shard_elems), options.compute_dtype, gs);
-  if (timed) timed->end->record(gs);
+  if (timed_end) timed_end->record(gs);
   st.gathered->record(gs);
   st.state = GroupState::Gathering;
   count_live(st, +1);
@@ -134,14 +133,9 @@ void ZeroEngine::Impl::issue_fetch(int g) {
 
 Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
   GroupState& st = group(g);
-  {  // follow the recorded order of this group's communicator
-    Order& o = orders[comm_key(st.comms.gather)];
-    o.trace.push_back(g);
-    if (o.valid && o.pos < o.recorded.size() && o.recorded[o.pos] == g)
-      ++o.pos;
-    else
-      o.valid = false;  // the order changed: no prefetch for this communicator this step
-  }
+  // Follow the recorded order of this group's communicator; once this step leaves it, no
+  // prefetch by order for that communicator until the step ends.
+  orders[comm_key(st.comms.gather)].on_acquire(g);
   Tensor out;
   if (!st.params_sharded) {
     compute.wait(*replicated_ready);
@@ -201,17 +195,18 @@ void ZeroEngine::Impl::prefetch_ahead() {
   // group that does not fit (never skipping ahead). Experts of other EDP groups, or the
   // position of the rank's last acquire among them, never enter a decision.
   for (auto& [key, o] : orders) {  // keyed by group and channel: the same order on every rank
-    if (!o.valid || o.recorded.empty()) continue;
+    const std::span<const int> next = o.ahead();  // empty unless replaying
+    if (next.empty()) continue;
     uint64_t ahead = 0;
-    uint64_t live = live_bytes_of(group(o.recorded.front()).comms.gather);
-    for (size_t j = o.pos; j < o.recorded.size(); ++j) {
-      GroupState& st = group(o.recorded[j]);
+    uint64_t live = live_bytes_of(group(o.recorded().front()).comms.gather);
+    for (int g : next) {
+      GroupState& st = group(g);
       if (!st.params_sharded || st.expert) continue;  // experts: prefetched by their policy
       const size_t bytes = st.full_bytes(options.compute_dtype);
       if (st.state == GroupState::Sharded) {
         if (ahead + bytes > options.prefetch_bucket_bytes || live + bytes > live_limit_per_comm)
           break;
-        issue_fetch(o.recorded[j]);
+        issue_fetch(g);
         st.prefetched = true;
         counters.prefetched += 1;
         live += bytes;
@@ -314,9 +309,9 @@ void ZeroEngine::Impl::discard_prefetch(int g) {
 }
 
 void ZeroEngine::Impl::measure_wait(Stream& compute, const Event& ready, int g) {
-  if (stall_used == stall_events.size())
-    stall_events.emplace_back(device.create_event(), device.create_event());
-  auto& [before, after] = stall_events[stall_used++];
+  Event* before = &stall_events.take();
+  Event* after = &stall_events.take();
+  timed_waits.emplace_back(before, after);
   const int span =
       trace && trace->tracing()
           ? trace->begin_span(compute, SpanKind::Stall, "wait " + group(g).layout.spec().name)
@@ -329,21 +324,22 @@ void ZeroEngine::Impl::measure_wait(Stream& compute, const Event& ready, int g) 
 
 double ZeroEngine::Impl::collect_stall_ms() {
   double ms = 0.0;
-  for (size_t i = 0; i < stall_used; ++i) {
-    stall_events[i].second->synchronize();
-    ms += stall_events[i].second->elapsed_ms_since(*stall_events[i].first);
+  for (auto [before, after] : timed_waits) {
+    after->synchronize();
+    ms += after->elapsed_ms_since(*before);
   }
-  stall_used = 0;
+  timed_waits.clear();
+  stall_events.recycle();
   return ms;
 }
 
 void ZeroEngine::Impl::collect_gather_ms() {
-  for (size_t i = 0; i < gather_used; ++i) {
-    TimedGather& t = gather_events[i];
+  for (const TimedGather& t : timed_gathers) {
     t.end->synchronize();
     group_counters[static_cast<size_t>(t.group)].gather_ms += t.end->elapsed_ms_since(*t.start);
   }
-  gather_used = 0;
+  timed_gathers.clear();
+  gather_events.recycle();
 }
 
 void ZeroEngine::Impl::end_passes() {
@@ -366,12 +362,7 @@ void ZeroEngine::Impl::end_passes() {
     for (int g : cache->invalidate_all()) drop_resident(g);
     if (trace && trace->tracing()) trace->counter("cache_bytes", cache->counters().bytes_resident);
   }
-  for (auto& [key, o] : orders) {  // (re-)learn each communicator's order
-    if (o.trace != o.recorded) o.recorded = o.trace;
-    o.trace.clear();
-    o.pos = 0;
-    o.valid = true;
-  }
+  for (auto& [key, o] : orders) o.end_step();  // (re-)learn each communicator's order
 }
 
 // ---- Impl: gradients --------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // zero/zero_engine_impl.h — private state of ZeroEngine, shared by zero_engine.cpp (fetch,
-// release, gradient buckets) and zero_step.cpp (initialisation, optimizer step).
+// release, gradient buckets), zero_step.cpp (initialisation, optimizer step) and
+// zero_state.cpp (state to and from the host).
 #pragma once
 
 #include <map>
@@ -7,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/event_pool.h"
+#include "zero/fetch_order.h"
 #include "zero/zero_engine.h"
 
 namespace moezero {
@@ -76,6 +79,17 @@ struct ZeroEngine::Impl {
   void flush_bucket(Bucket& b);
   void flush_buckets();
   StepResult optimizer_step(const AdamWHyper& hyper);
+  // The steps of optimizer_step, in order (zero_step.cpp).
+  void drain_passes();  // buckets reduced, prefetches settled, compute after reduce and gather
+  // What the step's one host sync reads (enqueued on the compute stream by enqueue_readback).
+  struct StepReadback {
+    TensorBuffer sq;                     // f32 (norm_slots): squared shard norms, this rank
+    TensorBuffer all_sq;                 // f32 (world, norm_slots): every rank's (world > 1)
+    std::vector<int64_t> check_results;  // i64 (checks, 3): find_nonfinite results, on the host
+  };
+  StepReadback enqueue_readback(StepResult& r);  // also enqueues the copy into r.shard_sq
+  void apply_adamw(const AdamWHyper& hyper, float grad_scale);  // every optimizer range
+  void refresh_replicated();  // all-gather replicated groups' updated ranges (gather stream)
   void prefetch(int g, bool predicted);
   void discard_prefetch(int g);
   void drop_resident(int g);  // a Cached or unused Gathering buffer goes back to the allocator
@@ -98,15 +112,9 @@ struct ZeroEngine::Impl {
   bool reduce_recorded = false;
 
   // Prefetch by recorded order, kept per gather communicator (see prefetch_ahead).
-  struct Order {
-    std::vector<int> recorded;  // this communicator's acquires of the last completed step
-    std::vector<int> trace;     // ... of this step so far
-    size_t pos = 0;             // acquires of this step that matched `recorded`
-    bool valid = true;          // false once this step left the recorded order
-  };
   // Keyed by comm_key: iteration order (which communicator's prefetches are issued first)
   // must be the same on every rank, so never key by address.
-  std::map<std::string, Order> orders;
+  std::map<std::string, FetchOrder> orders;
   static std::string comm_key(const Communicator* c) {
     return c->group().str() + "/" + c->channel();
   }
@@ -139,17 +147,18 @@ struct ZeroEngine::Impl {
   std::optional<NonFiniteGrad> resolve_checks(const std::vector<int64_t>& results);
   std::vector<GroupCounters> group_counters;  // per group, like counters
   TraceRecorder* trace = nullptr;
-  // Event pairs around the expert all-gathers on the gather stream, reused across steps.
+  // Event pairs around this step's expert all-gathers on the gather stream (pooled events).
   struct TimedGather {
     int group = -1;
-    std::unique_ptr<Event> start, end;
+    Event* start = nullptr;
+    Event* end = nullptr;
   };
-  std::vector<TimedGather> gather_events;
-  size_t gather_used = 0;
+  std::vector<TimedGather> timed_gathers;
+  EventPool gather_events{device};        // recycled by collect_gather_ms
   std::unique_ptr<ResidencyCache> cache;  // expert shard cache (may be null)
-  // Event pairs around the compute stream's waits on gathers, reused across steps.
-  std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> stall_events;
-  size_t stall_used = 0;
+  // Event pairs around this step's waits of the compute stream on gathers (pooled events).
+  std::vector<std::pair<Event*, Event*>> timed_waits;
+  EventPool stall_events{device};  // recycled by collect_stall_ms
 };
 
 }  // namespace moezero

@@ -1,6 +1,7 @@
-// zero/zero_state.cpp — ZeroEngine's checkpoint state: which element range of each group this
-// rank writes, export of masters and AdamW moments to the host, and import from any source
-// (any world size, EP size or stage wrote it) into this rank's shards. See zero_engine.h.
+// zero/zero_state.cpp — ZeroEngine's state to and from the host: for checkpoints, which
+// element range of each group this rank writes, export of masters and AdamW moments, import
+// from any source (any world size, EP size or stage wrote it) into this rank's shards, and the
+// recorded prefetch orders; a group's full parameters read back or set. See zero_engine.h.
 //
 // Why import reproduces the uninterrupted run bit for bit: between steps a rank's state is
 // exactly (masters, moments, step count); the compute-dtype copies are a cast of the masters
@@ -101,7 +102,7 @@ void ZeroEngine::import_state(const StateReader& read, int64_t step_count) {
 
 std::vector<std::pair<std::string, std::vector<int>>> ZeroEngine::prefetch_orders() const {
   std::vector<std::pair<std::string, std::vector<int>>> out;
-  for (const auto& [key, o] : impl_->orders) out.emplace_back(key, o.recorded);
+  for (const auto& [key, o] : impl_->orders) out.emplace_back(key, o.recorded());
   return out;
 }
 
@@ -113,10 +114,66 @@ void ZeroEngine::set_prefetch_orders(
       MOEZERO_CHECK(g >= 0 && g < n, "prefetch order '", key, "': group ", g, " out of range (", n,
                     " groups)");
   impl_->orders.clear();
-  for (const auto& [key, ids] : orders) {
-    Impl::Order& o = impl_->orders[key];
-    o.recorded = ids;
+  for (const auto& [key, ids] : orders) impl_->orders[key] = FetchOrder::restored(ids);
+}
+
+std::vector<float> ZeroEngine::Impl::full_params_host(int g) {
+  GroupState& st = group(g);
+  Stream& gs = *streams.gather;
+  TensorBuffer tmp(device, DType::F32, Shape{st.padded}, MemTag::Other, gs, "params to host");
+  gs.wait(*params_updated);
+  if (st.opt_sharded && st.n > 1)
+    st.comms.gather->all_gather(st.master_view.data(), tmp.view().data(),
+                                static_cast<size_t>(st.opt_elems), DType::F32, gs);
+  else
+    device.ops().cast(gs, st.master_view, tmp);
+  std::vector<float> out(static_cast<size_t>(st.padded));
+  device.memcpy_async(out.data(), tmp.view().data(), out.size() * sizeof(float), gs);
+  gs.synchronize();
+  out.resize(static_cast<size_t>(st.layout.numel()));
+  return out;
+}
+
+void ZeroEngine::Impl::set_full_params_host(int g, std::span<const float> values) {
+  GroupState& st = group(g);
+  const std::string& name = st.layout.spec().name;
+  MOEZERO_CHECK(static_cast<int64_t>(values.size()) == st.layout.numel(),
+                "set_full_params_host: parameter group '", name, "' holds ", st.layout.numel(),
+                " values, got ", values.size());
+  MOEZERO_CHECK(st.state == GroupState::Sharded, "set_full_params_host: parameter group '", name,
+                "' is gathered (acquired, prefetched or cached); call it between steps");
+  Stream& cs = *streams.compute;
+  // Nothing may still read the buffers we overwrite (a gather of the shards, the refresh of
+  // replicated parameters after a step).
+  streams.gather->synchronize();
+  cs.synchronize();
+  std::vector<float> full(static_cast<size_t>(st.padded), 0.0f);  // padding stays zero
+  std::copy(values.begin(), values.end(), full.begin());
+  std::vector<bf16> half;
+  auto upload = [&](const Tensor& dst, int64_t first) {
+    const int64_t n = dst.numel();
+    if (dst.dtype() == DType::F32) {
+      device.memcpy_async(dst.data(), full.data() + first, static_cast<size_t>(n) * 4, cs);
+    } else {
+      MOEZERO_CHECK(dst.dtype() == DType::BF16, "set_full_params_host: unexpected dtype ",
+                    dtype_name(dst.dtype()));
+      half.resize(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i)
+        half[static_cast<size_t>(i)] = float_to_bf16(full[static_cast<size_t>(first + i)]);
+      device.memcpy_async(dst.data(), half.data(), static_cast<size_t>(n) * 2, cs);
+    }
+    cs.synchronize();  // `half` is reused by the next upload
+  };
+  if (st.params_sharded) {
+    const int64_t first = st.rank * st.shard_elems;
+    if (st.param_shard) upload(st.param_shard.view(), first);  // bf16 compute shard
+    upload(st.master.view(), first);  // fp32 (in fp32 mode: the shard itself)
+  } else {
+    upload(st.full_persistent.view(), 0);
+    if (st.master)
+      upload(st.master.view(), st.opt_offset);  // bf16 mode: separate fp32 master range
   }
+  params_updated->record(cs);  // later gathers read the new shards
 }
 
 }  // namespace moezero

@@ -1,5 +1,5 @@
 // zero/zero_step.cpp — ZeroEngine: group set-up, deterministic parameter initialisation,
-// the AdamW step on this rank's optimizer ranges (global-norm clipping), and host read-back.
+// and the AdamW step on this rank's optimizer ranges (global-norm clipping).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -72,86 +72,116 @@ void ZeroEngine::Impl::add_group(GroupSpec spec, GroupComms comms) {
   groups.push_back(std::move(st));
 }
 
-void ZeroEngine::Impl::initialise() {
-  Stream& cs = *streams.compute;
-  Ops& ops = device.ops();
+namespace {
+
+// Host-to-device copies on one stream whose host sources stay alive as long as this object:
+// the caller synchronises the stream before it goes.
+class HostUploads {
+ public:
+  HostUploads(Device& device, Stream& stream) : device_(device), stream_(stream) {}
+  // [out] dst (f32 or bf16) = [in] src[0, n), converted to dst's dtype on the host.
+  void upload(const Tensor& dst, const float* src, int64_t n) {
+    if (dst.dtype() == DType::F32) {
+      f32_.emplace_back(src, src + n);
+      device_.memcpy_async(dst.data(), f32_.back().data(), static_cast<size_t>(n) * 4, stream_);
+    } else {
+      auto& v = bf16_.emplace_back(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = float_to_bf16(src[i]);
+      device_.memcpy_async(dst.data(), v.data(), static_cast<size_t>(n) * 2, stream_);
+    }
+  }
+
+ private:
+  Device& device_;
+  Stream& stream_;
+  std::list<std::vector<float>> f32_;
+  std::list<std::vector<bf16>> bf16_;
+};
+
+// Allocates one group's model states on `cs` and uploads its initial parameters (see
+// init_param); gradient accumulator and AdamW moments start at zero.
+void init_group(GroupState& st, const ZeroOptions& options, Device& device, Stream& cs,
+                HostUploads& up) {
   const DType dt = options.compute_dtype;
   const bool fp32 = dt == DType::F32;
-  std::list<std::vector<float>> keep_f32;  // host sources stay alive until the uploads ran
-  std::list<std::vector<bf16>> keep_bf16;
-  auto upload = [&](const Tensor& dst, const float* src, int64_t n) {
-    if (dst.dtype() == DType::F32) {
-      keep_f32.emplace_back(src, src + n);
-      device.memcpy_async(dst.data(), keep_f32.back().data(), static_cast<size_t>(n) * 4, cs);
-    } else {
-      auto& v = keep_bf16.emplace_back(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = float_to_bf16(src[i]);
-      device.memcpy_async(dst.data(), v.data(), static_cast<size_t>(n) * 2, cs);
-    }
-  };
-  for (auto& p : groups) {
-    GroupState& st = *p;
-    const char* name = st.layout.spec().name.c_str();
-    std::vector<float> full(static_cast<size_t>(st.padded), 0.0f);
-    for (size_t i = 0; i < st.layout.param_count(); ++i)
-      init_param(st.layout.spec().params[i], options.seed, full.data() + st.layout.offset(i));
+  const char* name = st.layout.spec().name.c_str();
+  std::vector<float> full(static_cast<size_t>(st.padded), 0.0f);
+  for (size_t i = 0; i < st.layout.param_count(); ++i)
+    init_param(st.layout.spec().params[i], options.seed, full.data() + st.layout.offset(i));
 
-    if (st.params_sharded) {
-      const float* mine = full.data() + st.rank * st.shard_elems;
-      if (fp32) {
-        st.master =
-            TensorBuffer(device, DType::F32, Shape{st.shard_elems}, MemTag::ParamShard, cs, name);
-      } else {
-        st.param_shard =
-            TensorBuffer(device, dt, Shape{st.shard_elems}, MemTag::ParamShard, cs, name);
-        upload(st.param_shard, mine, st.shard_elems);
-        st.master =
-            TensorBuffer(device, DType::F32, Shape{st.shard_elems}, MemTag::OptimState, cs, name);
-      }
-      upload(st.master, mine, st.shard_elems);
-      st.master_view = st.master.view();
+  if (st.params_sharded) {
+    const float* mine = full.data() + st.rank * st.shard_elems;
+    if (fp32) {
+      st.master =
+          TensorBuffer(device, DType::F32, Shape{st.shard_elems}, MemTag::ParamShard, cs, name);
     } else {
-      st.full_persistent = TensorBuffer(device, dt, Shape{st.padded}, MemTag::ParamShard, cs, name);
-      upload(st.full_persistent, full.data(), st.padded);
-      if (fp32) {
-        st.master_view = st.full_persistent.view().view_elems(st.opt_offset, Shape{st.opt_elems});
-      } else {
-        st.master =
-            TensorBuffer(device, DType::F32, Shape{st.opt_elems}, MemTag::OptimState, cs, name);
-        upload(st.master, full.data() + st.opt_offset, st.opt_elems);
-        st.master_view = st.master.view();
-      }
+      st.param_shard =
+          TensorBuffer(device, dt, Shape{st.shard_elems}, MemTag::ParamShard, cs, name);
+      up.upload(st.param_shard, mine, st.shard_elems);
+      st.master =
+          TensorBuffer(device, DType::F32, Shape{st.shard_elems}, MemTag::OptimState, cs, name);
     }
-    st.grad_acc = TensorBuffer(device, dt, Shape{st.grads_sharded ? st.shard_elems : st.padded},
-                               MemTag::Grad, cs, name);
-    ops.fill(cs, st.grad_acc, 0.0);
-    st.exp_avg =
-        TensorBuffer(device, DType::F32, Shape{st.opt_elems}, MemTag::OptimState, cs, name);
-    st.exp_avg_sq =
-        TensorBuffer(device, DType::F32, Shape{st.opt_elems}, MemTag::OptimState, cs, name);
-    ops.fill(cs, st.exp_avg, 0.0);
-    ops.fill(cs, st.exp_avg_sq, 0.0);
+    up.upload(st.master, mine, st.shard_elems);
+    st.master_view = st.master.view();
+  } else {
+    st.full_persistent = TensorBuffer(device, dt, Shape{st.padded}, MemTag::ParamShard, cs, name);
+    up.upload(st.full_persistent, full.data(), st.padded);
+    if (fp32) {
+      st.master_view = st.full_persistent.view().view_elems(st.opt_offset, Shape{st.opt_elems});
+    } else {
+      st.master =
+          TensorBuffer(device, DType::F32, Shape{st.opt_elems}, MemTag::OptimState, cs, name);
+      up.upload(st.master, full.data() + st.opt_offset, st.opt_elems);
+      st.master_view = st.master.view();
+    }
   }
-  params_updated->record(cs);
-  cs.synchronize();
+  Ops& ops = device.ops();
+  st.grad_acc = TensorBuffer(device, dt, Shape{st.grads_sharded ? st.shard_elems : st.padded},
+                             MemTag::Grad, cs, name);
+  ops.fill(cs, st.grad_acc, 0.0);
+  st.exp_avg = TensorBuffer(device, DType::F32, Shape{st.opt_elems}, MemTag::OptimState, cs, name);
+  st.exp_avg_sq =
+      TensorBuffer(device, DType::F32, Shape{st.opt_elems}, MemTag::OptimState, cs, name);
+  ops.fill(cs, st.exp_avg, 0.0);
+  ops.fill(cs, st.exp_avg_sq, 0.0);
+}
+
+// max_live_bytes split evenly over the gather communicators of sharded groups.
+uint64_t live_limit_per_comm_of(const std::vector<std::unique_ptr<GroupState>>& groups,
+                                uint64_t max_live_bytes) {
   std::vector<const Communicator*> comms;
   for (auto& p : groups)
     if (p->params_sharded && std::find(comms.begin(), comms.end(), p->comms.gather) == comms.end())
       comms.push_back(p->comms.gather);
-  live_limit_per_comm = options.max_live_bytes / std::max<uint64_t>(1, comms.size());
+  return max_live_bytes / std::max<uint64_t>(1, comms.size());
+}
 
+// The largest `value` of any rank of `comm` (one all-reduce on `cs`, then a host sync).
+int max_over_ranks(Communicator& comm, Device& device, Stream& cs, int value) {
+  if (comm.size() <= 1) return value;
+  float count = static_cast<float>(value);
+  TensorBuffer c(device, DType::F32, Shape{1}, MemTag::Other, cs, "group count");
+  device.memcpy_async(c.view().data(), &count, sizeof count, cs);
+  comm.all_reduce(c.view().data(), c.view().data(), 1, DType::F32, ReduceOp::Max, cs);
+  device.memcpy_async(&count, c.view().data(), sizeof count, cs);
+  cs.synchronize();
+  return static_cast<int>(count);
+}
+
+}  // namespace
+
+void ZeroEngine::Impl::initialise() {
+  Stream& cs = *streams.compute;
+  {
+    HostUploads uploads(device, cs);
+    for (auto& p : groups) init_group(*p, options, device, cs, uploads);
+    params_updated->record(cs);
+    cs.synchronize();  // the uploads ran: their host sources may go
+  }
+  live_limit_per_comm = live_limit_per_comm_of(groups, options.max_live_bytes);
   // Slots of the per-group norm vector: the largest group count of any rank (EP ranks hold
   // different experts, but the all-gather needs one count).
-  norm_slots = static_cast<int>(groups.size());
-  if (world_misc.size() > 1) {
-    float count = static_cast<float>(groups.size());
-    TensorBuffer c(device, DType::F32, Shape{1}, MemTag::Other, cs, "group count");
-    device.memcpy_async(c.view().data(), &count, sizeof count, cs);
-    world_misc.all_reduce(c.view().data(), c.view().data(), 1, DType::F32, ReduceOp::Max, cs);
-    device.memcpy_async(&count, c.view().data(), sizeof count, cs);
-    cs.synchronize();
-    norm_slots = static_cast<int>(count);
-  }
+  norm_slots = max_over_ranks(world_misc, device, cs, static_cast<int>(groups.size()));
 }
 
 namespace {
@@ -197,54 +227,119 @@ std::optional<NonFiniteGrad> ZeroEngine::Impl::resolve_checks(const std::vector<
   return out;
 }
 
-StepResult ZeroEngine::Impl::optimizer_step(const AdamWHyper& h) {
+void ZeroEngine::Impl::drain_passes() {
   Stream& cs = *streams.compute;
-  Ops& ops = device.ops();
-  const bool fp32 = options.compute_dtype == DType::F32;
   flush_buckets();
   end_passes();
   if (reduce_recorded) cs.wait(*reduce_done);
-  {  // wasted prefetches may still be reading shards on the gather stream
-    auto gather_idle = device.create_event();
-    gather_idle->record(*streams.gather);
-    cs.wait(*gather_idle);
-  }
+  // Wasted prefetches may still be reading shards on the gather stream.
+  auto gather_idle = device.create_event();
+  gather_idle->record(*streams.gather);
+  cs.wait(*gather_idle);
+}
 
+ZeroEngine::Impl::StepReadback ZeroEngine::Impl::enqueue_readback(StepResult& r) {
   // Gradient norms (docs/health.md): the squared norm of each group's shard on this rank, one
   // slot per group, all-gathered over the world (experts live on their EDP group only, so the
   // world is what covers them): every element of every gradient is counted exactly once, on
   // the rank whose shard holds it. Plus the non-finite check results of the step's gradients.
-  // All of it is read at the step's one host sync.
-  StepResult r;
+  Stream& cs = *streams.compute;
+  Ops& ops = device.ops();
+  StepReadback rb;
   const int world = world_misc.size();
-  TensorBuffer sq(device, DType::F32, Shape{norm_slots}, MemTag::Other, cs, "grad norm squares");
-  ops.fill(cs, sq, 0.0);
+  rb.sq =
+      TensorBuffer(device, DType::F32, Shape{norm_slots}, MemTag::Other, cs, "grad norm squares");
+  ops.fill(cs, rb.sq, 0.0);
   for (size_t g = 0; g < groups.size(); ++g)
     ops.sum_squares(cs, shard_range(*groups[g]),
-                    sq.view().view_elems(static_cast<int64_t>(g), Shape{1}));
-  TensorBuffer all_sq;
-  Tensor all_view = sq.view();
+                    rb.sq.view().view_elems(static_cast<int64_t>(g), Shape{1}));
+  Tensor all_view = rb.sq.view();
   if (world > 1) {
-    all_sq = TensorBuffer(device, DType::F32, Shape{int64_t{world} * norm_slots}, MemTag::Other, cs,
-                          "grad norm squares, all ranks");
-    world_misc.all_gather(sq.view().data(), all_sq.view().data(), static_cast<size_t>(norm_slots),
-                          DType::F32, cs);
-    all_view = all_sq.view();
+    rb.all_sq = TensorBuffer(device, DType::F32, Shape{int64_t{world} * norm_slots}, MemTag::Other,
+                             cs, "grad norm squares, all ranks");
+    world_misc.all_gather(rb.sq.view().data(), rb.all_sq.view().data(),
+                          static_cast<size_t>(norm_slots), DType::F32, cs);
+    all_view = rb.all_sq.view();
   }
   r.shard_sq.resize(static_cast<size_t>(all_view.numel()));
   r.shard_sq_slots = norm_slots;
   device.memcpy_async(r.shard_sq.data(), all_view.data(), all_view.size_bytes(), cs);
-  std::vector<int64_t> check_results(checks.size() * 3);
+  rb.check_results.resize(checks.size() * 3);
   for (size_t c = 0; c * kChecksPerChunk < checks.size(); ++c) {
     const size_t first = c * kChecksPerChunk;
     const size_t n = std::min<size_t>(kChecksPerChunk, checks.size() - first);
-    device.memcpy_async(check_results.data() + first * 3, check_chunks[c].view().data(),
+    device.memcpy_async(rb.check_results.data() + first * 3, check_chunks[c].view().data(),
                         n * 3 * sizeof(int64_t), cs);
   }
-  cs.synchronize();                         // the one host sync of a step
-  counters.stall_ms += collect_stall_ms();  // every timed wait is before this point
-  collect_gather_ms();                      // every expert gather too (gather_idle above)
-  r.nonfinite = resolve_checks(check_results);
+  return rb;
+}
+
+void ZeroEngine::Impl::apply_adamw(const AdamWHyper& h, float grad_scale) {
+  Stream& cs = *streams.compute;
+  Ops& ops = device.ops();
+  const bool fp32 = options.compute_dtype == DType::F32;
+  for (auto& p : groups) {
+    GroupState& st = *p;
+    const int64_t opt_end = st.opt_offset + st.opt_elems;
+    for (size_t i = 0; i < st.layout.param_count(); ++i) {
+      const ParamSpec& ps = st.layout.spec().params[i];
+      const int64_t lo = std::max(st.layout.offset(i), st.opt_offset);
+      const int64_t hi = std::min(st.layout.offset(i) + ps.shape.numel(), opt_end);
+      if (lo >= hi) continue;
+      const int64_t local = lo - st.opt_offset, len = hi - lo;
+      Tensor g = grad_range(st).view_elems(local, Shape{len});
+      TensorBuffer g32;
+      if (!fp32) {
+        g32 = TensorBuffer(device, DType::F32, Shape{len}, MemTag::Other, cs, "grad f32");
+        ops.cast(cs, g, g32);
+        g = g32.view();
+      }
+      AdamWArgs a;
+      a.param = st.master_view.view_elems(local, Shape{len});
+      a.grad = g;
+      a.exp_avg = st.exp_avg.view().view_elems(local, Shape{len});
+      a.exp_avg_sq = st.exp_avg_sq.view().view_elems(local, Shape{len});
+      if (!fp32)
+        a.param_copy = st.params_sharded ? st.param_shard.view().view_elems(local, Shape{len})
+                                         : st.full_persistent.view().view_elems(lo, Shape{len});
+      a.lr = h.lr;
+      a.beta1 = h.beta1;
+      a.beta2 = h.beta2;
+      a.eps = h.eps;
+      a.weight_decay = ps.weight_decay ? h.weight_decay : 0.0f;
+      a.step = step;
+      a.grad_scale = grad_scale;
+      ops.adamw(cs, a);
+    }
+  }
+}
+
+void ZeroEngine::Impl::refresh_replicated() {
+  bool refreshed = false;
+  for (auto& p : groups) {
+    GroupState& st = *p;
+    if (st.params_sharded || !st.opt_sharded || st.n == 1) continue;
+    if (!refreshed) streams.gather->wait(*params_updated);
+    refreshed = true;
+    char* base = static_cast<char*>(st.full_persistent.view().data());
+    const size_t esz = dtype_size_bytes(options.compute_dtype);
+    st.comms.gather->all_gather(base + static_cast<size_t>(st.opt_offset) * esz, base,
+                                static_cast<size_t>(st.shard_elems), options.compute_dtype,
+                                *streams.gather);
+    counters.gathered_bytes += st.full_bytes(options.compute_dtype);
+  }
+  if (refreshed) replicated_ready->record(*streams.gather);
+}
+
+StepResult ZeroEngine::Impl::optimizer_step(const AdamWHyper& h) {
+  Stream& cs = *streams.compute;
+  drain_passes();
+  StepResult r;
+  const StepReadback rb = enqueue_readback(r);  // its buffers live to the end of the step
+  cs.synchronize();                             // the one host sync of a step
+  counters.stall_ms += collect_stall_ms();      // every timed wait is before this point
+  collect_gather_ms();                          // every expert gather too (drain_passes)
+  r.nonfinite = resolve_checks(rb.check_results);
   checks.clear();
   micro_batch = 0;
   ++step_calls;
@@ -257,119 +352,13 @@ StepResult ZeroEngine::Impl::optimizer_step(const AdamWHyper& h) {
     if (h.grad_clip > 0.0f && r.grad_norm > h.grad_clip)  // torch.nn.utils.clip_grad_norm_
       r.clip_scale = static_cast<float>(h.grad_clip / (r.grad_norm + 1e-6));
     ++step;
-    for (auto& p : groups) {
-      GroupState& st = *p;
-      const int64_t opt_end = st.opt_offset + st.opt_elems;
-      for (size_t i = 0; i < st.layout.param_count(); ++i) {
-        const ParamSpec& ps = st.layout.spec().params[i];
-        const int64_t lo = std::max(st.layout.offset(i), st.opt_offset);
-        const int64_t hi = std::min(st.layout.offset(i) + ps.shape.numel(), opt_end);
-        if (lo >= hi) continue;
-        const int64_t local = lo - st.opt_offset, len = hi - lo;
-        Tensor g = grad_range(st).view_elems(local, Shape{len});
-        TensorBuffer g32;
-        if (!fp32) {
-          g32 = TensorBuffer(device, DType::F32, Shape{len}, MemTag::Other, cs, "grad f32");
-          ops.cast(cs, g, g32);
-          g = g32.view();
-        }
-        AdamWArgs a;
-        a.param = st.master_view.view_elems(local, Shape{len});
-        a.grad = g;
-        a.exp_avg = st.exp_avg.view().view_elems(local, Shape{len});
-        a.exp_avg_sq = st.exp_avg_sq.view().view_elems(local, Shape{len});
-        if (!fp32)
-          a.param_copy = st.params_sharded ? st.param_shard.view().view_elems(local, Shape{len})
-                                           : st.full_persistent.view().view_elems(lo, Shape{len});
-        a.lr = h.lr;
-        a.beta1 = h.beta1;
-        a.beta2 = h.beta2;
-        a.eps = h.eps;
-        a.weight_decay = ps.weight_decay ? h.weight_decay : 0.0f;
-        a.step = step;
-        a.grad_scale = r.clip_scale;
-        ops.adamw(cs, a);
-      }
-    }
+    apply_adamw(h, r.clip_scale);
   }
-  for (auto& p : groups) ops.fill(cs, p->grad_acc, 0.0);
+  for (auto& p : groups) device.ops().fill(cs, p->grad_acc, 0.0);
   params_updated->record(cs);
-
   // Replicated parameters (stages 1-2, small groups at 3): each rank updated its range; gather.
-  bool refreshed = false;
-  for (auto& p : groups) {
-    GroupState& st = *p;
-    if (st.params_sharded || !st.opt_sharded || st.n == 1 || !r.finite) continue;
-    if (!refreshed) streams.gather->wait(*params_updated);
-    refreshed = true;
-    char* base = static_cast<char*>(st.full_persistent.view().data());
-    const size_t esz = dtype_size_bytes(options.compute_dtype);
-    st.comms.gather->all_gather(base + static_cast<size_t>(st.opt_offset) * esz, base,
-                                static_cast<size_t>(st.shard_elems), options.compute_dtype,
-                                *streams.gather);
-    counters.gathered_bytes += st.full_bytes(options.compute_dtype);
-  }
-  if (refreshed) replicated_ready->record(*streams.gather);
+  if (r.finite) refresh_replicated();
   return r;
-}
-
-std::vector<float> ZeroEngine::Impl::full_params_host(int g) {
-  GroupState& st = group(g);
-  Stream& gs = *streams.gather;
-  TensorBuffer tmp(device, DType::F32, Shape{st.padded}, MemTag::Other, gs, "params to host");
-  gs.wait(*params_updated);
-  if (st.opt_sharded && st.n > 1)
-    st.comms.gather->all_gather(st.master_view.data(), tmp.view().data(),
-                                static_cast<size_t>(st.opt_elems), DType::F32, gs);
-  else
-    device.ops().cast(gs, st.master_view, tmp);
-  std::vector<float> out(static_cast<size_t>(st.padded));
-  device.memcpy_async(out.data(), tmp.view().data(), out.size() * sizeof(float), gs);
-  gs.synchronize();
-  out.resize(static_cast<size_t>(st.layout.numel()));
-  return out;
-}
-
-void ZeroEngine::Impl::set_full_params_host(int g, std::span<const float> values) {
-  GroupState& st = group(g);
-  const std::string& name = st.layout.spec().name;
-  MOEZERO_CHECK(static_cast<int64_t>(values.size()) == st.layout.numel(),
-                "set_full_params_host: parameter group '", name, "' holds ", st.layout.numel(),
-                " values, got ", values.size());
-  MOEZERO_CHECK(st.state == GroupState::Sharded, "set_full_params_host: parameter group '", name,
-                "' is gathered (acquired, prefetched or cached); call it between steps");
-  Stream& cs = *streams.compute;
-  // Nothing may still read the buffers we overwrite (a gather of the shards, the refresh of
-  // replicated parameters after a step).
-  streams.gather->synchronize();
-  cs.synchronize();
-  std::vector<float> full(static_cast<size_t>(st.padded), 0.0f);  // padding stays zero
-  std::copy(values.begin(), values.end(), full.begin());
-  std::vector<bf16> half;
-  auto upload = [&](const Tensor& dst, int64_t first) {
-    const int64_t n = dst.numel();
-    if (dst.dtype() == DType::F32) {
-      device.memcpy_async(dst.data(), full.data() + first, static_cast<size_t>(n) * 4, cs);
-    } else {
-      MOEZERO_CHECK(dst.dtype() == DType::BF16, "set_full_params_host: unexpected dtype ",
-                    dtype_name(dst.dtype()));
-      half.resize(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i)
-        half[static_cast<size_t>(i)] = float_to_bf16(full[static_cast<size_t>(first + i)]);
-      device.memcpy_async(dst.data(), half.data(), static_cast<size_t>(n) * 2, cs);
-    }
-    cs.synchronize();  // `half` is reused by the next upload
-  };
-  if (st.params_sharded) {
-    const int64_t first = st.rank * st.shard_elems;
-    if (st.param_shard) upload(st.param_shard.view(), first);  // bf16 compute shard
-    upload(st.master.view(), first);  // fp32 (in fp32 mode: the shard itself)
-  } else {
-    upload(st.full_persistent.view(), 0);
-    if (st.master)
-      upload(st.master.view(), st.opt_offset);  // bf16 mode: separate fp32 master range
-  }
-  params_updated->record(cs);  // later gathers read the new shards
 }
 
 }  // namespace moezero
