@@ -185,9 +185,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   std::mutex result_mu;
   std::map<std::string, std::vector<float>> collected;  // collect_params: every rank's groups
   comm::WorldOptions wopt;
-  wopt.comm.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000.0));
-  wopt.comm.emulation = CommEmulation{cfg.comm_emulation.link_gbps, cfg.comm_emulation.latency_us};
-  wopt.comm.call_check = cfg.comm.check_divergence ? CallCheck::On : CallCheck::Off;
+  wopt.comm = make_comm_options(cfg.comm_emulation, cfg.comm);
 
   const auto rank_main = [&](comm::RankContext& ctx) {
     Device& dev = *ctx.device;
