@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <type_traits>
 
 #include "core/error.h"
 #include "core/host_exchange.h"
@@ -50,11 +49,6 @@ void print_progress(std::ostream& os, const StepLog& s, int64_t first_step, int6
       s.applied ? "" : " | SKIPPED (non-finite gradient)");
   os << buf << std::endl;
 }
-
-static_assert(std::is_trivially_copyable_v<RankStepStats> && sizeof(RankStepStats) % 8 == 0 &&
-                  alignof(RankStepStats) == 8,
-              "RankStepStats is all-gathered as 8-byte words");
-constexpr size_t kStatWords = sizeof(RankStepStats) / 8;
 
 AdamWHyper adamw_hyper(const TrainConfig& tc, int64_t step) {
   AdamWHyper h;
@@ -371,49 +365,32 @@ void RankSession::read_batch(int64_t mb, std::vector<int32_t>& tok,
                     " outside [0, model.vocab_size = ", vocab, ")");
 }
 
-// This rank's counters of the step: the engine's since the last step, the token all-to-all
-// bytes and the allocator's peaks.
+// This rank's counters of the step; the engine's counters now are the next step's baseline.
 RankStepStats RankSession::step_counters() {
   const EngineCounters now = engine_->counters();
-  const MemStats mem = dev_.allocator().stats();
-  RankStepStats mine;
-  mine.gathered_bytes = now.gathered_bytes - before_.gathered_bytes;
-  mine.reduce_scattered_bytes = now.reduce_scattered_bytes - before_.reduce_scattered_bytes;
-  mine.all_reduced_bytes = now.all_reduced_bytes - before_.all_reduced_bytes;
-  mine.a2a_bytes = moe_stats_.a2a_bytes;
-  mine.gathered_dense_bytes = now.gathered_dense_bytes - before_.gathered_dense_bytes;
-  mine.gathered_expert_bytes = now.gathered_expert_bytes - before_.gathered_expert_bytes;
-  mine.prefetch_hits = now.prefetch_hits - before_.prefetch_hits;
-  mine.prefetch_misses = now.prefetch_misses - before_.prefetch_misses;
-  mine.prefetch_wasted_bytes = now.prefetch_wasted_bytes - before_.prefetch_wasted_bytes;
-  mine.cache_hits = now.cache_hits - before_.cache_hits;
-  mine.cache_misses = now.cache_misses - before_.cache_misses;
-  mine.cache_evictions = now.cache_evictions - before_.cache_evictions;
-  mine.stall_ms = now.stall_ms - before_.stall_ms;
-  mine.peak_bytes = mem.peak_bytes;
-  mine.peak_total_bytes = mem.total_peak_bytes;
+  const RankStepStats mine = rank_step_stats(now, before_, moe_stats_, dev_.allocator().stats());
   before_ = now;
   return mine;
 }
 
-// One exchange per step (one host sync): the struct as raw 8-byte words (every field is
-// 8 bytes wide; checked above), then the per-expert words, whose count depends only on the
-// config; through device buffers (NCCL reads device memory only).
+// One exchange per step (one host sync): the struct as raw 8-byte words, then the per-expert
+// words, whose count depends only on the config; through device buffers (NCCL reads device
+// memory only).
 StepExchange RankSession::exchange_step_stats(const StepTiming& timing) {
   const RankStepStats mine = step_counters();
   const std::vector<uint64_t> expert_words = step_stats_->rank_words(*engine_, moe_stats_, timing);
-  const size_t expert_n = expert_words.size(), stride = kStatWords + expert_n;
+  const size_t expert_n = expert_words.size(), stride = kRankStepStatsWords + expert_n;
   std::vector<int64_t> mine_words(stride);
-  std::memcpy(mine_words.data(), &mine, sizeof mine);
-  std::memcpy(mine_words.data() + kStatWords, expert_words.data(), expert_n * 8);
+  to_words(mine, mine_words.data());
+  std::memcpy(mine_words.data() + kRankStepStatsWords, expert_words.data(), expert_n * 8);
   const std::vector<int64_t> words = all_gather_words(dev_, cs_, *comms_.misc, mine_words);
   StepExchange ex;
   ex.ranks.resize(static_cast<size_t>(world_));
   ex.expert_words.resize(expert_n * static_cast<size_t>(world_));
   for (size_t r = 0; r < ex.ranks.size(); ++r) {
-    std::memcpy(static_cast<void*>(&ex.ranks[r]), words.data() + r * stride, sizeof mine);
-    std::memcpy(ex.expert_words.data() + r * expert_n, words.data() + r * stride + kStatWords,
-                expert_n * 8);
+    ex.ranks[r] = from_words(words.data() + r * stride);
+    std::memcpy(ex.expert_words.data() + r * expert_n,
+                words.data() + r * stride + kRankStepStatsWords, expert_n * 8);
   }
   return ex;
 }

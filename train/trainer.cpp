@@ -44,28 +44,7 @@ std::string step_json(const StepLog& s) {
   j["tokens_per_s"] = s.tokens_per_s;
   j["elapsed_s"] = s.elapsed_s;
   auto ranks = nlohmann::json::array();
-  for (const auto& r : s.ranks) {
-    nlohmann::json rj;
-    rj["gathered_bytes"] = r.gathered_bytes;
-    rj["reduce_scattered_bytes"] = r.reduce_scattered_bytes;
-    rj["all_reduced_bytes"] = r.all_reduced_bytes;
-    rj["a2a_bytes"] = r.a2a_bytes;
-    rj["gathered_dense_bytes"] = r.gathered_dense_bytes;
-    rj["gathered_expert_bytes"] = r.gathered_expert_bytes;
-    rj["prefetch_hits"] = r.prefetch_hits;
-    rj["prefetch_misses"] = r.prefetch_misses;
-    rj["prefetch_wasted_bytes"] = r.prefetch_wasted_bytes;
-    rj["cache_hits"] = r.cache_hits;
-    rj["cache_misses"] = r.cache_misses;
-    rj["cache_evictions"] = r.cache_evictions;
-    rj["stall_ms"] = r.stall_ms;
-    nlohmann::json peak;
-    for (size_t t = 0; t < kMemTagCount; ++t)
-      peak[mem_tag_name(static_cast<MemTag>(t))] = r.peak_bytes[t];
-    rj["peak_bytes"] = peak;
-    rj["peak_total_bytes"] = r.peak_total_bytes;
-    ranks.push_back(rj);
-  }
+  for (const RankStepStats& r : s.ranks) ranks.push_back(rank_step_json(r));
   j["ranks"] = ranks;
   add_health_json(s.grad_norms, s.nonfinite, j);
   add_step_stats_json(j, s.moe_layers, s.comm);
