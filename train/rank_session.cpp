@@ -67,19 +67,21 @@ int count_moe_layers(const ModelConfig& model) {
   return n;
 }
 
-// The rank's communicators, always created in this order.
+// The rank's process groups and communicators, always created in this order.
 struct RankComms {
   std::unique_ptr<Communicator> gather, reduce, misc;  // world
   // Expert parallelism: EP groups exchange tokens; EDP groups share (shard) experts.
+  const ProcessGroups pgs;
   std::unique_ptr<Communicator> edp_gather, edp_reduce;
   std::unique_ptr<Communicator> a2a;     // EP group; null when ep_size == 1
   std::unique_ptr<Communicator> router;  // world; null for one rank
 
-  RankComms(comm::RankContext& ctx, const ProcessGroups& pgs, int ep, int world) {
+  RankComms(comm::RankContext& ctx, const ModelConfig& model, int ep, int world)
+      : gather(ctx.communicator(ctx.world_group(), "gather")),
+        reduce(ctx.communicator(ctx.world_group(), "reduce")),
+        misc(ctx.communicator(ctx.world_group(), "misc")),
+        pgs(world, ep, model.num_experts > 0 ? static_cast<int>(model.num_experts) : ep) {
     const ProcessGroup wg = ctx.world_group();
-    gather = ctx.communicator(wg, "gather");
-    reduce = ctx.communicator(wg, "reduce");
-    misc = ctx.communicator(wg, "misc");
     edp_gather = ctx.communicator(pgs.edp_group_of(ctx.rank), "gather");
     edp_reduce = ctx.communicator(pgs.edp_group_of(ctx.rank), "reduce");
     if (ep > 1) a2a = ctx.communicator(pgs.ep_group_of(ctx.rank), "a2a");
@@ -148,7 +150,6 @@ class RankSession {
   EngineStreams streams_;
   Stream& cs_;  // compute
   const int ep_;
-  const ProcessGroups pgs_;
   RankComms comms_;
   MoeStats moe_stats_;
   std::unique_ptr<TraceRecorder> recorder_;  // times collectives and a2a waits, traces steps
@@ -179,11 +180,9 @@ RankSession::RankSession(comm::RankContext& ctx, const TrainRun& run)
       streams_(create_streams()),
       cs_(*streams_.compute),
       ep_(static_cast<int>(run.cfg.parallel.ep_size)),
-      pgs_(world_, ep_,
-           run.cfg.model.num_experts > 0 ? static_cast<int>(run.cfg.model.num_experts) : ep_),
-      comms_(ctx, pgs_, ep_, world_) {
-  if (run_.under_mpi && run_.trace_sink) {  // one time origin for the processes: just after a
-                                            // common exchange
+      comms_(ctx, run.cfg.model, ep_, world_) {
+  // Under MPI, one time origin for the processes: just after a common exchange.
+  if (run_.under_mpi && run_.trace_sink) {
     const int64_t here = 1;
     all_gather_words(dev_, cs_, *comms_.misc, {&here, 1});
     run_.trace_sink->restart_clock();
@@ -208,7 +207,7 @@ EngineStreams RankSession::create_streams() {
 void RankSession::build_model() {
   rt_.moe = cfg_.moe;
   rt_.ep_size = ep_;
-  rt_.ep_rank = pgs_.ep_rank(ctx_.rank);
+  rt_.ep_rank = comms_.pgs.ep_rank(ctx_.rank);
   rt_.a2a = comms_.a2a.get();
   rt_.a2a_stream = &dev_.create_stream("a2a");  // token all-to-all beside compute and gathers
   rt_.router = comms_.router.get();
