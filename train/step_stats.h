@@ -1,8 +1,9 @@
 // train/step_stats.h — a rank's counters of a training step ("ranks[r]" in the metrics: the
 // field list of core/step_counters.h and the allocator's peaks), the per-expert counters of
 // the step ("moe_layers", docs/trace.md) and the step's communication timing (comm_ms,
-// exposed_comm_ms, overlap_ratio): collected on every rank, all-gathered as raw 8-byte words (one
-// collective of a size fixed by the config, so identical on every rank), summed on rank 0.
+// exposed_comm_ms, overlap_ratio): collected on every rank and all-gathered as raw 8-byte
+// words (one collective of a size fixed by the config, so identical on every rank); rank 0
+// logs every rank's counters and sums the per-expert ones.
 //
 // Per MoE layer and expert, over all ranks of the step: gathers, gathered bytes and the time
 // those gathers took (ZeroEngine::group_counters), cache hits/misses, prefetch
