@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/step_counters.h"
 
 namespace moezero::report {
 
@@ -176,19 +177,9 @@ void add_ranks(Report& r, const RunInput& in) {
     row.rank = static_cast<int64_t>(k);
     for (const StepRecord& s : in.steps) {
       const RankStepCounters& c = s.ranks[k];
-      row.gathered_bytes += c.gathered_bytes;
-      row.gathered_dense_bytes += c.gathered_dense_bytes;
-      row.gathered_expert_bytes += c.gathered_expert_bytes;
-      row.reduce_scattered_bytes += c.reduce_scattered_bytes;
-      row.all_reduced_bytes += c.all_reduced_bytes;
-      row.a2a_bytes += c.a2a_bytes;
-      row.prefetch_hits += c.prefetch_hits;
-      row.prefetch_misses += c.prefetch_misses;
-      row.prefetch_wasted_bytes += c.prefetch_wasted_bytes;
-      row.cache_hits += c.cache_hits;
-      row.cache_misses += c.cache_misses;
-      row.cache_evictions += c.cache_evictions;
-      row.stall_ms += c.stall_ms;
+#define MOEZERO_SUM(name, unit, source) row.name += c.name;
+      MOEZERO_RANK_STEP_COUNTERS(MOEZERO_SUM)
+#undef MOEZERO_SUM
       row.peak_total_bytes = std::max(row.peak_total_bytes, c.peak_total_bytes);
       for (const auto& [tag, bytes] : c.peak_bytes) {
         auto it = std::find_if(row.peak_bytes.begin(), row.peak_bytes.end(),

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/step_counters.h"
 
 namespace moezero::report {
 
@@ -139,19 +140,13 @@ LayerStepCounters parse_layer(const json& lj, const At& at, const std::vector<in
 RankStepCounters parse_rank(const json& rj, const At& at) {
   as_object(rj, at);
   RankStepCounters r;
-  r.gathered_bytes = int_field(rj, "gathered_bytes", at);
-  r.reduce_scattered_bytes = int_field(rj, "reduce_scattered_bytes", at);
-  r.all_reduced_bytes = int_field(rj, "all_reduced_bytes", at);
-  r.a2a_bytes = int_field(rj, "a2a_bytes", at);
-  r.gathered_dense_bytes = int_field(rj, "gathered_dense_bytes", at);
-  r.gathered_expert_bytes = int_field(rj, "gathered_expert_bytes", at);
-  r.prefetch_hits = int_field(rj, "prefetch_hits", at);
-  r.prefetch_misses = int_field(rj, "prefetch_misses", at);
-  r.prefetch_wasted_bytes = int_field(rj, "prefetch_wasted_bytes", at);
-  r.cache_hits = int_field(rj, "cache_hits", at);
-  r.cache_misses = int_field(rj, "cache_misses", at);
-  r.cache_evictions = int_field(rj, "cache_evictions", at);
-  r.stall_ms = number_field(rj, "stall_ms", at);
+#define MOEZERO_READ_Count(name) r.name = int_field(rj, #name, at);
+#define MOEZERO_READ_Ms(name) r.name = number_field(rj, #name, at);
+#define MOEZERO_READ(name, unit, source) MOEZERO_READ_##unit(name)
+  MOEZERO_RANK_STEP_COUNTERS(MOEZERO_READ)
+#undef MOEZERO_READ
+#undef MOEZERO_READ_Ms
+#undef MOEZERO_READ_Count
   const At pat = at.field("peak_bytes");
   const json& peak = as_object(member(rj, "peak_bytes", at), pat);
   for (const auto& [tag, v] : peak.items())

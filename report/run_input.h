@@ -31,7 +31,8 @@ struct LayerStepCounters {
   std::vector<double> predicted;  // frequency model's P(active) used for the step's first plan
 };
 
-// One rank's counters of one step (metrics "ranks[r]").
+// One rank's counters of one step (metrics "ranks[r]"): the counters of
+// MOEZERO_RANK_STEP_COUNTERS (core/step_counters.h), then the allocator's peaks.
 struct RankStepCounters {
   int64_t gathered_bytes = 0, reduce_scattered_bytes = 0, all_reduced_bytes = 0, a2a_bytes = 0,
           gathered_dense_bytes = 0, gathered_expert_bytes = 0, prefetch_hits = 0,

@@ -225,18 +225,10 @@ std::string manifest_text(const Manifest& m) {
   return j.dump(1);
 }
 
-Manifest read_manifest(const std::string& step_dir) {
-  const std::string path = step_dir + "/manifest.json";
-  if (!fs::exists(path))
-    MOEZERO_THROW("checkpoint: '", path, "' does not exist (an incomplete or foreign directory)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_text(path));
-  } catch (const nlohmann::json::exception& e) {
-    MOEZERO_THROW("checkpoint: '", path, "' is not valid JSON: ", e.what());
-  }
-  Manifest m;
-  m.dir = step_dir;
+namespace {
+
+// The manifest's fields into m; an Error names the file (`path`) and the field.
+void read_manifest_fields(const nlohmann::json& j, const std::string& path, Manifest& m) {
   std::string where = "format";
   try {
     if (!j.is_object() || j.value("format", "") != kFormatName)
@@ -289,7 +281,10 @@ Manifest read_manifest(const std::string& step_dir) {
     MOEZERO_THROW("checkpoint: '", path, "': field '", where,
                   "' has a malformed crc32: ", e.what());
   }
-  // Structure: segments tile each group and lie inside their (listed) files.
+}
+
+// Segments tile each group and lie inside their (listed) files. Sorts each group's segments.
+void check_segments(Manifest& m, const std::string& path) {
   for (auto& g : m.groups) {
     std::sort(g.segments.begin(), g.segments.end(),
               [](const Segment& a, const Segment& b) { return a.begin < b.begin; });
@@ -309,6 +304,24 @@ Manifest read_manifest(const std::string& step_dir) {
       MOEZERO_THROW("checkpoint: '", path, "': group '", g.name, "': shards cover [0, ", next,
                     "), expected [0, ", g.numel, ")");
   }
+}
+
+}  // namespace
+
+Manifest read_manifest(const std::string& step_dir) {
+  const std::string path = step_dir + "/manifest.json";
+  if (!fs::exists(path))
+    MOEZERO_THROW("checkpoint: '", path, "' does not exist (an incomplete or foreign directory)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text(path));
+  } catch (const nlohmann::json::exception& e) {
+    MOEZERO_THROW("checkpoint: '", path, "' is not valid JSON: ", e.what());
+  }
+  Manifest m;
+  m.dir = step_dir;
+  read_manifest_fields(j, path, m);
+  check_segments(m, path);
   return m;
 }
 

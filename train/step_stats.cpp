@@ -1,7 +1,9 @@
-// train/step_stats.cpp — per-expert step counters and communication timing (step_stats.h).
+// train/step_stats.cpp — a rank's step counters, per-expert step counters and communication
+// timing (step_stats.h).
 #include "train/step_stats.h"
 
 #include <bit>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -32,6 +34,42 @@ uint64_t bits(double v) { return std::bit_cast<uint64_t>(v); }
 double from_bits(uint64_t w) { return std::bit_cast<double>(w); }
 
 }  // namespace
+
+RankStepStats rank_step_stats(const EngineCounters& now, const EngineCounters& before,
+                              const MoeStats& moe, const MemStats& mem) {
+  RankStepStats s;
+#define MOEZERO_FROM_Engine(name) s.name = now.name - before.name;
+#define MOEZERO_FROM_Moe(name) s.name = moe.name;
+#define MOEZERO_SET(name, unit, source) MOEZERO_FROM_##source(name)
+  MOEZERO_RANK_STEP_COUNTERS(MOEZERO_SET)
+#undef MOEZERO_SET
+#undef MOEZERO_FROM_Moe
+#undef MOEZERO_FROM_Engine
+  s.peak_bytes = mem.peak_bytes;
+  s.peak_total_bytes = mem.total_peak_bytes;
+  return s;
+}
+
+void to_words(const RankStepStats& s, int64_t* words) { std::memcpy(words, &s, sizeof s); }
+
+RankStepStats from_words(const int64_t* words) {
+  RankStepStats s;
+  std::memcpy(static_cast<void*>(&s), words, sizeof s);
+  return s;
+}
+
+nlohmann::json rank_step_json(const RankStepStats& s) {
+  nlohmann::json j;
+#define MOEZERO_PUT(name, unit, source) j[#name] = s.name;
+  MOEZERO_RANK_STEP_COUNTERS(MOEZERO_PUT)
+#undef MOEZERO_PUT
+  nlohmann::json peak;
+  for (size_t t = 0; t < kMemTagCount; ++t)
+    peak[mem_tag_name(static_cast<MemTag>(t))] = s.peak_bytes[t];
+  j["peak_bytes"] = peak;
+  j["peak_total_bytes"] = s.peak_total_bytes;
+  return j;
+}
 
 std::optional<double> CommStepStats::overlap_ratio() const {
   if (comm_ms <= 0.0) return std::nullopt;

@@ -1,7 +1,9 @@
-// train/step_stats.h — the per-expert counters of a training step ("moe_layers" in the metrics,
-// docs/trace.md) and the step's communication timing (comm_ms, exposed_comm_ms,
-// overlap_ratio): collected on every rank, all-gathered as raw 8-byte words (one collective of
-// a size fixed by the config, so identical on every rank), summed on rank 0.
+// train/step_stats.h — a rank's counters of a training step ("ranks[r]" in the metrics: the
+// field list of core/step_counters.h and the allocator's peaks), the per-expert counters of
+// the step ("moe_layers", docs/trace.md) and the step's communication timing (comm_ms,
+// exposed_comm_ms, overlap_ratio): collected on every rank and all-gathered as raw 8-byte
+// words (one collective of a size fixed by the config, so identical on every rank); rank 0
+// logs every rank's counters and sums the per-expert ones.
 //
 // Per MoE layer and expert, over all ranks of the step: gathers, gathered bytes and the time
 // those gathers took (ZeroEngine::group_counters), cache hits/misses, prefetch
@@ -10,17 +12,55 @@
 // activation probability as the step's first forward plan used it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/config.h"
+#include "core/step_counters.h"
 #include "core/trace.h"
-#include "zero/zero_engine.h"
 #include "moe/moe_runtime.h"
+#include "zero/zero_engine.h"
 
 namespace moezero::moe {
+
+// One rank's counters of one step. The scalar counters are those of
+// MOEZERO_RANK_STEP_COUNTERS (core/step_counters.h), where their sources are named; then the
+// allocator's peaks. Every field is 8 bytes wide: the struct is all-gathered as raw words.
+struct RankStepStats {
+  uint64_t gathered_bytes = 0;          // this step
+  uint64_t reduce_scattered_bytes = 0;  // this step
+  uint64_t all_reduced_bytes = 0;       // this step
+  uint64_t a2a_bytes = 0;               // this step: token all-to-all bytes sent to peers
+  uint64_t gathered_dense_bytes = 0;    // this step, split of gathered_bytes
+  uint64_t gathered_expert_bytes = 0;
+  uint64_t prefetch_hits = 0;          // acquires that found their gather issued ahead
+  uint64_t prefetch_misses = 0;        // acquires that gathered on demand
+  uint64_t prefetch_wasted_bytes = 0;  // prefetched and never used
+  uint64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
+  double stall_ms = 0.0;                            // compute stream waiting on parameter gathers
+  std::array<uint64_t, kMemTagCount> peak_bytes{};  // peak within this step, by tag
+  uint64_t peak_total_bytes = 0;                    // peak of the sum over tags, this step
+};
+static_assert(std::is_trivially_copyable_v<RankStepStats> && alignof(RankStepStats) == 8 &&
+                  sizeof(RankStepStats) == (kRankStepCounterCount + kMemTagCount + 1) * 8,
+              "RankStepStats: the counters of core/step_counters.h and the peaks, 8 bytes each");
+constexpr size_t kRankStepStatsWords = sizeof(RankStepStats) / 8;
+
+// This rank's counters of one step. [in] now, before: the engine's counters at the end of this
+// step and of the last one; [in] moe: the step's MoE statistics; [in] mem: the allocator's,
+// peaks since the step's reset_peak.
+RankStepStats rank_step_stats(const EngineCounters& now, const EngineCounters& before,
+                              const MoeStats& moe, const MemStats& mem);
+// The struct as kRankStepStatsWords 8-byte words, and back.
+void to_words(const RankStepStats& s, int64_t* words);
+RankStepStats from_words(const int64_t* words);
+// "ranks[r]" of a metrics line (without what other parts add, e.g. shard_grad_norms).
+nlohmann::json rank_step_json(const RankStepStats& s);
 
 struct MoeLayerStats {
   int layer = -1;  // model layer index

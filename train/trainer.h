@@ -11,7 +11,6 @@
 // gradients are Sum-reduced), so the math does not depend on the world size.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
@@ -19,29 +18,12 @@
 #include <string>
 #include <vector>
 
-#include "core/allocator.h"
 #include "core/config.h"
 #include "train/checkpoint.h"
 #include "train/grad_health.h"
 #include "train/step_stats.h"
 
 namespace moezero::moe {
-
-struct RankStepStats {
-  uint64_t gathered_bytes = 0;          // this step
-  uint64_t reduce_scattered_bytes = 0;  // this step
-  uint64_t all_reduced_bytes = 0;       // this step
-  uint64_t a2a_bytes = 0;               // this step: token all-to-all bytes sent to peers
-  uint64_t gathered_dense_bytes = 0;    // this step, split of gathered_bytes
-  uint64_t gathered_expert_bytes = 0;
-  uint64_t prefetch_hits = 0;          // acquires that found their gather issued ahead
-  uint64_t prefetch_misses = 0;        // acquires that gathered on demand
-  uint64_t prefetch_wasted_bytes = 0;  // prefetched and never used
-  uint64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
-  double stall_ms = 0.0;                            // compute stream waiting on parameter gathers
-  std::array<uint64_t, kMemTagCount> peak_bytes{};  // peak within this step, by tag
-  uint64_t peak_total_bytes = 0;                    // peak of the sum over tags, this step
-};
 
 struct StepLog {
   int64_t step = 0;  // 1-based
