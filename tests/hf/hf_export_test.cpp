@@ -1,4 +1,4 @@
-// moe/hf_export + moe/hf_score + train.init_from: a trained tiny model exported, read back,
+// hf/hf_export + hf/hf_score + train.init_from: a trained tiny model exported, read back,
 // scored, and used to start training; config.json fields; every refusal.
 #include "hf/hf_export.h"
 

@@ -1,4 +1,4 @@
-// moe/safetensors: write/read round trips (F32, BF16, metadata, header alignment) and every
+// hf/safetensors: write/read round trips (F32, BF16, metadata, header alignment) and every
 // refusal of a malformed file, each naming the file and, where there is one, the tensor.
 #include "hf/safetensors.h"
 
