@@ -390,6 +390,17 @@ void write_summary_cards(std::ostream& o, const Report& r) {
     << card("Peak memory", format_bytes(double(peak)), "max over ranks and steps") << "</div>\n";
 }
 
+// The prediction quality table of the expert activity section: Brier score and mean |error|.
+void write_prediction_quality(std::ostream& o, const Report& r) {
+  o << "<h3 style=\"margin-top:12px\">Prediction quality per layer</h3><div class=\"scroll\" "
+       "style=\"max-height:220px\"><table>"
+    << th_row({"layer", "experts", "tokens", "Brier score", "mean |pred &minus; obs|"});
+  for (const LayerRow& l : r.layers)
+    o << "<tr>" << td("L" + std::to_string(l.layer)) << td(num(l.experts)) << td(num(l.tokens))
+      << td(opt(l.brier, "%.4f")) << td(opt(l.mean_abs_error, "%.4f")) << "</tr>";
+  o << "</table></div>";
+}
+
 // Expert activity heatmaps (layers x experts) and the prediction quality per layer.
 void write_expert_activity(std::ostream& o, const Report& r) {
   Heatmap share, active, pred, err;
@@ -447,15 +458,7 @@ void write_expert_activity(std::ostream& o, const Report& r) {
     o << placeholder(err.title, "Needs the predicted probabilities (moe_layers).");
   }
   o << "</div>\n";
-  if (r.has_expert_counters) {
-    o << "<h3 style=\"margin-top:12px\">Prediction quality per layer</h3><div class=\"scroll\" "
-         "style=\"max-height:220px\"><table>"
-      << th_row({"layer", "experts", "tokens", "Brier score", "mean |pred &minus; obs|"});
-    for (const LayerRow& l : r.layers)
-      o << "<tr>" << td("L" + std::to_string(l.layer)) << td(num(l.experts)) << td(num(l.tokens))
-        << td(opt(l.brier, "%.4f")) << td(opt(l.mean_abs_error, "%.4f")) << "</tr>";
-    o << "</table></div>";
-  }
+  if (r.has_expert_counters) write_prediction_quality(o, r);
   o << "</section>\n";
 }
 
