@@ -356,15 +356,8 @@ std::string card(const std::string& k, const std::string& v, const std::string& 
          "</div><div class=\"s\">" + s + "</div></div>";
 }
 
-}  // namespace
-
-std::string sequential_color(double t) { return interpolate(kViridis, t); }
-std::string diverging_color(double t) {
-  return interpolate(kBlueRed, (std::clamp(std::isfinite(t) ? t : 0.0, -1.0, 1.0) + 1.0) / 2.0);
-}
-
-std::string render_html(const Report& r) {
-  std::ostringstream o;
+// The document head and the page header: source, kind, step range, ranks, layers.
+void write_head(std::ostream& o, const Report& r) {
   o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
     << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
     << "<title>moezero report: " << esc(r.source) << "</title><style>" << kCss
@@ -373,8 +366,10 @@ std::string render_html(const Report& r) {
     << r.kind << " &middot; steps " << r.first_step << "&ndash;" << r.last_step << " (" << r.steps
     << ") &middot; " << r.ranks << " ranks &middot; " << r.layers.size()
     << " MoE layers</div></header>\n<main>\n";
+}
 
-  // Summary cards.
+// Summary cards: tokens, expert bytes, overlap, stall, peak memory.
+void write_summary_cards(std::ostream& o, const Report& r) {
   int64_t tokens = 0, gathered = 0, expert_gathers = 0;
   for (const ExpertRow& x : r.experts) {
     tokens += x.tokens;
@@ -393,77 +388,82 @@ std::string render_html(const Report& r) {
             r.has_overlap ? "1 &minus; exposed / comm, whole file" : "needs comm_ms in the file")
     << card("Stall", fmt("%.1f ms", r.total_stall_ms), "compute waiting, all ranks")
     << card("Peak memory", format_bytes(double(peak)), "max over ranks and steps") << "</div>\n";
+}
 
-  // Heatmaps.
-  if (!r.layers.empty()) {
-    Heatmap share, active, pred, err;
-    double max_share = 0, max_err = 0;
-    for (size_t l = 0; l < r.layers.size(); ++l) {
-      const std::string label = "L" + std::to_string(r.layers[l].layer);
-      std::vector<double> s, a, p, e;
-      for (size_t x = 0; x < size_t(r.layers[l].experts); ++x) {
-        const ExpertRow& row = r.expert(l, x);
-        s.push_back(row.token_share);
-        a.push_back(row.active_fraction);
-        p.push_back(row.predicted.value_or(0.0));
-        e.push_back(row.prediction_error.value_or(0.0));
-        max_share = std::max(max_share, row.token_share);
-        max_err = std::max(max_err, std::abs(row.prediction_error.value_or(0.0)));
-      }
-      for (Heatmap* h : {&share, &active, &pred, &err}) h->rows.push_back(label);
-      share.values.push_back(s);
-      active.values.push_back(a);
-      pred.values.push_back(p);
-      err.values.push_back(e);
+// The prediction quality table of the expert activity section: Brier score and mean |error|.
+void write_prediction_quality(std::ostream& o, const Report& r) {
+  o << "<h3 style=\"margin-top:12px\">Prediction quality per layer</h3><div class=\"scroll\" "
+       "style=\"max-height:220px\"><table>"
+    << th_row({"layer", "experts", "tokens", "Brier score", "mean |pred &minus; obs|"});
+  for (const LayerRow& l : r.layers)
+    o << "<tr>" << td("L" + std::to_string(l.layer)) << td(num(l.experts)) << td(num(l.tokens))
+      << td(opt(l.brier, "%.4f")) << td(opt(l.mean_abs_error, "%.4f")) << "</tr>";
+  o << "</table></div>";
+}
+
+// Expert activity heatmaps (layers x experts) and the prediction quality per layer.
+void write_expert_activity(std::ostream& o, const Report& r) {
+  Heatmap share, active, pred, err;
+  double max_share = 0, max_err = 0;
+  for (size_t l = 0; l < r.layers.size(); ++l) {
+    const std::string label = "L" + std::to_string(r.layers[l].layer);
+    std::vector<double> s, a, p, e;
+    for (size_t x = 0; x < size_t(r.layers[l].experts); ++x) {
+      const ExpertRow& row = r.expert(l, x);
+      s.push_back(row.token_share);
+      a.push_back(row.active_fraction);
+      p.push_back(row.predicted.value_or(0.0));
+      e.push_back(row.prediction_error.value_or(0.0));
+      max_share = std::max(max_share, row.token_share);
+      max_err = std::max(max_err, std::abs(row.prediction_error.value_or(0.0)));
     }
-    share.id = "heatmap-share";
-    share.title = "Token share";
-    share.hi = nice_ceil(max_share);
-    share.caption = "share of the layer's routed tokens";
-    active.id = "heatmap-active";
-    active.title = "Observed: fraction of steps active";
-    active.caption = "steps with tokens > 0 / steps";
-    pred.id = "heatmap-predicted";
-    pred.title = "Predicted: P(active) of the prefetcher";
-    pred.caption = "mean over steps of the frequency model";
-    err.id = "heatmap-error";
-    err.title = "Prediction error: predicted \xe2\x88\x92 observed";
-    err.diverging = true;
-    err.hi = std::max(0.05, nice_ceil(max_err));
-    err.value_fmt = "%+.2f";
-    err.legend_fmt = "%+g";
-    err.caption = "red: over-predicted, blue: under-predicted";
-    o << "<section><h2>Expert activity (layers &times; experts)</h2><p class=\"note\">Rows are "
-         "MoE layers (model layer index), columns experts. Token share sums to 1 over a layer's "
-         "experts (uniform routing: 1/E = "
-      << fmt("%.3f", 1.0 / double(std::max<int64_t>(r.layers[0].experts, 1)))
-      << "); observed and predicted activity share one scale, so equal colours mean a correct "
-         "prediction. Hover a cell for its value.</p>\n<div class=\"grid2\">\n";
-    o << panel(share, "tokens[l][e] / &sum;<sub>e</sub> tokens[l][e], summed over the steps");
-    o << panel(active, "fraction of the steps in which the expert received tokens");
-    if (r.has_expert_counters) {
-      o << panel(pred, "probability of being active the prefetcher planned with, mean over steps");
-      o << panel(err, "predicted &minus; observed; mean |error| per layer in the table below");
-    } else {
-      o << placeholder(pred.title,
-                       "This file has no per-expert counters (moe_layers): the predicted "
-                       "probabilities are recorded by newer trainers.");
-      o << placeholder(err.title, "Needs the predicted probabilities (moe_layers).");
-    }
-    o << "</div>\n";
-    if (r.has_expert_counters) {
-      o << "<h3 style=\"margin-top:12px\">Prediction quality per layer</h3><div class=\"scroll\" "
-           "style=\"max-height:220px\"><table>"
-        << th_row({"layer", "experts", "tokens", "Brier score", "mean |pred &minus; obs|"});
-      for (const LayerRow& l : r.layers)
-        o << "<tr>" << td("L" + std::to_string(l.layer)) << td(num(l.experts)) << td(num(l.tokens))
-          << td(opt(l.brier, "%.4f")) << td(opt(l.mean_abs_error, "%.4f")) << "</tr>";
-      o << "</table></div>";
-    }
-    o << "</section>\n";
+    for (Heatmap* h : {&share, &active, &pred, &err}) h->rows.push_back(label);
+    share.values.push_back(s);
+    active.values.push_back(a);
+    pred.values.push_back(p);
+    err.values.push_back(e);
   }
+  share.id = "heatmap-share";
+  share.title = "Token share";
+  share.hi = nice_ceil(max_share);
+  share.caption = "share of the layer's routed tokens";
+  active.id = "heatmap-active";
+  active.title = "Observed: fraction of steps active";
+  active.caption = "steps with tokens > 0 / steps";
+  pred.id = "heatmap-predicted";
+  pred.title = "Predicted: P(active) of the prefetcher";
+  pred.caption = "mean over steps of the frequency model";
+  err.id = "heatmap-error";
+  err.title = "Prediction error: predicted \xe2\x88\x92 observed";
+  err.diverging = true;
+  err.hi = std::max(0.05, nice_ceil(max_err));
+  err.value_fmt = "%+.2f";
+  err.legend_fmt = "%+g";
+  err.caption = "red: over-predicted, blue: under-predicted";
+  o << "<section><h2>Expert activity (layers &times; experts)</h2><p class=\"note\">Rows are "
+       "MoE layers (model layer index), columns experts. Token share sums to 1 over a layer's "
+       "experts (uniform routing: 1/E = "
+    << fmt("%.3f", 1.0 / double(std::max<int64_t>(r.layers[0].experts, 1)))
+    << "); observed and predicted activity share one scale, so equal colours mean a correct "
+       "prediction. Hover a cell for its value.</p>\n<div class=\"grid2\">\n";
+  o << panel(share, "tokens[l][e] / &sum;<sub>e</sub> tokens[l][e], summed over the steps");
+  o << panel(active, "fraction of the steps in which the expert received tokens");
+  if (r.has_expert_counters) {
+    o << panel(pred, "probability of being active the prefetcher planned with, mean over steps");
+    o << panel(err, "predicted &minus; observed; mean |error| per layer in the table below");
+  } else {
+    o << placeholder(pred.title,
+                     "This file has no per-expert counters (moe_layers): the predicted "
+                     "probabilities are recorded by newer trainers.");
+    o << placeholder(err.title, "Needs the predicted probabilities (moe_layers).");
+  }
+  o << "</div>\n";
+  if (r.has_expert_counters) write_prediction_quality(o, r);
+  o << "</section>\n";
+}
 
-  // Per-step chart and table.
+// Communication per step: chart and table.
+void write_steps(std::ostream& o, const Report& r) {
   o << "<section><h2>Communication per step</h2><p class=\"note\">"
     << (r.has_overlap
             ? "Time in collectives summed over ranks: <b>exposed</b> (compute waited for it) "
@@ -491,37 +491,39 @@ std::string render_html(const Report& r) {
     << td(r.total_comm_ms ? fmt("%.3f", *r.total_comm_ms - *r.total_exposed_comm_ms) : "n/a")
     << td(opt(r.total_overlap_ratio, "%.3f")) << td(fmt("%.3f", r.total_stall_ms))
     << "</tr></table></div></section>\n";
+}
 
-  // Per-expert table.
-  if (!r.experts.empty()) {
-    o << "<section><h2>Per layer and expert</h2><p class=\"note\">Sums over the " << r.steps
-      << " steps and all ranks. pf = prefetch; waste = bytes prefetched but never used; a2a "
-         "in/out = tokens the expert's owner received from / sent to other ranks."
-      << (r.has_expert_counters ? "" : " This file has no per-expert counters: n/a.")
-      << "</p><div class=\"scroll\"><table class=\"wide\">"
-      << th_row({"layer", "expert", "tokens", "share", "active", "predicted", "pred &minus; obs",
-                 "gathers", "gathered", "gather ms", "cache hit", "cache miss", "pf hit", "pf miss",
-                 "pf waste", "a2a in", "a2a out"});
-    const bool c = r.has_expert_counters;
-    auto n = [&](int64_t v) { return c ? num(v) : std::string("n/a"); };
-    for (const ExpertRow& x : r.experts) {
-      const double pe = x.prediction_error.value_or(0.0);
-      o << "<tr>" << td("L" + std::to_string(x.layer)) << td(std::to_string(x.expert))
-        << td(num(x.tokens)) << td(fmt("%.4f", x.token_share)) << td(fmt("%.3f", x.active_fraction))
-        << td(opt(x.predicted, "%.3f"))
-        << td(opt(x.prediction_error, "%+.3f"), pe < -0.05  ? "neg"
-                                                : pe > 0.05 ? "pos"
-                                                            : "")
-        << td(n(x.gathers)) << td(c ? format_bytes(double(x.gathered_bytes)) : "n/a")
-        << td(c ? fmt("%.3f", x.gather_ms) : "n/a") << td(n(x.cache_hits)) << td(n(x.cache_misses))
-        << td(n(x.prefetch_hits)) << td(n(x.prefetch_misses))
-        << td(c ? format_bytes(double(x.prefetch_wasted_bytes)) : "n/a") << td(n(x.a2a_tokens_in))
-        << td(n(x.a2a_tokens_out)) << "</tr>";
-    }
-    o << "</table></div></section>\n";
+// Per layer and expert: the counters table.
+void write_expert_table(std::ostream& o, const Report& r) {
+  o << "<section><h2>Per layer and expert</h2><p class=\"note\">Sums over the " << r.steps
+    << " steps and all ranks. pf = prefetch; waste = bytes prefetched but never used; a2a "
+       "in/out = tokens the expert's owner received from / sent to other ranks."
+    << (r.has_expert_counters ? "" : " This file has no per-expert counters: n/a.")
+    << "</p><div class=\"scroll\"><table class=\"wide\">"
+    << th_row({"layer", "expert", "tokens", "share", "active", "predicted", "pred &minus; obs",
+               "gathers", "gathered", "gather ms", "cache hit", "cache miss", "pf hit", "pf miss",
+               "pf waste", "a2a in", "a2a out"});
+  const bool c = r.has_expert_counters;
+  auto n = [&](int64_t v) { return c ? num(v) : std::string("n/a"); };
+  for (const ExpertRow& x : r.experts) {
+    const double pe = x.prediction_error.value_or(0.0);
+    o << "<tr>" << td("L" + std::to_string(x.layer)) << td(std::to_string(x.expert))
+      << td(num(x.tokens)) << td(fmt("%.4f", x.token_share)) << td(fmt("%.3f", x.active_fraction))
+      << td(opt(x.predicted, "%.3f"))
+      << td(opt(x.prediction_error, "%+.3f"), pe < -0.05  ? "neg"
+                                              : pe > 0.05 ? "pos"
+                                                          : "")
+      << td(n(x.gathers)) << td(c ? format_bytes(double(x.gathered_bytes)) : "n/a")
+      << td(c ? fmt("%.3f", x.gather_ms) : "n/a") << td(n(x.cache_hits)) << td(n(x.cache_misses))
+      << td(n(x.prefetch_hits)) << td(n(x.prefetch_misses))
+      << td(c ? format_bytes(double(x.prefetch_wasted_bytes)) : "n/a") << td(n(x.a2a_tokens_in))
+      << td(n(x.a2a_tokens_out)) << "</tr>";
   }
+  o << "</table></div></section>\n";
+}
 
-  // Comms summary.
+// Comms summary: collective spans by op/group/size, then bytes and counters per rank.
+void write_comms(std::ostream& o, const Report& r) {
   o << "<section><h2>Comms summary</h2>";
   if (r.has_collectives) {
     o << "<p class=\"note\">Collective spans of the trace grouped by op, group kind and message "
@@ -565,8 +567,10 @@ std::string render_html(const Report& r) {
       << td(num(k.cache_misses)) << td(num(k.cache_evictions)) << td(fmt("%.3f", k.stall_ms))
       << "</tr>";
   o << "</table></div></section>\n";
+}
 
-  // Memory.
+// Peak memory per rank: chart and table by tag.
+void write_memory(std::ostream& o, const Report& r) {
   o << "<section><h2>Peak memory per rank</h2><p class=\"note\">Each tag's own peak over the "
        "steps (tags need not peak at the same moment, so the stack can exceed the marked peak "
        "total).</p>"
@@ -585,7 +589,26 @@ std::string render_html(const Report& r) {
     }
     o << td(format_bytes(double(k.peak_total_bytes))) << "</tr>";
   }
-  o << "</table></div></section>\n</main></body></html>\n";
+  o << "</table></div></section>\n";
+}
+
+}  // namespace
+
+std::string sequential_color(double t) { return interpolate(kViridis, t); }
+std::string diverging_color(double t) {
+  return interpolate(kBlueRed, (std::clamp(std::isfinite(t) ? t : 0.0, -1.0, 1.0) + 1.0) / 2.0);
+}
+
+std::string render_html(const Report& r) {
+  std::ostringstream o;
+  write_head(o, r);
+  write_summary_cards(o, r);
+  if (!r.layers.empty()) write_expert_activity(o, r);
+  write_steps(o, r);
+  if (!r.experts.empty()) write_expert_table(o, r);
+  write_comms(o, r);
+  write_memory(o, r);
+  o << "</main></body></html>\n";
   return o.str();
 }
 

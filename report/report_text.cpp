@@ -72,44 +72,47 @@ class Table {
 
 void section(std::ostream& os, const std::string& title) { os << "\n== " << title << " ==\n"; }
 
-}  // namespace
-
-void write_text(std::ostream& os, const Report& r) {
+void write_title(std::ostream& os, const Report& r) {
   os << "moezero report: " << r.source << " (" << r.kind << ", " << r.steps << " steps "
      << r.first_step << "-" << r.last_step << ", " << r.ranks << " ranks, " << r.layers.size()
      << " MoE layers)\n";
+}
 
-  if (!r.layers.empty()) {
-    section(os,
-            "Experts: sums over the steps; share = of the layer's routed tokens, active = "
-            "fraction of steps");
-    if (!r.has_expert_counters)
-      os << "(this file has no per-expert counters (moe_layers): only tokens, share and active "
-            "are known)\n";
-    Table t({"layer", "expert", "tokens", "share", "active", "predicted", "pred-obs", "gathers",
-             "gathered", "gather ms", "cache hit", "cache miss", "pf hit", "pf miss", "pf waste",
-             "a2a in", "a2a out"});
-    for (const ExpertRow& x : r.experts) {
-      const bool c = r.has_expert_counters;
-      auto n = [&](int64_t v) { return c ? num(v) : std::string("n/a"); };
-      t.add({num(x.layer), num(x.expert), num(x.tokens), fmt("%.4f", x.token_share),
-             fmt("%.3f", x.active_fraction), opt(x.predicted, "%.3f"),
-             opt(x.prediction_error, "%+.3f"), n(x.gathers),
-             c ? format_bytes(static_cast<double>(x.gathered_bytes)) : "n/a",
-             c ? fmt("%.3f", x.gather_ms) : "n/a", n(x.cache_hits), n(x.cache_misses),
-             n(x.prefetch_hits), n(x.prefetch_misses),
-             c ? format_bytes(static_cast<double>(x.prefetch_wasted_bytes)) : "n/a",
-             n(x.a2a_tokens_in), n(x.a2a_tokens_out)});
-    }
-    t.print(os);
-    section(os, "Prediction quality per MoE layer");
-    Table lt({"layer", "experts", "tokens", "brier", "mean |pred-obs|"});
-    for (const LayerRow& l : r.layers)
-      lt.add({num(l.layer), num(l.experts), num(l.tokens), opt(l.brier, "%.4f"),
-              opt(l.mean_abs_error, "%.4f")});
-    lt.print(os);
+void write_experts(std::ostream& os, const Report& r) {
+  section(os,
+          "Experts: sums over the steps; share = of the layer's routed tokens, active = "
+          "fraction of steps");
+  if (!r.has_expert_counters)
+    os << "(this file has no per-expert counters (moe_layers): only tokens, share and active "
+          "are known)\n";
+  Table t({"layer", "expert", "tokens", "share", "active", "predicted", "pred-obs", "gathers",
+           "gathered", "gather ms", "cache hit", "cache miss", "pf hit", "pf miss", "pf waste",
+           "a2a in", "a2a out"});
+  for (const ExpertRow& x : r.experts) {
+    const bool c = r.has_expert_counters;
+    auto n = [&](int64_t v) { return c ? num(v) : std::string("n/a"); };
+    t.add({num(x.layer), num(x.expert), num(x.tokens), fmt("%.4f", x.token_share),
+           fmt("%.3f", x.active_fraction), opt(x.predicted, "%.3f"),
+           opt(x.prediction_error, "%+.3f"), n(x.gathers),
+           c ? format_bytes(static_cast<double>(x.gathered_bytes)) : "n/a",
+           c ? fmt("%.3f", x.gather_ms) : "n/a", n(x.cache_hits), n(x.cache_misses),
+           n(x.prefetch_hits), n(x.prefetch_misses),
+           c ? format_bytes(static_cast<double>(x.prefetch_wasted_bytes)) : "n/a",
+           n(x.a2a_tokens_in), n(x.a2a_tokens_out)});
   }
+  t.print(os);
+}
 
+void write_prediction_quality(std::ostream& os, const Report& r) {
+  section(os, "Prediction quality per MoE layer");
+  Table lt({"layer", "experts", "tokens", "brier", "mean |pred-obs|"});
+  for (const LayerRow& l : r.layers)
+    lt.add({num(l.layer), num(l.experts), num(l.tokens), opt(l.brier, "%.4f"),
+            opt(l.mean_abs_error, "%.4f")});
+  lt.print(os);
+}
+
+void write_steps(std::ostream& os, const Report& r) {
   section(os, "Steps: communication and overlap (ms summed over ranks)");
   if (!r.has_overlap)
     os << "(this file has no comm_ms / exposed_comm_ms: only stall time is known)\n";
@@ -122,7 +125,9 @@ void write_text(std::ostream& os, const Report& r) {
           r.total_comm_ms ? fmt("%.3f", *r.total_comm_ms - *r.total_exposed_comm_ms) : "n/a",
           opt(r.total_overlap_ratio, "%.3f"), fmt("%.3f", r.total_stall_ms)});
   st.print(os);
+}
 
+void write_comms(std::ostream& os, const Report& r) {
   section(os, "Comms summary (collective spans of the trace)");
   if (!r.has_collectives) {
     os << (r.kind == "trace" ? "(the trace has no collective spans)\n"
@@ -143,6 +148,9 @@ void write_text(std::ostream& os, const Report& r) {
               opt(c.algbw_gbps, "%.3f"), opt(c.busbw_gbps, "%.3f")});
     ct.print(os);
   }
+}
+
+void write_rank_bytes(std::ostream& os, const Report& r) {
   section(os, "Bytes moved per rank (sums over the steps)");
   Table bt({"rank", "gathered", "dense", "expert", "reduce-scattered", "all-reduced", "a2a",
             "pf hit", "pf miss", "pf waste", "cache hit", "cache miss", "evict", "stall ms"});
@@ -156,7 +164,9 @@ void write_text(std::ostream& os, const Report& r) {
             format_bytes(double(k.prefetch_wasted_bytes)), num(k.cache_hits), num(k.cache_misses),
             num(k.cache_evictions), fmt("%.3f", k.stall_ms)});
   bt.print(os);
+}
 
+void write_memory(std::ostream& os, const Report& r) {
   section(os, "Peak memory per rank by tag (max over the steps)");
   std::vector<std::string> head = {"rank"};
   if (!r.rank_rows.empty())
@@ -174,6 +184,20 @@ void write_text(std::ostream& os, const Report& r) {
     mt.add(row);
   }
   mt.print(os);
+}
+
+}  // namespace
+
+void write_text(std::ostream& os, const Report& r) {
+  write_title(os, r);
+  if (!r.layers.empty()) {
+    write_experts(os, r);
+    write_prediction_quality(os, r);
+  }
+  write_steps(os, r);
+  write_comms(os, r);
+  write_rank_bytes(os, r);
+  write_memory(os, r);
 }
 
 }  // namespace moezero::report
