@@ -9,8 +9,8 @@
 #include <set>
 
 #include "core/error.h"
-#include "moe/moe_runtime.h"
 #include "model/transformer.h"
+#include "moe/moe_runtime.h"
 
 namespace moezero::moe {
 
@@ -177,12 +177,8 @@ struct ConfigReader {
   }
 };
 
-}  // namespace
-
-HfModel read_hf_dir(const std::string& dir) {
-  HfModel hf;
-  hf.dir = dir;
-  const std::string file = (fs::path(dir) / "config.json").string();
+// Reads `dir`/config.json (`file`) as a JSON object.
+json load_config_json(const std::string& dir, const std::string& file) {
   if (!fs::is_directory(dir))
     MOEZERO_THROW(dir, ": not a directory (expected an exported model directory)");
   std::ifstream in(file);
@@ -194,25 +190,28 @@ HfModel read_hf_dir(const std::string& dir) {
     MOEZERO_THROW(file, ": not valid JSON: ", e.what());
   }
   if (!j.is_object()) MOEZERO_THROW(file, ": not a JSON object");
-  const ConfigReader r{j, file};
+  return j;
+}
 
+// Mixtral or Llama: `architectures` decides when present (it names the class from_pretrained
+// builds), else model_type.
+HfArchitecture read_architecture(const ConfigReader& r) {
   const json* archs = r.find("architectures");
   const json* type = r.find("model_type");
   auto has_arch = [&](const char* name) {
     return archs && archs->is_array() &&
            std::find(archs->begin(), archs->end(), json(name)) != archs->end();
   };
-  // `architectures` decides when present (it names the class from_pretrained builds), else
-  // model_type.
   if (archs ? has_arch("MixtralForCausalLM") : (type && *type == "mixtral"))
-    hf.arch = HfArchitecture::Mixtral;
-  else if (archs ? has_arch("LlamaForCausalLM") : (type && *type == "llama"))
-    hf.arch = HfArchitecture::Llama;
-  else
-    r.fail("architectures", (archs ? archs->dump() : std::string("missing")) +
-                                ": only MixtralForCausalLM and LlamaForCausalLM can be loaded");
+    return HfArchitecture::Mixtral;
+  if (archs ? has_arch("LlamaForCausalLM") : (type && *type == "llama"))
+    return HfArchitecture::Llama;
+  r.fail("architectures", (archs ? archs->dump() : std::string("missing")) +
+                              ": only MixtralForCausalLM and LlamaForCausalLM can be loaded");
+}
 
-  ModelConfig& m = hf.model;
+// The keys both architectures share: sizes, RoPE, norm and init.
+void read_common_keys(const ConfigReader& r, HfArchitecture arch, ModelConfig& m) {
   m.vocab_size = r.integer("vocab_size", 1);
   m.d_model = r.integer("hidden_size", 1);
   m.d_ff = r.integer("intermediate_size", 1);
@@ -220,35 +219,44 @@ HfModel read_hf_dir(const std::string& dir) {
   m.n_heads = r.integer("num_attention_heads", 1);
   // A key config.json leaves out takes the default of the transformers class it names
   // (MixtralConfig: 8 key/value heads, rope_theta 1e6; LlamaConfig: every head, 1e4).
-  const bool mixtral = hf.arch == HfArchitecture::Mixtral;
+  const bool mixtral = arch == HfArchitecture::Mixtral;
   m.n_kv_heads = r.find("num_key_value_heads") ? r.integer("num_key_value_heads", 1)
                  : mixtral                     ? 8
                                                : m.n_heads;
   m.seq_len = r.integer("max_position_embeddings", 1);
   m.rope_theta = r.number("rope_theta", mixtral ? 1e6 : 10000.0);
-  m.norm_eps = r.number("rms_norm_eps", hf.arch == HfArchitecture::Mixtral ? 1e-5 : 1e-6);
+  m.norm_eps = r.number("rms_norm_eps", arch == HfArchitecture::Mixtral ? 1e-5 : 1e-6);
   m.init_std = r.number("initializer_range", 0.02);
-  if (hf.arch == HfArchitecture::Mixtral) {
-    m.num_experts = r.integer("num_local_experts", 1);
-    m.top_k = r.integer("num_experts_per_tok", 1);
-    m.moe_every = 1;
-    hf.moe.aux_loss_coef = r.number("router_aux_loss_coef", 0.0);
-    hf.moe.router_jitter = r.number("router_jitter_noise", 0.0);
-    hf.moe.normalize_top_k = true;
-    if (m.top_k > m.num_experts)
-      r.fail("num_experts_per_tok", std::to_string(m.top_k) + " exceeds num_local_experts = " +
-                                        std::to_string(m.num_experts));
-    const json* sw = r.find("sliding_window");
-    if (sw && !sw->is_null() && (!sw->is_number_integer() || sw->get<int64_t>() < m.seq_len))
-      r.fail("sliding_window", sw->dump() +
-                                   ": sliding-window attention shorter than "
-                                   "max_position_embeddings is not supported (use null)");
-  } else {
-    m.num_experts = 0;
-    r.absent_or("attention_bias", false, "attention biases are not supported");
-    r.absent_or("mlp_bias", false, "MLP biases are not supported");
-    r.absent_or("pretraining_tp", 1, "tensor-parallel slicing of the MLP is not supported");
-  }
+}
+
+// MixtralConfig's expert and router keys; rejects a short sliding window.
+void read_mixtral_keys(const ConfigReader& r, ModelConfig& m, MoeConfig& moe) {
+  m.num_experts = r.integer("num_local_experts", 1);
+  m.top_k = r.integer("num_experts_per_tok", 1);
+  m.moe_every = 1;
+  moe.aux_loss_coef = r.number("router_aux_loss_coef", 0.0);
+  moe.router_jitter = r.number("router_jitter_noise", 0.0);
+  moe.normalize_top_k = true;
+  if (m.top_k > m.num_experts)
+    r.fail("num_experts_per_tok", std::to_string(m.top_k) + " exceeds num_local_experts = " +
+                                      std::to_string(m.num_experts));
+  const json* sw = r.find("sliding_window");
+  if (sw && !sw->is_null() && (!sw->is_number_integer() || sw->get<int64_t>() < m.seq_len))
+    r.fail("sliding_window", sw->dump() +
+                                 ": sliding-window attention shorter than "
+                                 "max_position_embeddings is not supported (use null)");
+}
+
+// LlamaConfig: a dense model; rejects biases and tensor-parallel slicing.
+void read_llama_keys(const ConfigReader& r, ModelConfig& m) {
+  m.num_experts = 0;
+  r.absent_or("attention_bias", false, "attention biases are not supported");
+  r.absent_or("mlp_bias", false, "MLP biases are not supported");
+  r.absent_or("pretraining_tp", 1, "tensor-parallel slicing of the MLP is not supported");
+}
+
+// Rejects the features both architectures may turn on that our model lacks.
+void check_unsupported_keys(const ConfigReader& r, const ModelConfig& m) {
   r.absent_or("hidden_act", "silu", "only silu (SwiGLU) is supported");
   r.absent_or("tie_word_embeddings", false,
               "tied embeddings are not supported (our lm_head is untied)");
@@ -257,6 +265,25 @@ HfModel read_hf_dir(const std::string& dir) {
       hd && !hd->is_null() && m.n_heads > 0 && *hd != json(m.d_model / m.n_heads))
     r.fail("head_dim", hd->dump() + ": must be hidden_size / num_attention_heads = " +
                            std::to_string(m.d_model / m.n_heads));
+}
+
+}  // namespace
+
+HfModel read_hf_dir(const std::string& dir) {
+  HfModel hf;
+  hf.dir = dir;
+  const std::string file = (fs::path(dir) / "config.json").string();
+  const json j = load_config_json(dir, file);
+  const ConfigReader r{j, file};
+
+  hf.arch = read_architecture(r);
+  ModelConfig& m = hf.model;
+  read_common_keys(r, hf.arch, m);
+  if (hf.arch == HfArchitecture::Mixtral)
+    read_mixtral_keys(r, m, hf.moe);
+  else
+    read_llama_keys(r, m);
+  check_unsupported_keys(r, m);
   try {
     validate_model_config(m);
   } catch (const Error& e) {

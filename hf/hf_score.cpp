@@ -10,11 +10,100 @@
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/ops.h"
-#include "zero/zero_engine.h"
-#include "moe/moe_runtime.h"
 #include "model/transformer.h"
+#include "moe/moe_runtime.h"
+#include "zero/zero_engine.h"
 
 namespace moezero::moe {
+
+namespace {
+
+// The number of whole (T + 1)-byte windows in `text`, checking that there is at least one
+// and that every byte they use is a token of the model's vocabulary.
+int64_t count_windows(const std::vector<uint8_t>& text, int64_t T, int64_t vocab_size,
+                      const std::string& text_name) {
+  const auto windows = static_cast<int64_t>(text.size()) / (T + 1);
+  if (windows == 0)
+    MOEZERO_THROW("score: ", text_name, " has ", text.size(), " bytes, fewer than one window of ",
+                  "T + 1 = ", T + 1, " bytes (T = --seq-len)");
+  const int64_t used = windows * (T + 1);
+  for (int64_t i = 0; i < used; ++i)
+    if (text[static_cast<size_t>(i)] >= vocab_size)
+      MOEZERO_THROW("score: ", text_name, " has byte ", int(text[static_cast<size_t>(i)]),
+                    " at offset ", i, ", outside the model's vocab_size (", vocab_size,
+                    "): tokens are bytes");
+  return windows;
+}
+
+// Inference: no jitter, no capacity drops, no aux or z loss in the number.
+MoeConfig inference_moe(const MoeConfig& moe_in) {
+  MoeConfig moe;
+  moe.normalize_top_k = moe_in.normalize_top_k;
+  moe.aux_loss_coef = 0.0;
+  moe.z_loss_coef = 0.0;
+  moe.router_jitter = 0.0;
+  moe.capacity_factor = 0.0;
+  return moe;
+}
+
+// Sets every engine group's full parameters from the group of the same name.
+void load_group_values(ZeroEngine& engine, const std::vector<GroupValues>& groups) {
+  std::map<std::string, const GroupValues*> by_name;
+  for (const GroupValues& g : groups) by_name[g.name] = &g;
+  for (int g = 0; g < engine.group_count(); ++g) {
+    const std::string& name = engine.layout(g).spec().name;
+    auto it = by_name.find(name);
+    MOEZERO_REQUIRE(it != by_name.end(), "score: parameter group '", name, "' is missing");
+    engine.set_full_params_host(g, it->second->data);
+  }
+}
+
+// Inputs and next-byte targets of windows [w0, w0 + B), each T tokens, row-major [B, T].
+void fill_window_batch(const std::vector<uint8_t>& text, int64_t w0, int64_t B, int64_t T,
+                       std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
+  tok.resize(static_cast<size_t>(B * T));
+  tgt.resize(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b) {
+    const uint8_t* win = text.data() + (w0 + b) * (T + 1);
+    for (int64_t t = 0; t < T; ++t) {
+      tok[static_cast<size_t>(b * T + t)] = win[t];
+      tgt[static_cast<size_t>(b * T + t)] = win[t + 1];
+    }
+  }
+}
+
+// Runs the forward pass over every window, batch_windows at a time, and returns the summed
+// loss over all targets; keeps the first window's logits in `result` when asked.
+double sum_window_losses(Device& dev, Stream& cs, Transformer& net, ZeroEngine& engine,
+                         const std::vector<uint8_t>& text, int64_t windows, int64_t T,
+                         int64_t vocab_size, const ScoreOptions& options, ScoreResult& result) {
+  double loss_sum = 0.0;
+  std::vector<int32_t> tok, tgt;
+  for (int64_t w0 = 0; w0 < windows; w0 += options.batch_windows) {
+    const int64_t B = std::min(options.batch_windows, windows - w0);
+    fill_window_batch(text, w0, B, T, tok, tgt);
+    TensorBuffer tokens(dev, DType::I32, Shape{B, T}, MemTag::Activation, cs, "tokens");
+    TensorBuffer targets(dev, DType::I32, Shape{B, T}, MemTag::Activation, cs, "targets");
+    TensorBuffer loss(dev, DType::F32, Shape{1}, MemTag::Other, cs, "loss");
+    dev.memcpy_async(tokens.view().data(), tok.data(), tok.size() * 4, cs);
+    dev.memcpy_async(targets.view().data(), tgt.data(), tgt.size() * 4, cs);
+    dev.ops().fill(cs, loss, 0.0);
+    net.forward(engine, cs, tokens, targets, 1.0f, loss);
+    float batch_loss = 0.0f;  // the sum over this batch's B*T targets
+    dev.memcpy_async(&batch_loss, loss.view().data(), sizeof(float), cs);
+    if (w0 == 0 && options.keep_first_logits) {
+      result.first_logits.resize(static_cast<size_t>(T * vocab_size));
+      dev.memcpy_async(result.first_logits.data(), net.last_logits().data(),
+                       result.first_logits.size() * sizeof(float), cs);
+    }
+    cs.synchronize();
+    net.discard_activations();
+    loss_sum += batch_loss;
+  }
+  return loss_sum;
+}
+
+}  // namespace
 
 ScoreResult score_bytes(const ModelConfig& model_in, const MoeConfig& moe_in,
                         const std::vector<GroupValues>& groups, const std::vector<uint8_t>& text,
@@ -24,27 +113,8 @@ ScoreResult score_bytes(const ModelConfig& model_in, const MoeConfig& moe_in,
   MOEZERO_REQUIRE(T >= 1, "score: the sequence length must be >= 1, got ", T);
   MOEZERO_REQUIRE(options.batch_windows >= 1, "score: batch_windows must be >= 1");
   model.seq_len = std::max(model.seq_len, T);  // RoPE has no table: any length is well defined
-  const auto windows = static_cast<int64_t>(text.size()) / (T + 1);
-  if (windows == 0)
-    MOEZERO_THROW("score: ", text_name, " has ", text.size(), " bytes, fewer than one window of ",
-                  "T + 1 = ", T + 1, " bytes (T = --seq-len)");
-  const int64_t used = windows * (T + 1);
-  for (int64_t i = 0; i < used; ++i)
-    if (text[static_cast<size_t>(i)] >= model.vocab_size)
-      MOEZERO_THROW("score: ", text_name, " has byte ", int(text[static_cast<size_t>(i)]),
-                    " at offset ", i, ", outside the model's vocab_size (", model.vocab_size,
-                    "): tokens are bytes");
-
-  // Inference: no jitter, no capacity drops, no aux or z loss in the number.
-  MoeConfig moe;
-  moe.normalize_top_k = moe_in.normalize_top_k;
-  moe.aux_loss_coef = 0.0;
-  moe.z_loss_coef = 0.0;
-  moe.router_jitter = 0.0;
-  moe.capacity_factor = 0.0;
-
-  std::map<std::string, const GroupValues*> by_name;
-  for (const GroupValues& g : groups) by_name[g.name] = &g;
+  const int64_t windows = count_windows(text, T, model.vocab_size, text_name);
+  const MoeConfig moe = inference_moe(moe_in);
 
   ScoreResult result;
   result.windows = windows;
@@ -72,42 +142,9 @@ ScoreResult score_bytes(const ModelConfig& model_in, const MoeConfig& moe_in,
           return GroupComms{gather.get(), reduce.get()};
         },
         *misc, zo);
-    for (int g = 0; g < engine.group_count(); ++g) {
-      const std::string& name = engine.layout(g).spec().name;
-      auto it = by_name.find(name);
-      MOEZERO_REQUIRE(it != by_name.end(), "score: parameter group '", name, "' is missing");
-      engine.set_full_params_host(g, it->second->data);
-    }
-    std::vector<int32_t> tok, tgt;
-    for (int64_t w0 = 0; w0 < windows; w0 += options.batch_windows) {
-      const int64_t B = std::min(options.batch_windows, windows - w0);
-      tok.resize(static_cast<size_t>(B * T));
-      tgt.resize(static_cast<size_t>(B * T));
-      for (int64_t b = 0; b < B; ++b) {
-        const uint8_t* win = text.data() + (w0 + b) * (T + 1);
-        for (int64_t t = 0; t < T; ++t) {
-          tok[static_cast<size_t>(b * T + t)] = win[t];
-          tgt[static_cast<size_t>(b * T + t)] = win[t + 1];
-        }
-      }
-      TensorBuffer tokens(dev, DType::I32, Shape{B, T}, MemTag::Activation, cs, "tokens");
-      TensorBuffer targets(dev, DType::I32, Shape{B, T}, MemTag::Activation, cs, "targets");
-      TensorBuffer loss(dev, DType::F32, Shape{1}, MemTag::Other, cs, "loss");
-      dev.memcpy_async(tokens.view().data(), tok.data(), tok.size() * 4, cs);
-      dev.memcpy_async(targets.view().data(), tgt.data(), tgt.size() * 4, cs);
-      dev.ops().fill(cs, loss, 0.0);
-      net.forward(engine, cs, tokens, targets, 1.0f, loss);
-      float batch_loss = 0.0f;  // the sum over this batch's B*T targets
-      dev.memcpy_async(&batch_loss, loss.view().data(), sizeof(float), cs);
-      if (w0 == 0 && options.keep_first_logits) {
-        result.first_logits.resize(static_cast<size_t>(T * model.vocab_size));
-        dev.memcpy_async(result.first_logits.data(), net.last_logits().data(),
-                         result.first_logits.size() * sizeof(float), cs);
-      }
-      cs.synchronize();
-      net.discard_activations();
-      loss_sum += batch_loss;
-    }
+    load_group_values(engine, groups);
+    loss_sum = sum_window_losses(dev, cs, net, engine, text, windows, T, model.vocab_size, options,
+                                 result);
     dev.synchronize();
   });
   result.loss = loss_sum / static_cast<double>(result.tokens);

@@ -35,27 +35,9 @@ uint64_t dtype_bytes(const std::string& dt) {
   return it == sizes.end() ? 0 : it->second;
 }
 
-}  // namespace
-
-int64_t SafetensorsEntry::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-SafetensorsFile SafetensorsFile::read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) MOEZERO_THROW(path, ": cannot open the safetensors file");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-  if (in.bad()) MOEZERO_THROW(path, ": read error");
-  return parse(std::move(bytes), path);
-}
-
-SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::string& path) {
-  using nlohmann::json;
-  SafetensorsFile f;
-  f.path_ = path;
+// The little-endian u64 that opens the file: the header's length, checked against the
+// format's limit and the bytes that follow it.
+uint64_t read_header_length(const std::vector<uint8_t>& bytes, const std::string& path) {
   const uint64_t size = bytes.size();
   if (size < 8)
     MOEZERO_THROW(path, ": truncated: ", size,
@@ -68,8 +50,12 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::st
   if (n > size - 8)
     MOEZERO_THROW(path, ": truncated: the header length says ", n, " bytes but only ", size - 8,
                   " follow the length field");
-  const std::string text(reinterpret_cast<const char*>(bytes.data()) + 8, n);
+  return n;
+}
 
+// Parses the header text into a JSON object, rejecting duplicate tensor names.
+nlohmann::json parse_header_json(const std::string& text, const std::string& path) {
+  using nlohmann::json;
   // Duplicate tensor names: the JSON parser would silently keep the last one.
   std::set<std::string> seen;
   std::string duplicate;
@@ -90,63 +76,66 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::st
     MOEZERO_THROW(path, ": tensor '", duplicate, "' appears twice in the header");
   if (!header.is_object())
     MOEZERO_THROW(path, ": the header is ", header.type_name(), ", not a JSON object");
+  return header;
+}
 
-  f.data_start_ = 8 + n;
-  const uint64_t data_bytes = size - f.data_start_;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const json& v = it.value();
-    if (name == "__metadata__") {
-      if (!v.is_object())
-        MOEZERO_THROW(path, ": __metadata__ is ", v.type_name(), ", not an object");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string())
-          MOEZERO_THROW(path, ": __metadata__ value of '", m.key(), "' is ", m.value().type_name(),
-                        ", not a string");
-        f.metadata_[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    auto bad = [&](const auto&... why) { MOEZERO_THROW(path, ": tensor '", name, "': ", why...); };
-    if (!v.is_object()) bad("header entry is ", v.type_name(), ", not an object");
-    SafetensorsEntry e;
-    e.name = name;
-    if (!v.contains("dtype") || !v["dtype"].is_string()) bad("missing string field 'dtype'");
-    e.dtype = v["dtype"].get<std::string>();
-    const uint64_t esize = dtype_bytes(e.dtype);
-    if (esize == 0) bad("unknown dtype '", e.dtype, "'");
-    if (!v.contains("shape") || !v["shape"].is_array()) bad("missing array field 'shape'");
-    uint64_t numel = 1;
-    for (const json& d : v["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0)
-        bad("shape ", v["shape"].dump(), " has an entry that is not a non-negative integer");
-      const auto dim = d.get<uint64_t>();
-      if (dim != 0 && numel > (uint64_t{1} << 62) / dim)
-        bad("shape ", v["shape"].dump(), " overflows");
-      numel *= dim;
-      e.shape.push_back(static_cast<int64_t>(dim));
-    }
-    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() ||
-        v["data_offsets"].size() != 2 || !v["data_offsets"][0].is_number_unsigned() ||
-        !v["data_offsets"][1].is_number_unsigned())
-      bad("'data_offsets' must be two non-negative integers [begin, end)");
-    e.begin = v["data_offsets"][0].get<uint64_t>();
-    e.end = v["data_offsets"][1].get<uint64_t>();
-    if (e.end < e.begin) bad("data_offsets [", e.begin, ", ", e.end, ") end before they begin");
-    if (e.end > data_bytes)
-      bad("data_offsets [", e.begin, ", ", e.end, ") run past the data buffer of ", data_bytes,
-          " bytes (file truncated?)");
-    if (e.end - e.begin != numel * esize)
-      bad("data_offsets [", e.begin, ", ", e.end, ") hold ", e.end - e.begin, " bytes but dtype ",
-          e.dtype, " with shape ", v["shape"].dump(), " needs ", numel * esize);
-    f.entries_.push_back(std::move(e));
+// Copies the string-to-string "__metadata__" object into `out`.
+void read_metadata(const nlohmann::json& v, const std::string& path,
+                   std::map<std::string, std::string>& out) {
+  if (!v.is_object()) MOEZERO_THROW(path, ": __metadata__ is ", v.type_name(), ", not an object");
+  for (auto m = v.begin(); m != v.end(); ++m) {
+    if (!m.value().is_string())
+      MOEZERO_THROW(path, ": __metadata__ value of '", m.key(), "' is ", m.value().type_name(),
+                    ", not a string");
+    out[m.key()] = m.value().get<std::string>();
   }
-  std::sort(f.entries_.begin(), f.entries_.end(),
-            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
-              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-            });
+}
+
+// One tensor's header entry, checked: known dtype, a non-negative shape, and data_offsets
+// inside the data buffer that hold exactly the shape's bytes.
+SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& v, uint64_t data_bytes,
+                             const std::string& path) {
+  using nlohmann::json;
+  auto bad = [&](const auto&... why) { MOEZERO_THROW(path, ": tensor '", name, "': ", why...); };
+  if (!v.is_object()) bad("header entry is ", v.type_name(), ", not an object");
+  SafetensorsEntry e;
+  e.name = name;
+  if (!v.contains("dtype") || !v["dtype"].is_string()) bad("missing string field 'dtype'");
+  e.dtype = v["dtype"].get<std::string>();
+  const uint64_t esize = dtype_bytes(e.dtype);
+  if (esize == 0) bad("unknown dtype '", e.dtype, "'");
+  if (!v.contains("shape") || !v["shape"].is_array()) bad("missing array field 'shape'");
+  uint64_t numel = 1;
+  for (const json& d : v["shape"]) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0)
+      bad("shape ", v["shape"].dump(), " has an entry that is not a non-negative integer");
+    const auto dim = d.get<uint64_t>();
+    if (dim != 0 && numel > (uint64_t{1} << 62) / dim)
+      bad("shape ", v["shape"].dump(), " overflows");
+    numel *= dim;
+    e.shape.push_back(static_cast<int64_t>(dim));
+  }
+  if (!v.contains("data_offsets") || !v["data_offsets"].is_array() ||
+      v["data_offsets"].size() != 2 || !v["data_offsets"][0].is_number_unsigned() ||
+      !v["data_offsets"][1].is_number_unsigned())
+    bad("'data_offsets' must be two non-negative integers [begin, end)");
+  e.begin = v["data_offsets"][0].get<uint64_t>();
+  e.end = v["data_offsets"][1].get<uint64_t>();
+  if (e.end < e.begin) bad("data_offsets [", e.begin, ", ", e.end, ") end before they begin");
+  if (e.end > data_bytes)
+    bad("data_offsets [", e.begin, ", ", e.end, ") run past the data buffer of ", data_bytes,
+        " bytes (file truncated?)");
+  if (e.end - e.begin != numel * esize)
+    bad("data_offsets [", e.begin, ", ", e.end, ") hold ", e.end - e.begin, " bytes but dtype ",
+        e.dtype, " with shape ", v["shape"].dump(), " needs ", numel * esize);
+  return e;
+}
+
+// The entries, sorted by offset, must tile the data buffer with no gap or overlap.
+void check_contiguous(const std::vector<SafetensorsEntry>& entries, uint64_t data_bytes,
+                      const std::string& path) {
   uint64_t pos = 0;
-  for (const SafetensorsEntry& e : f.entries_) {
+  for (const SafetensorsEntry& e : entries) {
     if (e.begin != pos)
       MOEZERO_THROW(path, ": tensor '", e.name, "' begins at byte ", e.begin,
                     " of the data buffer but ",
@@ -158,6 +147,46 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::st
   if (pos != data_bytes)
     MOEZERO_THROW(path, ": the tensors cover ", pos, " bytes of a ", data_bytes,
                   "-byte data buffer (trailing bytes)");
+}
+
+}  // namespace
+
+int64_t SafetensorsEntry::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+SafetensorsFile SafetensorsFile::read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) MOEZERO_THROW(path, ": cannot open the safetensors file");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  if (in.bad()) MOEZERO_THROW(path, ": read error");
+  return parse(std::move(bytes), path);
+}
+
+SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::string& path) {
+  SafetensorsFile f;
+  f.path_ = path;
+  const uint64_t size = bytes.size();
+  const uint64_t n = read_header_length(bytes, path);
+  const nlohmann::json header =
+      parse_header_json(std::string(reinterpret_cast<const char*>(bytes.data()) + 8, n), path);
+
+  f.data_start_ = 8 + n;
+  const uint64_t data_bytes = size - f.data_start_;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__")
+      read_metadata(it.value(), path, f.metadata_);
+    else
+      f.entries_.push_back(parse_entry(it.key(), it.value(), data_bytes, path));
+  }
+  std::sort(f.entries_.begin(), f.entries_.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
+  check_contiguous(f.entries_, data_bytes, path);
   for (size_t i = 0; i < f.entries_.size(); ++i) f.index_[f.entries_[i].name] = i;
   f.bytes_ = std::move(bytes);
   return f;

@@ -9,10 +9,10 @@
 #include "comm/mpi_launch.h"
 #include "core/config.h"
 #include "core/error.h"
-#include "tools/cli.h"
 #include "hf/hf_export.h"
-#include "train/trainer.h"
 #include "model/transformer.h"
+#include "tools/cli.h"
+#include "train/trainer.h"
 
 namespace moezero::cli {
 
@@ -29,117 +29,135 @@ int64_t parse_step(const std::string& v, const char* flag) {
     MOEZERO_THROW("train: ", flag, " needs a step number > 0, got '", v, "'");
   return step;
 }
-}  // namespace
-
-int train(const std::vector<std::string>& args) {
+// The command line of `moezero train`.
+struct TrainArgs {
   std::string config_path, metrics_path, trace_path, resume;
   int64_t stop_at = 0;
   std::vector<std::string> overrides;
   bool quiet = false;
   std::string export_dir;
   moe::HfExportOptions export_opt;
+};
+
+TrainArgs parse_train_args(const std::vector<std::string>& args) {
+  TrainArgs a;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
       MOEZERO_REQUIRE(i + 1 < args.size(), "train: ", flag, " needs a value");
       return args[++i];
     };
     if (args[i] == "--config")
-      config_path = value("--config");
+      a.config_path = value("--config");
     else if (args[i] == "--set")
-      overrides.push_back(value("--set"));
+      a.overrides.push_back(value("--set"));
     else if (args[i] == "--metrics")
-      metrics_path = value("--metrics");
+      a.metrics_path = value("--metrics");
     else if (args[i] == "--resume")
-      resume = value("--resume");
+      a.resume = value("--resume");
     else if (args[i] == "--stop-at")
-      stop_at = parse_step(value("--stop-at"), "--stop-at");
+      a.stop_at = parse_step(value("--stop-at"), "--stop-at");
     else if (args[i] == "--trace")
-      trace_path = value("--trace");
+      a.trace_path = value("--trace");
     else if (args[i] == "--quiet")
-      quiet = true;
+      a.quiet = true;
     else if (args[i] == "--export-hf")
-      export_dir = value("--export-hf");
+      a.export_dir = value("--export-hf");
     else if (args[i] == "--export-dtype") {
       const std::string d = value("--export-dtype");
       MOEZERO_REQUIRE(d == "f32" || d == "bf16", "train: --export-dtype must be f32 or bf16, got '",
                       d, "'");
-      export_opt.dtype = d == "f32" ? moe::SafetensorsDType::F32 : moe::SafetensorsDType::BF16;
+      a.export_opt.dtype = d == "f32" ? moe::SafetensorsDType::F32 : moe::SafetensorsDType::BF16;
     } else
       MOEZERO_THROW("train: unknown option '", args[i], "' (see `moezero help`)");
   }
-  MOEZERO_REQUIRE(!config_path.empty(), "train: --config FILE is required");
-  const Config cfg = load_config(config_path, overrides);
-  if (!export_dir.empty()) moe::hf_architecture(cfg);  // refuse before training, not after
+  MOEZERO_REQUIRE(!a.config_path.empty(), "train: --config FILE is required");
+  return a;
+}
+
+// What will run: the model, parallelism, MoE, schedule and data lines.
+void print_plan(const Config& cfg, const std::string& config_path, bool under_mpi) {
+  int64_t params = 0;
+  for (const auto& g : moe::Transformer(cfg.model).param_groups())
+    for (const auto& p : g.params) params += p.shape.numel();
+  const auto& m = cfg.model;
+  std::printf("moezero train: %s\n", config_path.c_str());
+  std::printf(
+      "  model    %lld parameters: %lld layers, d_model %lld, %lld/%lld heads, d_ff %lld, vocab "
+      "%lld, seq %lld\n",
+      (long long)params, (long long)m.n_layers, (long long)m.d_model, (long long)m.n_heads,
+      (long long)m.n_kv_heads, (long long)m.d_ff, (long long)m.vocab_size, (long long)m.seq_len);
+  std::printf("  parallel %lld ranks (%s), expert parallel %lld, ZeRO stage %lld, %s compute\n",
+              (long long)cfg.parallel.world_size,
+              under_mpi ? (cfg.parallel.backend == BackendKind::Cpu ? "MPI processes on the CPU"
+                                                                    : "MPI processes, one GPU each")
+                        : (cfg.parallel.backend == BackendKind::Cpu ? "threads on the CPU"
+                                                                    : "one GPU each"),
+              (long long)cfg.parallel.ep_size, (long long)cfg.zero.stage,
+              cfg.train.dtype == DType::F32 ? "fp32" : "bf16");
+  if (m.num_experts > 0)
+    std::printf(
+        "  moe      %lld experts, top-%lld, every %lld layer(s), aux %g, capacity %s\n",
+        (long long)m.num_experts, (long long)m.top_k, (long long)m.moe_every, cfg.moe.aux_loss_coef,
+        cfg.moe.capacity_factor > 0 ? std::to_string(cfg.moe.capacity_factor).c_str() : "dropless");
+  std::printf(
+      "  train    %lld steps x %lld micro-batches x %lld sequences, lr %g -> %g, warmup %lld\n",
+      (long long)cfg.train.steps, (long long)cfg.train.grad_accum_steps,
+      (long long)cfg.train.micro_batch_size, cfg.train.lr, cfg.train.min_lr,
+      (long long)cfg.train.warmup_steps);
+  std::printf("  data     %s\n",
+              cfg.data.path.empty() ? "<built-in corpus>" : cfg.data.path.c_str());
+}
+
+// --export-hf after the run: from the final checkpoint under mpirun (each process holds only
+// its shards), else from the parameters the run collected.
+void export_trained(const Config& cfg, moe::TrainResult& r, const TrainArgs& a, bool under_mpi) {
+  if (under_mpi) {
+    export_checkpoint(cfg.train.save_dir, a.export_dir, a.export_opt);
+    return;
+  }
+  std::vector<moe::GroupValues> groups;
+  for (size_t g = 0; g < r.params.size(); ++g)
+    groups.push_back({r.group_names[g], std::move(r.params[g])});
+  moe::export_hf(cfg, groups, a.export_dir, a.export_opt);
+  std::printf("exported %s to %s\n", moe::hf_architecture_name(moe::hf_architecture(cfg)),
+              a.export_dir.c_str());
+}
+
+}  // namespace
+
+int train(const std::vector<std::string>& args) {
+  TrainArgs a = parse_train_args(args);
+  const Config cfg = load_config(a.config_path, a.overrides);
+  if (!a.export_dir.empty()) moe::hf_architecture(cfg);  // refuse before training, not after
 
   // Under mpirun every process runs this; rank 0's prints for the job.
   const auto mpi = comm::mpi_process();
   const bool lead = !mpi || mpi->rank == 0;
-  if (!lead) quiet = true;
+  if (!lead) a.quiet = true;
   // Under mpirun each process holds only its shards: the export consolidates the run's final
   // checkpoint (train.save_dir, which every process sees) once the run has ended.
-  MOEZERO_REQUIRE(!mpi || export_dir.empty() || !cfg.train.save_dir.empty(),
+  MOEZERO_REQUIRE(!mpi || a.export_dir.empty() || !cfg.train.save_dir.empty(),
                   "train: under mpirun, --export-hf exports the run's final checkpoint: set "
                   "train.save_dir (a directory every process sees)");
-  if (lead) {
-    int64_t params = 0;
-    for (const auto& g : moe::Transformer(cfg.model).param_groups())
-      for (const auto& p : g.params) params += p.shape.numel();
-    const auto& m = cfg.model;
-    std::printf("moezero train: %s\n", config_path.c_str());
-    std::printf(
-        "  model    %lld parameters: %lld layers, d_model %lld, %lld/%lld heads, d_ff %lld, vocab "
-        "%lld, seq %lld\n",
-        (long long)params, (long long)m.n_layers, (long long)m.d_model, (long long)m.n_heads,
-        (long long)m.n_kv_heads, (long long)m.d_ff, (long long)m.vocab_size, (long long)m.seq_len);
-    std::printf(
-        "  parallel %lld ranks (%s), expert parallel %lld, ZeRO stage %lld, %s compute\n",
-        (long long)cfg.parallel.world_size,
-        mpi ? (cfg.parallel.backend == BackendKind::Cpu ? "MPI processes on the CPU"
-                                                        : "MPI processes, one GPU each")
-            : (cfg.parallel.backend == BackendKind::Cpu ? "threads on the CPU" : "one GPU each"),
-        (long long)cfg.parallel.ep_size, (long long)cfg.zero.stage,
-        cfg.train.dtype == DType::F32 ? "fp32" : "bf16");
-    if (m.num_experts > 0)
-      std::printf("  moe      %lld experts, top-%lld, every %lld layer(s), aux %g, capacity %s\n",
-                  (long long)m.num_experts, (long long)m.top_k, (long long)m.moe_every,
-                  cfg.moe.aux_loss_coef,
-                  cfg.moe.capacity_factor > 0 ? std::to_string(cfg.moe.capacity_factor).c_str()
-                                              : "dropless");
-    std::printf(
-        "  train    %lld steps x %lld micro-batches x %lld sequences, lr %g -> %g, warmup %lld\n",
-        (long long)cfg.train.steps, (long long)cfg.train.grad_accum_steps,
-        (long long)cfg.train.micro_batch_size, cfg.train.lr, cfg.train.min_lr,
-        (long long)cfg.train.warmup_steps);
-    std::printf("  data     %s\n",
-                cfg.data.path.empty() ? "<built-in corpus>" : cfg.data.path.c_str());
-  }
+  if (lead) print_plan(cfg, a.config_path, mpi.has_value());
   std::fflush(stdout);
 
   moe::TrainOptions opt;
-  opt.progress = quiet ? nullptr : &std::cout;
-  opt.metrics_path = metrics_path;
-  opt.resume_from = resume;
-  opt.stop_at_step = stop_at;
-  if (!resume.empty()) std::printf("  resume   %s\n", resume.c_str());
-  opt.collect_params = !export_dir.empty() && !mpi;
-  opt.trace_path = trace_path;
+  opt.progress = a.quiet ? nullptr : &std::cout;
+  opt.metrics_path = a.metrics_path;
+  opt.resume_from = a.resume;
+  opt.stop_at_step = a.stop_at;
+  if (!a.resume.empty()) std::printf("  resume   %s\n", a.resume.c_str());
+  opt.collect_params = !a.export_dir.empty() && !mpi;
+  opt.trace_path = a.trace_path;
   const auto t0 = std::chrono::steady_clock::now();
   moe::TrainResult r = moe::train(cfg, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (lead && !r.steps.empty())
     std::printf("done: %zu steps in %.1f s, loss %.4f -> %.4f\n", r.steps.size(), secs,
                 r.steps.front().loss, r.steps.back().loss);
-  if (lead && !export_dir.empty() && mpi) {
-    export_checkpoint(cfg.train.save_dir, export_dir, export_opt);
-  } else if (lead && !export_dir.empty()) {
-    std::vector<moe::GroupValues> groups;
-    for (size_t g = 0; g < r.params.size(); ++g)
-      groups.push_back({r.group_names[g], std::move(r.params[g])});
-    moe::export_hf(cfg, groups, export_dir, export_opt);
-    std::printf("exported %s to %s\n", moe::hf_architecture_name(moe::hf_architecture(cfg)),
-                export_dir.c_str());
-  }
-  const std::string trace_file = trace_path.empty() ? cfg.profile.trace : trace_path;
+  if (lead && !a.export_dir.empty()) export_trained(cfg, r, a, mpi.has_value());
+  const std::string trace_file = a.trace_path.empty() ? cfg.profile.trace : a.trace_path;
   if (lead && !trace_file.empty())
     std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n",
                 trace_file.c_str());
