@@ -2,8 +2,9 @@
 // next to what the emulated link allows, measured in the same run.
 //
 // Table 1 (emulated link, default 2 Gbit/s + 20 us, below what 2 shared cores copy): for each
-// collective and size, the model time (latency + bus_bytes / link bandwidth, nccl-tests bus
-// factors) and the achieved time per call; busbw = bus_bytes / time. ratio = achieved busbw / model
+// collective and size, the network model's time of one call alone (comm/net_model.h: NCCL
+// algorithm bytes per rank over its NIC, latency per algorithm step) and the achieved time per
+// call; busbw = bus_bytes / time. ratio = achieved busbw / model
 // busbw: 1.0 means the emulation holds the collective to exactly the link's speed; below 1 is
 // overhead (thread wake-ups, the copies themselves when they are slower than the link). Table 2 (no
 // emulation): the raw shared-memory speed of the same collectives; its baseline is single-threaded
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/net_model.h"
 #include "comm/world.h"
 #include "core/communicator.h"
 #include "core/error.h"
@@ -84,6 +86,20 @@ double memcpy_gbps(size_t bytes) {
   return static_cast<double>(bytes) / dt / 1e9 + 0.0 * b[bytes - 1];
 }
 
+// Seconds the network model gives one call of `op` (nccl-tests size `bytes`) on n ranks alone.
+double model_seconds(const CommEmulation& spec, CollectiveOp op, int n, size_t bytes) {
+  comm::CollectiveShape shape;
+  shape.op = op;
+  for (int r = 0; r < n; ++r) shape.ranks.push_back(r);
+  shape.size_bytes = static_cast<double>(bytes);
+  if (op == CollectiveOp::AllToAllV)
+    shape.a2a_bytes.assign(
+        static_cast<size_t>(n),
+        std::vector<double>(static_cast<size_t>(n), static_cast<double>(bytes) / n));
+  comm::NetworkModel model(spec);
+  return model.projected_completion_s(model.start(0.0, comm::collective_traffic(spec, shape)));
+}
+
 std::string size_str(size_t bytes) {
   return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + " MiB"
                              : std::to_string(bytes >> 10) + " KiB";
@@ -127,7 +143,7 @@ int run(int argc, char** argv) {
   for (CollectiveOp op : ops) {
     for (size_t bytes : sizes) {
       const double bus_bytes = static_cast<double>(bytes) * bus_factor(op, n);
-      const double model_s = emulated.comm.emulation.duration(bus_bytes).count() * 1e-9;
+      const double model_s = model_seconds(emulated.comm.emulation, op, n, bytes);
       const double got_s = time_collective(n, {op, bytes}, iters, emulated);
       const double model_bw = bus_bytes / model_s / 1e9, got_bw = bus_bytes / got_s / 1e9;
       std::printf("%-15s %8s %10.3f %10.3f %12.3f %12.3f %7.2f\n", collective_op_name(op),

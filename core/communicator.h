@@ -65,11 +65,19 @@ double bus_factor(CollectiveOp op, int n);
 // With a link of `link_gbps` gigaBITS per second (1e9 bit/s) and `latency_us` microseconds,
 // a collective completes no earlier than latency + bus_bytes / bandwidth after the last rank
 // arrived, where bus_bytes = nccl-tests size * bus_factor. link_gbps == 0 disables the
-// bandwidth term; both 0 disables emulation.
+// bandwidth term; both 0 disables emulation. The LocalCommunicator shares each rank's link
+// between its concurrent collectives and splits traffic into two tiers when ranks_per_node > 0
+// (comm/net_model.h: the model and its assumptions).
 struct CommEmulation {
-  double link_gbps = 0.0;
-  double latency_us = 0.0;
-  bool enabled() const { return link_gbps > 0.0 || latency_us > 0.0; }
+  double link_gbps = 0.0;        // NIC (between nodes), per direction; 0: no bandwidth cost
+  double latency_us = 0.0;       // per algorithm step over the NIC
+  int ranks_per_node = 0;        // 0: one tier (every rank its own node, all traffic on the NIC)
+  double intra_node_gbps = 0.0;  // per direction inside a node; 0: no bandwidth cost
+  double intra_node_latency_us = 0.0;  // per algorithm step inside a node
+  bool enabled() const {
+    return link_gbps > 0.0 || latency_us > 0.0 ||
+           (ranks_per_node > 0 && (intra_node_gbps > 0.0 || intra_node_latency_us > 0.0));
+  }
   std::chrono::nanoseconds duration(double bus_bytes) const;
 };
 
@@ -90,7 +98,7 @@ struct CommOptions {
 struct CommEmulationConfig;
 struct CommConfig;
 // The options of the `comm_emulation` and `comm` config sections (core/config.h):
-// timeout_s -> timeout, check_divergence -> call_check, link_gbps/latency_us -> emulation.
+// timeout_s -> timeout, check_divergence -> call_check, comm_emulation.* -> emulation.
 CommOptions make_comm_options(const CommEmulationConfig& emulation, const CommConfig& comm);
 
 // One entry of a communicator's trace log. Times are when this rank's stream began the call

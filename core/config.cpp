@@ -399,8 +399,16 @@ void visit_comm_emulation(V& v, auto& c) {
   v.field("link_gbps", c.link_gbps,
           "emulated link bandwidth in Gbit/s (10^9 bits/s) for ranks-as-threads (0: off)",
           at_least(0.0));
-  v.field("latency_us", c.latency_us, "emulated per-collective latency in microseconds",
+  v.field("latency_us", c.latency_us,
+          "emulated latency per algorithm step over the link, in microseconds", at_least(0.0));
+  v.field("ranks_per_node", c.ranks_per_node,
+          "ranks per node for a two-tier emulated network (0: one tier, every link the NIC)",
+          at_least<int64_t>(0));
+  v.field("intra_node_gbps", c.intra_node_gbps,
+          "emulated link between ranks of one node in Gbit/s (0: no bandwidth cost)",
           at_least(0.0));
+  v.field("intra_node_latency_us", c.intra_node_latency_us,
+          "emulated latency per algorithm step inside a node, in microseconds", at_least(0.0));
 }
 
 template <class V>
@@ -467,6 +475,11 @@ void validate(const Config& c, const std::string& src) {
     fail("model.top_k (", m.top_k, ") must be <= model.num_experts (", m.num_experts, ")");
   if (c.train.min_lr > c.train.lr)
     fail("train.min_lr (", c.train.min_lr, ") must be <= train.lr (", c.train.lr, ")");
+  const auto& ce = c.comm_emulation;
+  if (ce.ranks_per_node == 0 && (ce.intra_node_gbps > 0.0 || ce.intra_node_latency_us > 0.0))
+    fail(
+        "comm_emulation.intra_node_gbps / intra_node_latency_us need "
+        "comm_emulation.ranks_per_node > 0 (got 0: one tier)");
   const auto& p = c.parallel;
   if (p.world_size % p.ep_size != 0)
     fail("parallel.ep_size (", p.ep_size, ") must divide parallel.world_size (", p.world_size, ")");

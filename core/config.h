@@ -105,8 +105,11 @@ struct ShardCacheConfig {
 };
 
 struct CommEmulationConfig {
-  double link_gbps = 0.0;   // emulated link bandwidth in Gbit/s (10^9 bits/s); 0: no emulation
-  double latency_us = 0.0;  // per-collective latency in microseconds
+  double link_gbps = 0.0;        // emulated link bandwidth in Gbit/s (10^9 bits/s); 0: no emulation
+  double latency_us = 0.0;       // latency per algorithm step over the NIC, in microseconds
+  int64_t ranks_per_node = 0;    // ranks r, p share a node when r / n == p / n; 0: one tier
+  double intra_node_gbps = 0.0;  // link inside a node in Gbit/s (0: no bandwidth cost)
+  double intra_node_latency_us = 0.0;  // latency per algorithm step inside a node
 };
 
 struct CommConfig {

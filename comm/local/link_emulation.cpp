@@ -1,4 +1,4 @@
-// comm/local/link_emulation.cpp — bus bytes per collective for the emulated link.
+// comm/local/link_emulation.cpp — nccl-tests sizes and network-model shapes of collectives.
 #include "comm/local/link_emulation.h"
 
 #include <algorithm>
@@ -23,23 +23,21 @@ uint64_t call_size_bytes(const Arrival& a, int group_size) {
   return 0;
 }
 
-double emulated_bus_bytes(const std::vector<Arrival>& arrivals) {
-  const int n = static_cast<int>(arrivals.size());
+CollectiveShape collective_shape(const std::vector<Arrival>& arrivals, const ProcessGroup& group) {
+  const size_t n = arrivals.size();
   const Arrival& a0 = arrivals[0];
-  if (a0.sig.op != CollectiveOp::AllToAllV)
-    return static_cast<double>(call_size_bytes(a0, n)) * bus_factor(a0.sig.op, n);
+  CollectiveShape shape;
+  shape.op = a0.sig.op;
+  shape.ranks = group.ranks;
+  shape.size_bytes = static_cast<double>(call_size_bytes(a0, static_cast<int>(n)));
+  shape.root = std::max(0, a0.sig.root);
+  if (shape.op != CollectiveOp::AllToAllV) return shape;
   const double elem_bytes = static_cast<double>(dtype_size_bytes(a0.sig.dtype));
-  double busiest = 0.0;
-  for (int r = 0; r < n; ++r) {
-    double out = 0.0, in = 0.0;
-    for (int p = 0; p < n; ++p) {
-      if (p == r) continue;
-      out += static_cast<double>(arrivals[r].send_elems[p]);
-      in += static_cast<double>(arrivals[r].recv_elems[p]);
-    }
-    busiest = std::max({busiest, out, in});
-  }
-  return busiest * elem_bytes;
+  shape.a2a_bytes.assign(n, std::vector<double>(n, 0.0));
+  for (size_t r = 0; r < n; ++r)
+    for (size_t p = 0; p < n; ++p)
+      shape.a2a_bytes[r][p] = static_cast<double>(arrivals[r].send_elems[p]) * elem_bytes;
+  return shape;
 }
 
 }  // namespace moezero::comm

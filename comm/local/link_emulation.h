@@ -1,19 +1,17 @@
-// comm/local/link_emulation.h — how many bytes a collective puts on the emulated link.
-//
-// nccl-tests bus bytes: size * bus_factor(op, n), with size as in CommRecord::bytes. For
-// all_to_all_v with uneven counts the busiest rank sets the time: max over ranks of the
-// bytes it sends to or receives from its peers (self excluded), which equals
-// size * (n-1)/n when the counts are uniform.
+// comm/local/link_emulation.h — what a collective of the LocalCommunicator puts on the emulated
+// network: its nccl-tests size and its shape for the network model (comm/net_model.h).
 #pragma once
 
 #include <vector>
 
 #include "comm/local/rendezvous.h"
+#include "comm/net_model.h"
 
 namespace moezero::comm {
 
-// [in] arrivals: every rank's call of one collective (all arrived).
-double emulated_bus_bytes(const std::vector<Arrival>& arrivals);
+// [in] arrivals: every rank's call of one collective (all arrived), by group rank;
+// [in] group: their ranks. all_to_all_v keeps each rank's send counts, in bytes.
+CollectiveShape collective_shape(const std::vector<Arrival>& arrivals, const ProcessGroup& group);
 
 // nccl-tests size of one rank's call, in bytes (CommRecord::bytes).
 uint64_t call_size_bytes(const Arrival& a, int group_size);

@@ -16,6 +16,13 @@ LocalWorld::LocalWorld(int world_size, CommOptions options)
   MOEZERO_CHECK(options.emulation.link_gbps >= 0 && options.emulation.latency_us >= 0,
                 "LocalWorld: comm_emulation values must be >= 0, got link_gbps ",
                 options.emulation.link_gbps, ", latency_us ", options.emulation.latency_us);
+  MOEZERO_CHECK(options.emulation.ranks_per_node >= 0 && options.emulation.intra_node_gbps >= 0 &&
+                    options.emulation.intra_node_latency_us >= 0,
+                "LocalWorld: comm_emulation values must be >= 0, got ranks_per_node ",
+                options.emulation.ranks_per_node, ", intra_node_gbps ",
+                options.emulation.intra_node_gbps, ", intra_node_latency_us ",
+                options.emulation.intra_node_latency_us);
+  if (options.emulation.enabled()) network_ = std::make_shared<EmulatedNetwork>(options.emulation);
 }
 
 std::unique_ptr<Communicator> LocalWorld::make_communicator(const ProcessGroup& group,
@@ -35,7 +42,7 @@ std::unique_ptr<Communicator> LocalWorld::make_communicator(const ProcessGroup& 
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto& entry = channels_[channel + "@" + group.str()];
-    if (!entry) entry = std::make_shared<Channel>(group, channel, options_, abort_);
+    if (!entry) entry = std::make_shared<Channel>(group, channel, options_, abort_, network_);
     ch = entry;
   }
   return std::make_unique<LocalCommunicator>(std::move(ch), global_rank);
@@ -48,6 +55,7 @@ void LocalWorld::abort(const std::string& reason) {
     abort_->reason = reason;
     abort_->aborted = true;
   }
+  if (network_) network_->notify_abort();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, ch] : channels_) ch->notify_abort();
 }

@@ -34,11 +34,14 @@ class LocalWorld {
   // wins). Called by World::run when a rank throws.
   void abort(const std::string& reason);
   bool aborted() const { return abort_->aborted.load(); }
+  // The emulated network shared by every channel; null when emulation is off.
+  const EmulatedNetwork* network() const { return network_.get(); }
 
  private:
   const int world_size_;
   const CommOptions options_;
   std::shared_ptr<AbortState> abort_ = std::make_shared<AbortState>();
+  std::shared_ptr<EmulatedNetwork> network_;  // one NIC (and node link) per rank, all channels
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Channel>> channels_;  // key: channel + "@" + group.str()
 };

@@ -9,7 +9,6 @@
 namespace moezero::comm {
 
 namespace {
-using Clock = std::chrono::steady_clock;
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s = "{";
@@ -19,11 +18,12 @@ std::string rank_list(const std::vector<int>& ranks) {
 }  // namespace
 
 Channel::Channel(ProcessGroup group, std::string name, CommOptions options,
-                 std::shared_ptr<AbortState> abort)
+                 std::shared_ptr<AbortState> abort, std::shared_ptr<EmulatedNetwork> network)
     : group_(std::move(group)),
       name_(std::move(name)),
       options_(options),
       abort_(std::move(abort)),
+      network_(std::move(network)),
       next_seq_(static_cast<size_t>(group_.size()), 0) {}
 
 uint64_t Channel::take_seq(int rank) {
@@ -111,10 +111,7 @@ std::shared_ptr<Slot> Channel::arrive(int rank, uint64_t seq, Arrival arrival) {
       fail_locked(false, std::move(bad));
       throw_failure(*failure_);
     }
-    const auto now = Clock::now();
-    slot->deadline = now;
-    if (options_.emulation.enabled())
-      slot->deadline += options_.emulation.duration(emulated_bus_bytes(slot->arrivals));
+    if (network_) slot->net_id = network_->start(collective_shape(slot->arrivals, group_), n);
     if (slot->arrivals[0].sig.op == CollectiveOp::AllReduce) {
       if (!staging_pool_.empty()) {
         slot->staging = std::move(staging_pool_.back());
@@ -156,11 +153,10 @@ void Channel::phase_barrier(Slot& slot, int rank, uint64_t seq) {
 }
 
 void Channel::depart(Slot& slot, int rank, uint64_t seq) {
+  // Emulated network time, outside the channel's lock: interruptible by a world abort.
+  const bool aborted_in_wait = network_ && !network_->wait(slot.net_id, abort_->aborted);
   std::unique_lock<std::mutex> lock(mu_);
   const int n = group_.size();
-  // Emulated link time: interruptible by a world abort, no CPU burn.
-  cv_.wait_until(lock, slot.deadline, [&] { return abort_->aborted.load(); });
-  const bool aborted_in_wait = abort_->aborted && Clock::now() < slot.deadline;
   // Done reading the peers' buffers. Not interruptible: a peer may still read ours.
   if (++slot.n_done == n) {
     if (slot.staging.capacity() > 0 && staging_pool_.size() < kMaxPooled)

@@ -5,10 +5,12 @@
 //   1. arrive(): publishes its Arrival (pointers, counts, call signature) and waits, bounded by
 //      the timeout, until every rank has arrived. The first arrival's signature is the
 //      reference: a different call is a divergence error. The last arrival validates the
-//      cross-rank arguments (all_to_all_v counts) and sets the emulated completion deadline.
+//      cross-rank arguments (all_to_all_v counts) and starts the collective on the world's
+//      emulated network (comm/local/emulated_network.h), when there is one.
 //   2. moves its data (comm/local/*.cpp), reading the peers' send buffers and writing only
 //      its own recv buffer (all_reduce adds a mid barrier, phase_barrier()).
-//   3. depart(): waits for the emulated deadline (interruptible, no CPU burn), then until every
+//   3. depart(): waits until the network model completes it (interruptible, no CPU burn; the
+//      completion moves later while other collectives share its links), then until every
 //      rank has finished reading, so no send buffer is released while a peer reads it.
 // Failures (timeout, divergence, world abort) break the channel: every waiter and every later
 // call on it fails at once with the same message, as an aborted NCCL communicator does.
@@ -27,6 +29,7 @@
 
 #include "comm/call_signature.h"
 #include "comm/host_communicator.h"
+#include "comm/local/emulated_network.h"
 #include "core/communicator.h"
 
 namespace moezero::comm {
@@ -39,12 +42,12 @@ struct Slot {
   std::vector<Arrival> arrivals;  // by group rank
   std::vector<char> arrived;      // by group rank
   int n_arrived = 0;
-  int first_rank = -1;  // whose signature is the reference
-  bool failed = false;  // all arrived, but the cross-rank validation failed
-  int n_phase = 0;      // ranks past the mid barrier
-  int n_done = 0;       // ranks done reading the peers' buffers
-  std::chrono::steady_clock::time_point deadline;  // emulated completion
-  std::vector<std::byte> staging;                  // all_reduce: the reduced result
+  int first_rank = -1;             // whose signature is the reference
+  bool failed = false;             // all arrived, but the cross-rank validation failed
+  int n_phase = 0;                 // ranks past the mid barrier
+  int n_done = 0;                  // ranks done reading the peers' buffers
+  uint64_t net_id = 0;             // its collective on the emulated network (0: none)
+  std::vector<std::byte> staging;  // all_reduce: the reduced result
 };
 
 // Shared by every channel of one LocalWorld: set once when any rank fails.
@@ -56,8 +59,9 @@ struct AbortState {
 
 class Channel {
  public:
+  // [in] network: the world's emulated network; null when emulation is off.
   Channel(ProcessGroup group, std::string name, CommOptions options,
-          std::shared_ptr<AbortState> abort);
+          std::shared_ptr<AbortState> abort, std::shared_ptr<EmulatedNetwork> network);
 
   const ProcessGroup& group() const { return group_; }
   const std::string& name() const { return name_; }
@@ -94,6 +98,7 @@ class Channel {
   const std::string name_;
   const CommOptions options_;
   std::shared_ptr<AbortState> abort_;
+  std::shared_ptr<EmulatedNetwork> network_;
 
   std::mutex mu_;
   std::condition_variable cv_;

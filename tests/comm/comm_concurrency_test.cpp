@@ -2,6 +2,7 @@
 // never cross, trace records, and the link-emulation lower bound.
 #include <gtest/gtest.h>
 
+#include "comm/local/local_world.h"
 #include "comm_test_util.h"
 #include "core/config.h"
 #include "core/process_groups.h"
@@ -113,6 +114,41 @@ TEST(CommConcurrency, LinkEmulationNeverCompletesEarly) {
     EXPECT_GE(std::chrono::duration<double>(recs[0].end - recs[0].start).count(), min_gather_s);
     EXPECT_GE(std::chrono::duration<double>(recs[1].end - recs[1].start).count(), 2e-3);
   }, opts);
+}
+
+// Two all_gathers of the same ranks on two communicators share each rank's NIC: modelled
+// (never wall-clock) times show the pair takes the sum of their times alone.
+TEST(CommConcurrency, ConcurrentCollectivesShareTheLink) {
+  WorldOptions opts = test_options();
+  opts.comm.emulation.link_gbps = 0.08;            // 10 MB/s: 1 MiB per rank takes ~105 ms alone
+  const size_t shard_elems = 1 << 18;              // 1 MiB of f32 per rank
+  const double alone_s = shard_elems * 4.0 / 1e7;  // each rank sends (n-1)/n of 2 MiB
+  World::run(
+      2,
+      [&](RankContext& ctx) {
+        auto a = ctx.communicator(ctx.world_group(), "gather");
+        auto b = ctx.communicator(ctx.world_group(), "a2a");
+        Stream& sa = ctx.device->create_stream("gather");
+        Stream& sb = ctx.device->create_stream("a2a");
+        std::vector<float> send(shard_elems, 1.0f), ra(2 * shard_elems), rb(2 * shard_elems);
+        a->all_gather(send.data(), ra.data(), shard_elems, DType::F32, sa);
+        b->all_gather(send.data(), rb.data(), shard_elems, DType::F32, sb);
+        sa.synchronize();
+        sb.synchronize();
+        if (ctx.rank != 0) return;
+        const std::vector<ModelledSpan> spans = ctx.world->network()->recent();
+        ASSERT_EQ(spans.size(), 2u);
+        const double first_start = std::min(spans[0].start_s, spans[1].start_s);
+        const double last_end = std::max(spans[0].end_s, spans[1].end_s);
+        const double longest =
+            std::max(spans[0].end_s - spans[0].start_s, spans[1].end_s - spans[1].start_s);
+        // Work-conserving sharing: from the first start, the ports are busy for both volumes.
+        EXPECT_GE(last_end - first_start, 2 * alone_s * (1 - 1e-9));
+        // They overlapped (their starts are ms apart at most), so one was slowed by the other.
+        EXPECT_GT(longest, 1.2 * alone_s);
+        EXPECT_LE(longest, 2 * alone_s * (1 + 1e-9));
+      },
+      opts);
 }
 
 TEST(CommEmulation, DurationAndBusFactors) {

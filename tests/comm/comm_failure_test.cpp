@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "comm_test_util.h"
 
@@ -139,6 +140,39 @@ TEST(CommFailure, ThrowingRankWakesThePeersAtOnce) {
     EXPECT_NE(w.find("aborted: rank 2 failed: boom on rank 2"), std::string::npos) << w;
     EXPECT_NE(w.find("all_reduce(f32, 64 elems, sum) on group world{0,1,2}"), std::string::npos) << w;
   }
+}
+
+// A collective waiting on the emulated network (100 s modelled) is woken by a world abort.
+TEST(CommFailure, AbortWakesAnEmulatedNetworkWait) {
+  WorldOptions opts = test_options(60s);
+  opts.comm.emulation.link_gbps = 0.0008;  // 100 kB/s: 10 MB per rank would take 100 s
+  std::vector<std::vector<float>> send(2, std::vector<float>(2500000)), recv(2);
+  const auto t0 = Clock::now();
+  std::string peer_error;
+  EXPECT_THROW(World::run(
+                   2,
+                   [&](RankContext& ctx) {
+                     auto comm = ctx.communicator(ctx.world_group(), "gather");
+                     Stream& s = ctx.device->create_stream("gather");
+                     recv[ctx.rank].resize(2 * send[ctx.rank].size());
+                     comm->all_gather(send[ctx.rank].data(), recv[ctx.rank].data(),
+                                      send[ctx.rank].size(), DType::F32, s);
+                     if (ctx.rank == 1) {
+                       std::this_thread::sleep_for(100ms);
+                       throw std::runtime_error("boom on rank 1");
+                     }
+                     try {
+                       s.synchronize();
+                     } catch (const Error& e) {
+                       peer_error = e.what();
+                       throw;
+                     }
+                   },
+                   opts),
+               std::runtime_error);
+  EXPECT_LT(seconds_since(t0), 10.0);
+  EXPECT_NE(peer_error.find("aborted: rank 1 failed: boom on rank 1"), std::string::npos)
+      << peer_error;
 }
 
 TEST(CommFailure, TimedOutChannelFailsLaterCallsAtOnce) {
