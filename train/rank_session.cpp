@@ -233,6 +233,7 @@ void RankSession::build_engine() {
   zo.prefetch_bucket_bytes = cfg_.zero.prefetch_bucket_size;
   zo.max_live_bytes = cfg_.zero.max_live_parameters;
   zo.reduce_bucket_bytes = cfg_.zero.reduce_bucket_size;
+  zo.micro_batches_per_step = tc_.grad_accum_steps;
   zo.seed = static_cast<uint64_t>(tc_.seed);
   zo.check_finite = cfg_.profile.check_finite;
   if (run_.options.grad_hook)
