@@ -50,6 +50,9 @@ void ZeroEngine::grad_ready(int group, Stream& compute) { impl_->grad_ready(grou
 void ZeroEngine::prefetch(int group, Stream&, FetchReason reason) {
   impl_->prefetch(group, reason == FetchReason::Predicted);
 }
+void ZeroEngine::prefetch_block(std::span<const int> groups, Stream&, FetchReason reason) {
+  impl_->prefetch_block(groups, reason == FetchReason::Predicted);
+}
 void ZeroEngine::discard_prefetch(int group) { impl_->discard_prefetch(group); }
 void ZeroEngine::set_keep_score(int group, double score) {
   auto& st = impl_->group(group);

@@ -198,6 +198,11 @@ class ZeroEngine final : public ParamProvider {
   Tensor grad(int group, Stream& compute) override;
   void grad_ready(int group, Stream& compute) override;
   void prefetch(int group, Stream& compute, FetchReason reason = FetchReason::Predicted) override;
+  // One all-gather for every group of `groups` that is sharded and not resident or in flight
+  // (they must share a gather communicator): each rank's shards side by side, unpacked into
+  // the groups' full buffers on the gather stream. Acquire and release stay per group.
+  void prefetch_block(std::span<const int> groups, Stream& compute,
+                      FetchReason reason = FetchReason::Predicted) override;
   void discard_prefetch(int group) override;
   void set_keep_score(int group, double score) override;
   bool ready(int group) const override;

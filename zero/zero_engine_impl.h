@@ -97,6 +97,7 @@ struct ZeroEngine::Impl {
   void apply_adamw(const AdamWHyper& hyper, float grad_scale);  // every optimizer range
   void refresh_replicated();  // all-gather replicated groups' updated ranges (gather stream)
   void prefetch(int g, bool predicted);
+  void prefetch_block(std::span<const int> ids, bool predicted);  // zero_block.cpp
   void discard_prefetch(int g);
   void drop_resident(int g);  // a Cached or unused Gathering buffer goes back to the allocator
   // compute waits for `ready` (the gather of group g); the wait is timed
