@@ -351,6 +351,13 @@ void visit_zero(V& v, auto& c) {
   v.bytes("max_live_parameters", c.max_live_parameters,
           "bytes of gathered parameters alive at once");
   v.bytes("reduce_bucket_size", c.reduce_bucket_size, "bytes per gradient reduce-scatter bucket");
+  v.choice(
+      "moe_gather", c.moe_gather,
+      Choices<MoeGather>{
+          {"experts", MoeGather::Experts}, {"leaf", MoeGather::Leaf}, {"fsdp", MoeGather::Fsdp}},
+      "stage-3 expert gathers: experts (active ones, prefetch policy, shard cache), leaf "
+      "(DeepSpeed leaf module: the block's experts coalesced, every pass), fsdp (coalesced, "
+      "kept from forward to backward)");
 }
 
 template <class V>

@@ -71,12 +71,23 @@ struct ParallelConfig {
   BackendKind backend = BackendKind::Cpu;
 };
 
+// How stage 3 gathers a MoE block's experts (README "zero.moe_gather").
+//   Experts: moezero: per-expert groups, only the agreed active ones, prefetch policy and
+//            shard cache.
+//   Leaf:    DeepSpeed with the MoE block a leaf module: every local expert as one coalesced
+//            all-gather whenever the block runs (forward and backward of every micro-batch),
+//            prefetched one module ahead, freed after use, nothing cached.
+//   Fsdp:    FSDP2 with the block not resharded after forward: the same gather in forward,
+//            kept until the block's backward of that micro-batch, then freed.
+enum class MoeGather : uint8_t { Experts, Leaf, Fsdp };
+
 struct ZeroConfig {
   int64_t stage = 3;  // 0: data parallel, 1: +optimizer states, 2: +gradients, 3: +parameters
   int64_t param_persistence_threshold = 1024;   // elements; smaller groups stay replicated
   uint64_t prefetch_bucket_size = 64ull << 20;  // bytes fetched ahead of use
   uint64_t max_live_parameters = 1ull << 30;    // bytes of full parameters alive at once
   uint64_t reduce_bucket_size = 64ull << 20;    // bytes per reduce-scatter bucket
+  MoeGather moe_gather = MoeGather::Experts;
 };
 
 struct MoeConfig {

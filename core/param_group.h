@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,7 @@ enum class ParamInit : uint8_t {
 };
 
 struct ParamSpec {
-  std::string name;   // Hugging Face Mixtral name: "model.layers.0.self_attn.q_proj.weight"
+  std::string name;  // Hugging Face Mixtral name: "model.layers.0.self_attn.q_proj.weight"
   Shape shape;
   ParamInit init = ParamInit::Normal;
   float init_std = 0.02f;
@@ -54,8 +55,8 @@ enum class GroupKind : uint8_t { Dense, Expert };
 struct GroupSpec {
   std::string name;  // "layers.3.attn", "layers.3.experts.5"
   GroupKind kind = GroupKind::Dense;
-  int layer = -1;    // -1 for embedding / head
-  int expert = -1;   // expert id for GroupKind::Expert
+  int layer = -1;   // -1 for embedding / head
+  int expert = -1;  // expert id for GroupKind::Expert
   std::vector<ParamSpec> params;
 };
 
@@ -110,6 +111,13 @@ class ParamProvider {
   enum class FetchReason : uint8_t { Predicted, Needed };
   // Start fetching `group` now: a later acquire() finds it in flight or resident.
   virtual void prefetch(int group, Stream& compute, FetchReason reason = FetchReason::Predicted) {}
+  // Start fetching all of `groups` (one block, e.g. a MoE layer's local experts) as ONE
+  // coalesced transfer where the provider can; groups resident or in flight are left out.
+  // The default fetches them one by one.
+  virtual void prefetch_block(std::span<const int> groups, Stream& compute,
+                              FetchReason reason = FetchReason::Predicted) {
+    for (int g : groups) prefetch(g, compute, reason);
+  }
   // A prefetched group will not be acquired in this pass (a wrong prediction): the provider
   // may drop it or keep it resident.
   virtual void discard_prefetch(int group) {}

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/error.h"
 #include "core/trace.h"
 
 namespace moezero::moe {
@@ -88,41 +89,100 @@ int LocalExperts::span(const ModuleContext& ctx, const DispatchState& rows, int 
   return rt_.trace->begin_expert(ctx.s(), layer_, expert(j), rows.rows_of(j), pass);
 }
 
+std::vector<int> LocalExperts::block_groups() const {
+  std::vector<int> groups;
+  for (int j = 0; j < experts_per_rank_; ++j) groups.push_back(group(j));
+  return groups;
+}
+
+std::vector<Tensor> LocalExperts::acquire_block(const ModuleContext& ctx,
+                                                ParamProvider& params) const {
+  params.prefetch_block(block_groups(), ctx.s(), ParamProvider::FetchReason::Needed);
+  std::vector<Tensor> w;
+  for (int j = 0; j < experts_per_rank_; ++j) w.push_back(params.acquire(group(j), ctx.s()));
+  return w;
+}
+
+void LocalExperts::release_block(const ModuleContext& ctx, ParamProvider& params) const {
+  for (int j = 0; j < experts_per_rank_; ++j) params.release(group(j), ctx.s());
+}
+
+void LocalExperts::forward_expert(const ModuleContext& ctx, const DispatchState& rows, int j,
+                                  const GroupLayout& el, const Tensor& w, const Tensor& x,
+                                  const Tensor& gate, const Tensor& up, const Tensor& act,
+                                  const Tensor& y) const {
+  Ops& ops = ctx.ops();
+  Stream& s = ctx.s();
+  const int sp = span(ctx, rows, j, TracePass::Forward);
+  rows.for_each_block(j, [&](int64_t row, int64_t n) {
+    auto block = [&](const Tensor& t) { return t.slice_rows(row, row + n); };
+    linear_forward(ctx, block(x), el.view(w, kW1), block(gate));
+    linear_forward(ctx, block(x), el.view(w, kW3), block(up));
+    ops.swiglu_forward(s, block(gate), block(up), block(act));
+    linear_forward(ctx, block(act), el.view(w, kW2), block(y));
+  });
+  if (rt_.trace) rt_.trace->end_span(sp);
+}
+
 TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& params,
                                    const DispatchState& rows, const std::vector<char>& active,
-                                   const Tensor& x, TensorBuffer& gate, TensorBuffer& up) const {
-  Ops& ops = ctx.ops();
+                                   const Tensor& x, TensorBuffer& gate, TensorBuffer& up,
+                                   std::vector<Tensor>& held) const {
   Stream& s = ctx.s();
   const int64_t R = rows.received, C = cfg_.d_model, F = cfg_.d_ff;
   gate = ctx.alloc_act(Shape{R, F}, "moe.gate");
   up = ctx.alloc_act(Shape{R, F}, "moe.up");
   TensorBuffer act = ctx.alloc_act(Shape{R, F}, "moe.act");
   TensorBuffer y = ctx.alloc_act(Shape{R, C}, "moe.yr");
+  if (rt_.gather != MoeGather::Experts) {
+    std::vector<Tensor> w = acquire_block(ctx, params);
+    for (int j = 0; j < experts_per_rank_; ++j)
+      if (active[static_cast<size_t>(j)])
+        forward_expert(ctx, rows, j, params.layout(group(j)), w[static_cast<size_t>(j)], x, gate,
+                       up, act, y);
+    if (rt_.gather == MoeGather::Fsdp)
+      held = std::move(w);  // not resharded after forward
+    else
+      release_block(ctx, params);
+    act.reset();
+    return y;
+  }
   const RunOrder order = run_order(ctx, params, active, ParamProvider::FetchReason::Needed);
   auto run = [&](int j) {
-    const int g = group(j);
-    const int sp = span(ctx, rows, j, TracePass::Forward);
-    const Tensor w = params.acquire(g, s);  // waits for this expert's gather only
-    const GroupLayout& el = params.layout(g);
-    rows.for_each_block(j, [&](int64_t row, int64_t n) {
-      auto block = [&](const Tensor& t) { return t.slice_rows(row, row + n); };
-      linear_forward(ctx, block(x), el.view(w, kW1), block(gate));
-      linear_forward(ctx, block(x), el.view(w, kW3), block(up));
-      ops.swiglu_forward(s, block(gate), block(up), block(act));
-      linear_forward(ctx, block(act), el.view(w, kW2), block(y));
-    });
-    if (rt_.trace) rt_.trace->end_span(sp);
+    const Tensor w = params.acquire(group(j), s);  // waits for this expert's gather only
+    forward_expert(ctx, rows, j, params.layout(group(j)), w, x, gate, up, act, y);
   };
   execute(order, run, [&](int j) { params.release(group(j), s); });
   act.reset();
   return y;
 }
 
+void LocalExperts::backward_expert(const ModuleContext& ctx, const DispatchState& rows, int j,
+                                   const GroupLayout& el, const Tensor& w, const Tensor& gw,
+                                   const Tensor& x, const Tensor& gate, const Tensor& up,
+                                   const Tensor& dy, const Tensor& act, const Tensor& dact,
+                                   const Tensor& dgate, const Tensor& dup, const Tensor& dx) const {
+  Ops& ops = ctx.ops();
+  Stream& s = ctx.s();
+  const int sp = span(ctx, rows, j, TracePass::Backward);
+  rows.for_each_block(j, [&](int64_t row, int64_t n) {
+    auto block = [&](const Tensor& t) { return t.slice_rows(row, row + n); };
+    ops.swiglu_forward(s, block(gate), block(up), block(act));  // recompute
+    linear_backward_data(ctx, block(dy), el.view(w, kW2), block(dact), Accumulate::No);
+    linear_backward_weight(ctx, block(dy), block(act), el.view(gw, kW2));
+    ops.swiglu_backward(s, block(gate), block(up), block(dact), block(dgate), block(dup));
+    linear_backward_weight(ctx, block(dgate), block(x), el.view(gw, kW1));
+    linear_backward_weight(ctx, block(dup), block(x), el.view(gw, kW3));
+    linear_backward_data(ctx, block(dgate), el.view(w, kW1), block(dx), Accumulate::No);
+    linear_backward_data(ctx, block(dup), el.view(w, kW3), block(dx), Accumulate::Yes);
+  });
+  if (rt_.trace) rt_.trace->end_span(sp);
+}
+
 TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& params,
                                     const DispatchState& rows, const std::vector<char>& active,
                                     const Tensor& x, const Tensor& gate, const Tensor& up,
-                                    const Tensor& dy) const {
-  Ops& ops = ctx.ops();
+                                    const Tensor& dy, std::vector<Tensor>& held) const {
   Stream& s = ctx.s();
   const int64_t R = rows.received, C = cfg_.d_model, F = cfg_.d_ff;
   TensorBuffer dx = ctx.alloc_act(Shape{R, C}, "moe.dxr");
@@ -130,37 +190,34 @@ TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& par
   TensorBuffer dact = ctx.alloc_act(Shape{R, F}, "moe.dact");
   TensorBuffer dgate = ctx.alloc_act(Shape{R, F}, "moe.dgate");
   TensorBuffer dup = ctx.alloc_act(Shape{R, F}, "moe.dup");
+  auto run_with = [&](int j, const Tensor& w) {
+    backward_expert(ctx, rows, j, params.layout(group(j)), w, params.grad(group(j), s), x, gate, up,
+                    dy, act, dact, dgate, dup, dx);
+  };
+  if (rt_.gather != MoeGather::Experts) {
+    // fsdp: forward's parameters; leaf: gathered again (prefetched by prepare_backward).
+    std::vector<Tensor> w =
+        rt_.gather == MoeGather::Fsdp ? std::move(held) : acquire_block(ctx, params);
+    held.clear();
+    MOEZERO_CHECK(w.size() == static_cast<size_t>(experts_per_rank_), "layer ", layer_,
+                  ": backward without the experts held since forward");
+    for (int j = 0; j < experts_per_rank_; ++j)
+      if (active[static_cast<size_t>(j)]) run_with(j, w[static_cast<size_t>(j)]);
+    for (int j = 0; j < experts_per_rank_; ++j)  // id order, as the per-expert path
+      if (active[static_cast<size_t>(j)]) params.grad_ready(group(j), s);
+    release_block(ctx, params);
+    return dx;
+  }
   // Backward prefetch is exact: the routing is known, so every needed expert's gather starts
   // now, in the order they will run (cached ones are resident already; the provider keeps
   // within its live-parameter limit).
   const RunOrder order = run_order(ctx, params, active, ParamProvider::FetchReason::Predicted);
-  auto run = [&](int j) {
-    const int g = group(j);
-    const int sp = span(ctx, rows, j, TracePass::Backward);
-    const Tensor w = params.acquire(g, s);
-    const Tensor gw = params.grad(g, s);
-    const GroupLayout& el = params.layout(g);
-    rows.for_each_block(j, [&](int64_t row, int64_t n) {
-      auto block = [&](const Tensor& t) { return t.slice_rows(row, row + n); };
-      ops.swiglu_forward(s, block(gate), block(up), block(act));  // recompute
-      linear_backward_data(ctx, block(dy), el.view(w, kW2), block(dact), Accumulate::No);
-      linear_backward_weight(ctx, block(dy), block(act), el.view(gw, kW2));
-      ops.swiglu_backward(s, block(gate), block(up), block(dact), block(dgate), block(dup));
-      linear_backward_weight(ctx, block(dgate), block(x), el.view(gw, kW1));
-      linear_backward_weight(ctx, block(dup), block(x), el.view(gw, kW3));
-      linear_backward_data(ctx, block(dgate), el.view(w, kW1), block(dx), Accumulate::No);
-      linear_backward_data(ctx, block(dup), el.view(w, kW3), block(dx), Accumulate::Yes);
-    });
-    if (rt_.trace) rt_.trace->end_span(sp);
-  };
-  execute(order, run, [&](int j) {
-    params.grad_ready(group(j), s);
-    params.release(group(j), s);
-  });
-  act.reset();
-  dact.reset();
-  dgate.reset();
-  dup.reset();
+  execute(
+      order, [&](int j) { run_with(j, params.acquire(group(j), s)); },
+      [&](int j) {
+        params.grad_ready(group(j), s);
+        params.release(group(j), s);
+      });
   return dx;
 }
 

@@ -8,6 +8,12 @@
 // backward, its gradient reduced. The order of those calls is what keeps the collectives of all
 // ranks matched and the shard cache in agreement; see RunOrder.
 //
+// zero.moe_gather leaf/fsdp (MoeRuntime::gather): the incumbents' way instead. Every local
+// expert, active or not, is gathered as one coalesced collective (ParamProvider::prefetch_block)
+// and acquired in id order; only the active ones are computed. Leaf releases them after each
+// pass (forward and backward gather again); fsdp keeps forward's parameters (`held`) until the
+// backward of the same micro-batch releases them. Routing, compute and reductions are the same.
+//
 // Expert group j (provider index first_group + j): "layers.l.experts.e", e = ep_rank·Epr + j,
 // {...experts.e.w1.weight (F, C) (gate), w2 (C, F) (down), w3 (F, C) (up)} (GroupKind::Expert).
 #pragma once
@@ -40,16 +46,33 @@ class LocalExperts {
   // [in] x (R, C): the received rows, laid out as `rows` says; [in] active (Epr): agreed;
   // [out] gate, up (R, F): pre-activations, allocated here (kept for backward);
   // returns y (R, C) `=` the expert outputs (rows of inactive experts: unwritten; there are none).
+  // [in,out] held (Epr or empty): fsdp: forward fills it with the acquired experts, backward
+  // takes and releases them; empty otherwise.
   TensorBuffer forward(const ModuleContext& ctx, ParamProvider& params, const DispatchState& rows,
                        const std::vector<char>& active, const Tensor& x, TensorBuffer& gate,
-                       TensorBuffer& up) const;
+                       TensorBuffer& up, std::vector<Tensor>& held) const;
   // [in] dy (R, C); x, gate, up: forward's; returns dx (R, C) `=`. Writes (`+=`) each active
   // expert's parameter gradient and marks it ready (grad_ready) before releasing the expert.
   TensorBuffer backward(const ModuleContext& ctx, ParamProvider& params, const DispatchState& rows,
                         const std::vector<char>& active, const Tensor& x, const Tensor& gate,
-                        const Tensor& up, const Tensor& dy) const;
+                        const Tensor& up, const Tensor& dy, std::vector<Tensor>& held) const;
+  // The provider groups of all local experts (a block, for prefetch_block).
+  std::vector<int> block_groups() const;
 
  private:
+  // One expert's compute over its row blocks; [in] w, gw: its parameters and gradient.
+  void forward_expert(const ModuleContext& ctx, const DispatchState& rows, int j,
+                      const GroupLayout& el, const Tensor& w, const Tensor& x, const Tensor& gate,
+                      const Tensor& up, const Tensor& act, const Tensor& y) const;
+  void backward_expert(const ModuleContext& ctx, const DispatchState& rows, int j,
+                       const GroupLayout& el, const Tensor& w, const Tensor& gw, const Tensor& x,
+                       const Tensor& gate, const Tensor& up, const Tensor& dy, const Tensor& act,
+                       const Tensor& dact, const Tensor& dgate, const Tensor& dup,
+                       const Tensor& dx) const;
+  // leaf/fsdp: every local expert, one coalesced gather (a no-op when prefetched), acquired in
+  // id order.
+  std::vector<Tensor> acquire_block(const ModuleContext& ctx, ParamProvider& params) const;
+  void release_block(const ModuleContext& ctx, ParamProvider& params) const;
   // The active local experts in the order to run them, in two phases. Gathers are started
   // for all of them in id order (the agreed order). Phase 1 (`first`): those whose gather was
   // started or that are resident: cached ones first in id order (acquiring them updates the

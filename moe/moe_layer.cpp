@@ -19,6 +19,8 @@ struct MoeFeedForward::MoeSaved : FeedForward::Saved {
   TensorBuffer xr;           // (R, C) rows received for the local experts
   TensorBuffer gate, up;     // (R, F) pre-activations of those rows
   std::vector<char> active;  // (Epr): local expert j is active (globally agreed)
+  std::vector<Tensor> held;  // (Epr) zero.moe_gather fsdp: experts acquired from forward to
+                             // backward; empty otherwise
 };
 
 MoeFeedForward::MoeFeedForward(const ModelConfig& cfg, const MoeRuntime& rt, int layer,
@@ -59,6 +61,12 @@ std::vector<GroupSpec> MoeFeedForward::param_groups() const {
 
 void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Prepare when) {
   planned_.clear();
+  if (rt_.gather != MoeGather::Experts) {  // leaf, fsdp: the whole block, one module ahead
+    if (when == Prepare::JustInTime)
+      params.prefetch_block(experts_.block_groups(), ctx.s(),
+                            ParamProvider::FetchReason::Predicted);
+    return;
+  }
   if (!rt_.frequency || rt_.prefetch.policy == PrefetchPolicy::None ||
       rt_.prefetch.lookahead_layers == 0)
     return;
@@ -86,6 +94,9 @@ void MoeFeedForward::prepare_backward(const ModuleContext& ctx, ParamProvider& p
   const auto* sv = dynamic_cast<const MoeSaved*>(&saved);
   MOEZERO_CHECK(sv != nullptr, "MoeFeedForward::prepare_backward of layer ", layer_,
                 ": saved state is not a MoeFeedForward's");
+  if (rt_.gather == MoeGather::Leaf)  // the block again, one module ahead of its backward
+    params.prefetch_block(experts_.block_groups(), ctx.s(), ParamProvider::FetchReason::Predicted);
+  if (rt_.gather != MoeGather::Experts) return;  // fsdp: still held since forward
   if (rt_.prefetch.policy == PrefetchPolicy::None) return;
   std::vector<int> local(static_cast<size_t>(experts_.count()));
   for (int j = 0; j < experts_.count(); ++j) local[static_cast<size_t>(j)] = j;
@@ -176,7 +187,8 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   // 3. dispatch: rows to the owners of their experts.
   sv->xr = dispatcher_.dispatch(ctx, sv->hn, routing.expert_ids, sv->routes);
   // 4. compute: the active local experts, each over its row blocks (one per source peer).
-  TensorBuffer yr = experts_.forward(ctx, params, sv->routes, sv->active, sv->xr, sv->gate, sv->up);
+  TensorBuffer yr =
+      experts_.forward(ctx, params, sv->routes, sv->active, sv->xr, sv->gate, sv->up, sv->held);
   // 5. combine: back to the token owners, weighted combine, residual.
   dispatcher_.combine(ctx, yr, routing.weights, sv->routes, out);
   ctx.ops().add(ctx.s(), out, h, out);
@@ -198,8 +210,8 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
 
   // 4'. compute: the experts in the forward order (the agreed active set: every EDP member
   // issues the same gathers and gradient reductions).
-  TensorBuffer dxr =
-      experts_.backward(ctx, params, sv->routes, sv->active, sv->xr, sv->gate, sv->up, dyr);
+  TensorBuffer dxr = experts_.backward(ctx, params, sv->routes, sv->active, sv->xr, sv->gate,
+                                       sv->up, dyr, sv->held);
   sv->gate.reset();
   sv->up.reset();
   sv->xr.reset();

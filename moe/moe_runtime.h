@@ -72,6 +72,9 @@ struct MoeRuntime {
   // from the agreed counts, so it is identical on every rank; the plans made from it are too.
   prefetch::FrequencyModel* frequency = nullptr;
   PrefetchConfig prefetch;
+  // How the local experts are gathered (zero.moe_gather). Leaf and Fsdp gather the block as
+  // one coalesced collective and ignore `frequency`'s plans and `prefetch` for experts.
+  MoeGather gather = MoeGather::Experts;
 };
 
 // Where one micro-batch sits in the global batch (for world-size independent router noise and

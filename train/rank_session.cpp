@@ -222,6 +222,7 @@ void RankSession::build_model() {
     rt_.frequency = frequency_.get();
   }
   rt_.prefetch = cfg_.prefetch;
+  rt_.gather = cfg_.zero.moe_gather;
   model_ = std::make_unique<Transformer>(cfg_.model, &rt_);
 }
 
@@ -233,6 +234,7 @@ void RankSession::build_engine() {
   zo.prefetch_bucket_bytes = cfg_.zero.prefetch_bucket_size;
   zo.max_live_bytes = cfg_.zero.max_live_parameters;
   zo.reduce_bucket_bytes = cfg_.zero.reduce_bucket_size;
+  zo.micro_batches_per_step = tc_.grad_accum_steps;
   zo.seed = static_cast<uint64_t>(tc_.seed);
   zo.check_finite = cfg_.profile.check_finite;
   if (run_.options.grad_hook)
@@ -248,7 +250,8 @@ void RankSession::build_engine() {
         return GroupComms{comms_.gather.get(), comms_.reduce.get()};
       },
       *comms_.misc, zo,
-      cfg_.shard_cache.capacity_bytes > 0 && moe_layers_ > 0
+      cfg_.shard_cache.capacity_bytes > 0 && moe_layers_ > 0 &&
+              cfg_.zero.moe_gather == MoeGather::Experts  // leaf, fsdp: nothing kept
           ? std::make_unique<prefetch::ShardCache>(cfg_.shard_cache)
           : nullptr);
   // A collective: names of every rank's groups.

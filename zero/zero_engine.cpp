@@ -50,6 +50,9 @@ void ZeroEngine::grad_ready(int group, Stream& compute) { impl_->grad_ready(grou
 void ZeroEngine::prefetch(int group, Stream&, FetchReason reason) {
   impl_->prefetch(group, reason == FetchReason::Predicted);
 }
+void ZeroEngine::prefetch_block(std::span<const int> groups, Stream&, FetchReason reason) {
+  impl_->prefetch_block(groups, reason == FetchReason::Predicted);
+}
 void ZeroEngine::discard_prefetch(int group) { impl_->discard_prefetch(group); }
 void ZeroEngine::set_keep_score(int group, double score) {
   auto& st = impl_->group(group);
@@ -382,6 +385,30 @@ void ZeroEngine::Impl::grad_ready(int g, Stream& compute) {
   MOEZERO_CHECK(static_cast<bool>(st.grad_full), "grad_ready of group '", st.layout.spec().name,
                 "' without grad() in this backward pass");
   check_gradient(g, compute);  // hook and non-finite scan, before anything reads it
+  if (st.grads_deferred && micro_batch + 1 < options.micro_batches_per_step) {
+    accumulate_local(g, compute);
+    return;
+  }
+  if (st.grad_local) {  // stage 1, last micro-batch: this rank's sum of the whole step
+    device.ops().axpy(compute, 1.0f, st.grad_local, st.grad_full);
+    st.grad_local.reset();
+  }
+  enqueue_reduction(g);
+}
+
+void ZeroEngine::Impl::accumulate_local(int g, Stream& compute) {
+  GroupState& st = group(g);
+  if (!st.grad_local) {  // the first micro-batch's gradient becomes the sum
+    st.grad_local = std::move(st.grad_full);
+    st.grad_full.reset();  // a moved-from TensorBuffer keeps its view
+    return;
+  }
+  device.ops().axpy(compute, 1.0f, st.grad_full, st.grad_local);
+  st.grad_full.reset();
+}
+
+void ZeroEngine::Impl::enqueue_reduction(int g) {
+  GroupState& st = group(g);
   // One bucket per reduce communicator: a bucket's composition (hence the size of its
   // collective) must be a function of that communicator's groups only, never of how other
   // groups (experts of other EDP groups) interleave on this rank.
@@ -390,6 +417,17 @@ void ZeroEngine::Impl::grad_ready(int g, Stream& compute) {
   b.groups.push_back(g);
   b.bytes += static_cast<uint64_t>(st.padded) * dtype_size_bytes(options.compute_dtype);
   if (b.bytes >= options.reduce_bucket_bytes) flush_bucket(b);
+}
+
+void ZeroEngine::Impl::reduce_local_leftovers() {
+  // Group order: the same on every rank of each reduce communicator.
+  for (size_t i = 0; i < groups.size(); ++i) {
+    GroupState& st = *groups[i];
+    if (!st.grad_local) continue;
+    st.grad_full = std::move(st.grad_local);
+    st.grad_local.reset();  // a moved-from TensorBuffer keeps its view
+    enqueue_reduction(static_cast<int>(i));
+  }
 }
 
 void ZeroEngine::Impl::check_gradient(int g, Stream& compute) {

@@ -4,9 +4,16 @@
 //
 //   stage | params (compute dtype)     | gradients                   | optimizer (master, m, v)
 //   0     | full, replicated           | full, all-reduced           | full, replicated
-//   1     | full, replicated           | full, all-reduced           | shard
+//   1     | full, replicated           | shard (reduce-scattered     | shard
+//         |                            |   once per step)            |
 //   2     | full, replicated           | shard (reduce-scattered)    | shard
 //   3     | shard; gathered on acquire | shard (reduce-scattered)    | shard
+//
+// Stages 1 and 2 move two parameter volumes per optimizer step, as in the ZeRO paper: the
+// gradients reduce-scattered (bucketed, on the reduce stream, overlapped with backward) and the
+// updated parameters all-gathered. Stage 1 keeps each micro-batch's full gradient on the rank
+// (summed locally, fp32) and reduce-scatters the sum once, in the backward of the step's last
+// micro-batch (ZeroOptions::micro_batches_per_step); stage 2 reduce-scatters every micro-batch.
 //
 // Groups smaller than `persistence_threshold_elems` behave as stage 2 under stage 3 (full
 // parameters stay resident; they are not worth a collective each).
@@ -70,6 +77,10 @@ struct ZeroOptions {
   uint64_t prefetch_bucket_bytes = 64ull << 20;
   uint64_t max_live_bytes = 1ull << 30;
   uint64_t reduce_bucket_bytes = 64ull << 20;
+  // Stage 1: gradients are summed on the rank and reduce-scattered in the backward of
+  // micro-batch micro_batches_per_step - 1 (0-based; later ones reduce too). A step that ends
+  // with fewer micro-batches reduces the rest at step(), not overlapped.
+  int64_t micro_batches_per_step = 1;
   uint64_t seed = 1234;  // parameter initialisation
   // Gradient health (docs/health.md). check_finite: every full gradient is scanned for
   // NaN/Inf on the compute stream before it is reduced (Ops::find_nonfinite); the results
@@ -133,7 +144,7 @@ struct StepResult {
 struct EngineCounters {
   uint64_t gathered_bytes = 0;          // all-gather output bytes (full buffers filled)
   uint64_t reduce_scattered_bytes = 0;  // reduce-scatter input bytes
-  uint64_t all_reduced_bytes = 0;       // gradient all-reduce bytes (stages 0 and 1)
+  uint64_t all_reduced_bytes = 0;       // gradient all-reduce bytes (stage 0)
   uint64_t gathers = 0;                 // all-gathers issued (of parameter groups)
   uint64_t prefetched = 0;              // gathers issued ahead of their acquire
   uint64_t prefetch_hits = 0;           // acquires that found their gather already issued
@@ -187,6 +198,11 @@ class ZeroEngine final : public ParamProvider {
   Tensor grad(int group, Stream& compute) override;
   void grad_ready(int group, Stream& compute) override;
   void prefetch(int group, Stream& compute, FetchReason reason = FetchReason::Predicted) override;
+  // One all-gather for every group of `groups` that is sharded and not resident or in flight
+  // (they must share a gather communicator): each rank's shards side by side, unpacked into
+  // the groups' full buffers on the gather stream. Acquire and release stay per group.
+  void prefetch_block(std::span<const int> groups, Stream& compute,
+                      FetchReason reason = FetchReason::Predicted) override;
   void discard_prefetch(int group) override;
   void set_keep_score(int group, double score) override;
   bool ready(int group) const override;

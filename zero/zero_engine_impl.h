@@ -22,7 +22,8 @@ struct GroupState {
   int n = 1;                    // ranks sharing the group
   int rank = 0;                 // this rank's position among them
   bool params_sharded = false;  // stage 3 and large enough: gathered on acquire
-  bool grads_sharded = false;   // stage >= 2: gradients reduce-scattered into shards
+  bool grads_sharded = false;   // stage >= 1: gradients reduce-scattered into shards
+  bool grads_deferred = false;  // stage 1: reduce-scattered once per step (last micro-batch)
   bool opt_sharded = false;     // stage >= 1: optimizer state is a shard
   int64_t padded = 0;           // elements, multiple of n * kParamAlignElems
   int64_t shard_elems = 0;      // padded / n
@@ -38,8 +39,10 @@ struct GroupState {
   TensorBuffer exp_avg, exp_avg_sq;  // f32 (opt_elems)
 
   // Transient.
-  TensorBuffer full;       // gathered parameters (params_sharded), compute dtype (padded)
-  TensorBuffer grad_full;  // f32 (padded), alive from grad() to the bucket's reduction
+  TensorBuffer full;        // gathered parameters (params_sharded), compute dtype (padded)
+  TensorBuffer grad_full;   // f32 (padded), alive from grad() to the bucket's reduction
+  TensorBuffer grad_local;  // f32 (padded), stage 1: this rank's unreduced sum of the step's
+                            // earlier micro-batches (absent after the first, or at one)
   // Sharded: only the shard exists. Gathering: all-gather issued, not acquired. Full: acquired.
   // Cached: gathered, released, kept resident by the shard cache (expert groups only).
   enum State { Sharded, Gathering, Full, Cached } state = Sharded;
@@ -72,6 +75,9 @@ struct ZeroEngine::Impl {
   void end_passes();
   Tensor grad(int g, Stream& compute);
   void grad_ready(int g, Stream& compute);
+  void accumulate_local(int g, Stream& compute);  // stage 1, not the last micro-batch
+  void enqueue_reduction(int g);                  // grad_full joins its communicator's bucket
+  void reduce_local_leftovers();                  // stage 1: sums whose last micro-batch never came
   struct Bucket {
     std::vector<int> groups;  // groups whose gradients await reduction
     uint64_t bytes = 0;
@@ -91,6 +97,7 @@ struct ZeroEngine::Impl {
   void apply_adamw(const AdamWHyper& hyper, float grad_scale);  // every optimizer range
   void refresh_replicated();  // all-gather replicated groups' updated ranges (gather stream)
   void prefetch(int g, bool predicted);
+  void prefetch_block(std::span<const int> ids, bool predicted);  // zero_block.cpp
   void discard_prefetch(int g);
   void drop_resident(int g);  // a Cached or unused Gathering buffer goes back to the allocator
   // compute waits for `ready` (the gather of group g); the wait is timed

@@ -61,7 +61,8 @@ void ZeroEngine::Impl::add_group(GroupSpec spec, GroupComms comms) {
                 st->layout.spec().name, "': gather and reduce communicators differ in group");
   const int stage = options.stage;
   st->params_sharded = stage == 3 && st->layout.numel() >= options.persistence_threshold_elems;
-  st->grads_sharded = stage >= 2;
+  st->grads_sharded = stage >= 1;
+  st->grads_deferred = stage == 1;
   st->opt_sharded = stage >= 1;
   st->padded = st->layout.padded_numel(st->n);
   st->shard_elems = st->padded / st->n;
@@ -229,6 +230,7 @@ std::optional<NonFiniteGrad> ZeroEngine::Impl::resolve_checks(const std::vector<
 
 void ZeroEngine::Impl::drain_passes() {
   Stream& cs = *streams.compute;
+  reduce_local_leftovers();
   flush_buckets();
   end_passes();
   if (reduce_recorded) cs.wait(*reduce_done);

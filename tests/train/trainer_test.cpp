@@ -193,6 +193,57 @@ TEST(TrainerMoe, WorldSizesEpWidthsAndStagesGiveTheSameLosses) {
   }
 }
 
+// zero.moe_gather changes only how experts are gathered: losses bit for bit, and the bytes of
+// the incumbents: leaf gathers every local expert in forward and backward of every micro-batch,
+// fsdp once per micro-batch (world 4, two micro-batches, EP 2 and EP 1).
+TEST(TrainerMoe, MoeGatherStrategiesGiveTheSameLossesAndTheirBytes) {
+  for (int ep : {2, 1}) {
+    auto cfg = [&](const std::string& gather) {
+      return tiny_moe({"parallel.world_size=4", "parallel.ep_size=" + std::to_string(ep),
+                       "zero.stage=3", "train.steps=2", "train.grad_accum_steps=2",
+                       "zero.param_persistence_threshold=0", "zero.moe_gather=" + gather});
+    };
+    const Config c = cfg("leaf");
+    EXPECT_EQ(c.zero.moe_gather, MoeGather::Leaf);
+    const TrainResult experts = train(cfg("experts"), {}), leaf = train(c, {}),
+                      fsdp = train(cfg("fsdp"), {});
+    // One volume of this rank's experts (compute dtype f32): every MoE layer's E / ep experts.
+    const uint64_t volume = uint64_t(c.model.n_layers) * uint64_t(c.model.num_experts / ep) * 3 *
+                            uint64_t(c.model.d_ff * c.model.d_model) * 4;
+    for (size_t s = 0; s < experts.steps.size(); ++s) {
+      const std::string what = "ep " + std::to_string(ep) + " step " + std::to_string(s + 1);
+      EXPECT_EQ(leaf.steps[s].loss, experts.steps[s].loss) << what;
+      EXPECT_EQ(fsdp.steps[s].loss, experts.steps[s].loss) << what;
+      EXPECT_EQ(leaf.steps[s].grad_norm, experts.steps[s].grad_norm) << what;
+      for (size_t r = 0; r < 4; ++r) {
+        EXPECT_EQ(leaf.steps[s].ranks[r].gathered_expert_bytes, 2 * 2 * volume) << what;
+        EXPECT_EQ(fsdp.steps[s].ranks[r].gathered_expert_bytes, 2 * volume) << what;
+        EXPECT_EQ(leaf.steps[s].ranks[r].gathered_dense_bytes,
+                  experts.steps[s].ranks[r].gathered_dense_bytes)
+            << what;
+        EXPECT_EQ(leaf.steps[s].ranks[r].cache_hits, 0u) << what << ": leaf keeps nothing";
+      }
+    }
+  }
+}
+
+TEST(TrainerMoe, StageOneMovesTwoVolumesPerStep) {
+  // Stage 1: gradients reduce-scattered once per step (not all-reduced per micro-batch), the
+  // updated parameters all-gathered: equal volumes, and the losses of stage 2.
+  auto cfg = [](int stage) {
+    return tiny({"parallel.world_size=4", "train.grad_accum_steps=2",
+                 "zero.stage=" + std::to_string(stage)});
+  };
+  const TrainResult one = train(cfg(1), {}), two = train(cfg(2), {});
+  for (size_t s = 0; s < one.steps.size(); ++s) {
+    const RankStepStats& r = one.steps[s].ranks[0];
+    EXPECT_EQ(r.all_reduced_bytes, 0u);
+    EXPECT_EQ(r.reduce_scattered_bytes, r.gathered_bytes) << "step " << s + 1;
+    EXPECT_EQ(two.steps[s].ranks[0].reduce_scattered_bytes, 2 * r.gathered_bytes);
+    EXPECT_NEAR(one.steps[s].loss, two.steps[s].loss, 1e-5 * two.steps[s].loss);
+  }
+}
+
 TEST(TrainerMoe, MetricsReportRoutingAndTraffic) {
   const std::string path = ::testing::TempDir() + "moezero_moe_metrics.jsonl";
   TrainOptions opt;

@@ -2,6 +2,8 @@
 // its slice of a global batch, so every world size and ZeRO stage must reach the same
 // parameters. Also: model-state bytes against the ZeRO formula, the live-parameter limit,
 // prefetch by recorded order, illegal state transitions.
+#include "zero/zero_engine.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/ops.h"
-#include "zero/zero_engine.h"
 
 namespace moezero {
 namespace {
@@ -19,7 +20,10 @@ namespace {
 std::vector<GroupSpec> make_groups(int64_t big) {
   std::vector<GroupSpec> g;
   g.push_back({"embed", GroupKind::Dense, -1, -1, {{"embed.weight", Shape{big / 8, 8}}}});
-  g.push_back({"block0", GroupKind::Dense, 0, -1,
+  g.push_back({"block0",
+               GroupKind::Dense,
+               0,
+               -1,
                {{"block0.norm", Shape{8}, ParamInit::Ones, 0.0f, false},
                 {"block0.w", Shape{big / 16, 16}, ParamInit::Normal, 0.5f}}});
   g.push_back({"block1", GroupKind::Dense, 1, -1, {{"block1.w", Shape{big + 5}}}});
@@ -47,9 +51,12 @@ TrainRun train(int world, ZeroOptions opt, int steps, int64_t big = 960, int acc
     auto gather = ctx.communicator(wg, "gather");
     auto reduce = ctx.communicator(wg, "reduce");
     auto misc = ctx.communicator(wg, "misc");
-    ZeroEngine eng(dev, st, make_groups(big), [&](const GroupSpec&) {
-      return GroupComms{gather.get(), reduce.get()};
-    }, *misc, opt);
+    ZeroEngine eng(
+        dev, st, make_groups(big),
+        [&](const GroupSpec&) {
+          return GroupComms{gather.get(), reduce.get()};
+        },
+        *misc, opt);
     Ops& ops = dev.ops();
     Stream& cs = *st.compute;
     const int K = 12, per_rank = K / world;
@@ -65,7 +72,8 @@ TrainRun train(int world, ZeroOptions opt, int steps, int64_t big = 960, int acc
           for (int s = ctx.rank * per_rank; s < (ctx.rank + 1) * per_rank; ++s) {
             auto& t = host.emplace_back(static_cast<size_t>(n));
             for (int64_t i = 0; i < n; ++i)
-              t[i] = std::sin(0.37f * float(i) + 1.3f * float(s) + 0.11f * float(step * accum + a) + float(g));
+              t[i] = std::sin(0.37f * float(i) + 1.3f * float(s) + 0.11f * float(step * accum + a) +
+                              float(g));
             auto& tb = keep.emplace_back(dev, DType::F32, Shape{n}, MemTag::Activation, cs);
             dev.memcpy_async(tb.view().data(), t.data(), size_t(n) * 4, cs);
             TensorBuffer pf(dev, DType::F32, Shape{n}, MemTag::Activation, cs);
@@ -133,6 +141,28 @@ TEST(ZeroEngine, GradientAccumulationEqualsOneBigBatch) {
   expect_close(a, b, 1e-5, "accumulation world 4");
 }
 
+TEST(ZeroEngine, StageOneReduceScattersOncePerStep) {
+  // Stage 1 sums a step's micro-batches on the rank and reduce-scatters once, in the last
+  // micro-batch's backward; a configured count larger than what ran reduces at step().
+  ZeroOptions o;
+  o.reduce_bucket_bytes = 2000;
+  TrainRun ref = train(1, o, 3, 960, 2);
+  for (int64_t per_step : {2, 1, 3}) {
+    ZeroOptions s1 = o;
+    s1.stage = 1;
+    s1.micro_batches_per_step = per_step;
+    TrainRun r = train(4, s1, 3, 960, 2);
+    // Local sums first, then the ranks: float rounding only.
+    expect_close(ref, r, 1e-5, "stage 1, micro_batches_per_step " + std::to_string(per_step));
+    EXPECT_EQ(r.counters.all_reduced_bytes, 0u);
+    uint64_t padded_bytes = 0;  // one gradient volume (compute dtype f32), padded for 4 ranks
+    for (const GroupSpec& g : make_groups(960))
+      padded_bytes += static_cast<uint64_t>(GroupLayout(g).padded_numel(4)) * 4;
+    const uint64_t reductions = per_step == 1 ? 2 : 1;  // per step: 1 counts every micro-batch
+    EXPECT_EQ(r.counters.reduce_scattered_bytes, 3 * reductions * padded_bytes) << per_step;
+  }
+}
+
 TEST(ZeroEngine, ModelStateBytesFollowTheZeroFormula) {
   for (DType dt : {DType::F32, DType::BF16}) {
     const int world = 4;
@@ -147,7 +177,8 @@ TEST(ZeroEngine, ModelStateBytesFollowTheZeroFormula) {
     const double got = double(r.mem.current_bytes[size_t(MemTag::ParamShard)] +
                               r.mem.current_bytes[size_t(MemTag::Grad)] +
                               r.mem.current_bytes[size_t(MemTag::OptimState)]);
-    EXPECT_NEAR(got / formula, 1.0, 0.05) << dtype_name(dt) << ": " << got << " bytes vs " << formula;
+    EXPECT_NEAR(got / formula, 1.0, 0.05)
+        << dtype_name(dt) << ": " << got << " bytes vs " << formula;
     EXPECT_EQ(r.mem.current_bytes[size_t(MemTag::FullParam)], 0u) << "gathered params leaked";
   }
 }
@@ -185,9 +216,12 @@ TEST(ZeroEngine, IllegalTransitionsAreErrors) {
     auto c3 = ctx.communicator(ctx.world_group(), "misc");
     ZeroOptions o;
     o.persistence_threshold_elems = 0;
-    ZeroEngine eng(dev, st, make_groups(96), [&](const GroupSpec&) {
-      return GroupComms{c1.get(), c2.get()};
-    }, *c3, o);
+    ZeroEngine eng(
+        dev, st, make_groups(96),
+        [&](const GroupSpec&) {
+          return GroupComms{c1.get(), c2.get()};
+        },
+        *c3, o);
     EXPECT_THROW(eng.release(0, *st.compute), Error);
     eng.acquire(0, *st.compute);
     EXPECT_THROW(eng.acquire(0, *st.compute), Error);

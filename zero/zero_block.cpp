@@ -1,0 +1,71 @@
+// zero/zero_block.cpp — ZeroEngine: the coalesced gather of a block of parameter groups (a MoE
+// layer's local experts under zero.moe_gather leaf/fsdp): one all-gather per block and use,
+// as DeepSpeed's coalesced fetch of a leaf module and FSDP2's per-module all-gather do.
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/trace.h"
+#include "zero/zero_engine_impl.h"
+
+namespace moezero {
+
+using zero_detail::GroupState;
+
+void ZeroEngine::Impl::prefetch_block(std::span<const int> ids, bool predicted) {
+  std::vector<int> todo;  // sharded and neither resident nor in flight, in the caller's order
+  for (int g : ids) {
+    const GroupState& st = group(g);
+    if (st.params_sharded && st.state == GroupState::Sharded) todo.push_back(g);
+  }
+  if (todo.empty()) return;
+  const GroupState& first = group(todo.front());
+  Communicator* comm = first.comms.gather;
+  const int n = first.n;
+  int64_t cols = 0;  // elements of this rank's part: every group's shard, side by side
+  for (int g : todo) {
+    MOEZERO_CHECK(group(g).comms.gather == comm, "prefetch_block: group '",
+                  group(g).layout.spec().name, "' has another gather communicator than '",
+                  first.layout.spec().name, "'");
+    cols += group(g).shard_elems;
+  }
+  const DType dt = options.compute_dtype;
+  Stream& gs = *streams.gather;
+  Ops& ops = device.ops();
+  gs.wait(*params_updated);  // the shards are final for this step
+  TensorBuffer send(device, dt, Shape{cols}, MemTag::CommBuffer, gs, "block gather");
+  TensorBuffer recv(device, dt, Shape{int64_t{n} * cols}, MemTag::CommBuffer, gs, "block gather");
+  int64_t c = 0;
+  for (int g : todo) {
+    const GroupState& st = group(g);
+    ops.cast(gs, st.param_source(), send.view().view_elems(c, Shape{st.shard_elems}));
+    c += st.shard_elems;
+  }
+  if (trace && trace->tracing())
+    trace->label_next_collective("block " + first.layout.spec().name + " +" +
+                                 std::to_string(todo.size() - 1));
+  comm->all_gather(send.view().data(), recv.view().data(), static_cast<size_t>(cols), dt, gs);
+  counters.gathers += 1;  // one collective for the block
+  c = 0;
+  for (int g : todo) {  // recv is (n, cols): rank r's shard of group g at [r][c, c + shard)
+    GroupState& st = group(g);
+    st.full = TensorBuffer(device, dt, Shape{st.padded}, MemTag::FullParam, gs,
+                           st.layout.spec().name.c_str());
+    for (int r = 0; r < n; ++r)
+      ops.cast(gs, recv.view().view_elems(r * cols + c, Shape{st.shard_elems}),
+               st.full.view().view_elems(r * st.shard_elems, Shape{st.shard_elems}));
+    c += st.shard_elems;
+    st.gathered->record(gs);
+    st.state = GroupState::Gathering;
+    st.prefetched = predicted;
+    st.early_needed = !predicted;
+    if (predicted) counters.prefetched += 1;
+    count_live(st, +1);
+    const size_t bytes = st.full_bytes(dt);
+    counters.gathered_bytes += bytes;
+    (st.expert ? counters.gathered_expert_bytes : counters.gathered_dense_bytes) += bytes;
+    GroupCounters& gc = group_counters[static_cast<size_t>(g)];
+    gc.gathers += 1;
+    gc.gathered_bytes += bytes;
+  }
+}
+
+}  // namespace moezero
