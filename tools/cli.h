@@ -32,5 +32,8 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out,
 int score(const std::vector<std::string>& args);
 // `moezero report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]`.
 int report(const std::vector<std::string>& args);
+// `moezero bench --config FILE [--set k=v ...] [--strategies LIST] [--repeats N] [--warmup N]
+//  [--json OUT]` (tools/bench.h).
+int bench(const std::vector<std::string>& args);
 
 }  // namespace moezero::cli

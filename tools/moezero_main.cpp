@@ -33,6 +33,10 @@ constexpr const char* kUsage =
     "  report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]\n"
     "      per-expert, per-step, comms and memory summary of a metrics file or trace;\n"
     "      --html: one self-contained page with heatmaps, --json: the numbers\n"
+    "  bench --config FILE [--set section.key=value ...] [--strategies LIST] [--repeats N]\n"
+    "        [--warmup N] [--json OUT]\n"
+    "      the benchmark of record: the real trainer under each strategy (compute, z1, z2,\n"
+    "      z3-leaf, z3-fsdp, z3-none, moezero, moezero-cache=P), alternating, medians table\n"
     "  help      print this text\n";
 
 }  // namespace
@@ -52,6 +56,7 @@ int main(int argc, char** argv) {
     if (cmd == "export") return moezero::cli::export_model(args);
     if (cmd == "score") return moezero::cli::score(args);
     if (cmd == "report") return moezero::cli::report(args);
+    if (cmd == "bench") return moezero::cli::bench(args);
     std::cerr << "moezero: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
   } catch (const moezero::Error& e) {

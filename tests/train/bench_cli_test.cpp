@@ -1,0 +1,84 @@
+// `moezero bench` end to end: the real trainer on the tiny config under two strategies
+// (compute, z3-none), 2 repeats of 3 steps, --json into this test's scratch folder; the rows
+// must carry every field, compute's utilisation is exactly 1 (its own step time over itself),
+// byte counters are >= 0 and compute (stage 0) gathers nothing.
+//
+// Paths come from CMake: MOEZERO_BIN, MOEZERO_SOURCE_DIR, MOEZERO_WORK_DIR (a scratch folder).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kWork = MOEZERO_WORK_DIR;
+
+// Runs a shell command, output to `log`; returns the exit status.
+int run(const std::string& cmd, const fs::path& log) {
+  const std::string full = cmd + " >" + log.string() + " 2>&1";
+  const int rc = std::system(full.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+const char* const kFields[] = {"strategy",
+                               "tokens_per_s",
+                               "utilisation",
+                               "step_ms",
+                               "exposed_comm_ms",
+                               "exposed_comm_ms_max",
+                               "comm_ms",
+                               "gathered_expert_bytes",
+                               "gathered_dense_bytes",
+                               "a2a_bytes",
+                               "peak_state_bytes",
+                               "prefetch_hits",
+                               "prefetch_misses",
+                               "miss_bytes",
+                               "exact_prefetches",
+                               "wasted_bytes",
+                               "needed_expert_bytes",
+                               "active_fraction",
+                               "spread"};
+
+TEST(BenchCli, TwoStrategiesGiveSaneRows) {
+  fs::create_directories(kWork);
+  const fs::path json = kWork / "bench.json";
+  fs::remove(json);
+  const int rc = run(std::string(MOEZERO_BIN) + " bench --config " + MOEZERO_SOURCE_DIR +
+                         "/examples/configs/tiny.json --set train.steps=3 --set "
+                         "comm_emulation.link_gbps=8 --strategies compute,z3-none --repeats 2 "
+                         "--warmup 1 --json " +
+                         json.string(),
+                     kWork / "bench.log");
+  ASSERT_EQ(rc, 0) << "see " << (kWork / "bench.log");
+  std::ifstream in(json);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j.at("rows").size(), 2u);
+  const nlohmann::json& compute = j["rows"][0];
+  const nlohmann::json& z3 = j["rows"][1];
+  EXPECT_EQ(compute["strategy"], "compute");
+  EXPECT_EQ(z3["strategy"], "z3-none");
+  for (const nlohmann::json& row : j["rows"]) {
+    for (const char* f : kFields) EXPECT_TRUE(row.contains(f)) << row["strategy"] << ": " << f;
+    EXPECT_GT(row["tokens_per_s"].get<double>(), 0.0);
+    EXPECT_GT(row["step_ms"].get<double>(), 0.0);
+    EXPECT_GE(row["spread"].get<double>(), 1.0);
+    EXPECT_GT(row["utilisation"].get<double>(), 0.0);
+    for (const auto& [key, value] : row.items())
+      if (key.find("bytes") != std::string::npos && !value.is_null()) {
+        EXPECT_GE(value.get<double>(), 0.0) << row["strategy"] << ": " << key;
+      }
+    EXPECT_GE(row["exposed_comm_ms"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(compute["utilisation"].get<double>(), 1.0);
+  EXPECT_EQ(compute["gathered_expert_bytes"].get<double>(), 0.0);
+  EXPECT_EQ(compute["gathered_dense_bytes"].get<double>(), 0.0);
+  EXPECT_GT(z3["gathered_expert_bytes"].get<double>(), 0.0);  // stage 3 gathers its experts
+}
+
+}  // namespace
