@@ -38,10 +38,10 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/process_groups.h"
-#include "zero/zero_engine.h"
 #include "prefetch/frequency_model.h"
 #include "prefetch/prefetch_policy.h"
 #include "prefetch/shard_cache.h"
+#include "zero/zero_engine.h"
 
 using namespace moezero;
 
@@ -247,7 +247,7 @@ Result run(const Bench& b) {
           out.gathered = double(c.gathered_expert_bytes - before.gathered_expert_bytes) / n;
           out.needed = needed / n;
           out.miss = double(c.prefetch_misses - before.prefetch_misses) * double(expert_bytes) / n;
-          out.wasted = double(c.prefetch_wasted_bytes - before.prefetch_wasted_bytes) / n;
+          out.wasted = double(c.wasted_bytes - before.wasted_bytes) / n;
           out.stall_ms = (c.stall_ms - before.stall_ms) / n;
           out.hits = c.prefetch_hits - before.prefetch_hits;
           out.cache_hits = c.cache_hits - before.cache_hits;

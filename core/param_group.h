@@ -32,7 +32,7 @@ enum class ParamInit : uint8_t {
 };
 
 struct ParamSpec {
-  std::string name;   // Hugging Face Mixtral name: "model.layers.0.self_attn.q_proj.weight"
+  std::string name;  // Hugging Face Mixtral name: "model.layers.0.self_attn.q_proj.weight"
   Shape shape;
   ParamInit init = ParamInit::Normal;
   float init_std = 0.02f;
@@ -54,8 +54,8 @@ enum class GroupKind : uint8_t { Dense, Expert };
 struct GroupSpec {
   std::string name;  // "layers.3.attn", "layers.3.experts.5"
   GroupKind kind = GroupKind::Dense;
-  int layer = -1;    // -1 for embedding / head
-  int expert = -1;   // expert id for GroupKind::Expert
+  int layer = -1;   // -1 for embedding / head
+  int expert = -1;  // expert id for GroupKind::Expert
   std::vector<ParamSpec> params;
 };
 
@@ -104,10 +104,14 @@ class ParamProvider {
 
   // Optional hints (defaults do nothing). Every rank sharing the group must give the same
   // hints in the same order (they may start collectives).
-  // Why a fetch is started ahead of acquire(): Predicted (a prefetch policy's guess: counted
-  // as a prefetch hit when acquired, as waste when discarded) or Needed (known to be needed,
-  // started early only so that work can run in readiness order: counted as a miss).
-  enum class FetchReason : uint8_t { Predicted, Needed };
+  // Why a fetch is started ahead of acquire() (only the counters differ, README "Prefetch"):
+  //   Predicted: a plan made before routing (a prefetch policy's guess): a prefetch hit when
+  //              acquired, waste when dropped unused;
+  //   Needed:    known to be needed once routing ran, started early only so that work can run
+  //              in readiness order: a miss;
+  //   Exact:     backward's prefetch from the forward's routing (known, not guessed): an
+  //              exact prefetch, never a hit.
+  enum class FetchReason : uint8_t { Predicted, Needed, Exact };
   // Start fetching `group` now: a later acquire() finds it in flight or resident.
   virtual void prefetch(int group, Stream& compute, FetchReason reason = FetchReason::Predicted) {}
   // A prefetched group will not be acquired in this pass (a wrong prediction): the provider

@@ -133,7 +133,7 @@ TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& par
   // Backward prefetch is exact: the routing is known, so every needed expert's gather starts
   // now, in the order they will run (cached ones are resident already; the provider keeps
   // within its live-parameter limit).
-  const RunOrder order = run_order(ctx, params, active, ParamProvider::FetchReason::Predicted);
+  const RunOrder order = run_order(ctx, params, active, ParamProvider::FetchReason::Exact);
   auto run = [&](int j) {
     const int g = group(j);
     const int sp = span(ctx, rows, j, TracePass::Backward);

@@ -90,7 +90,7 @@ void MoeFeedForward::prepare_backward(const ModuleContext& ctx, ParamProvider& p
   std::vector<int> local(static_cast<size_t>(experts_.count()));
   for (int j = 0; j < experts_.count(); ++j) local[static_cast<size_t>(j)] = j;
   for (int j : prefetch::backward_order(local, sv->active))
-    params.prefetch(experts_.group(j), ctx.s(), ParamProvider::FetchReason::Predicted);
+    params.prefetch(experts_.group(j), ctx.s(), ParamProvider::FetchReason::Exact);
 }
 
 Router::Routing& MoeFeedForward::route(const ModuleContext& ctx, ParamProvider& params,
@@ -156,6 +156,8 @@ std::vector<char> MoeFeedForward::apply_agreement(ParamProvider& params,
       active_count += kept[static_cast<size_t>(e)] > 0.5f;
     }
     rt_.stats->active_experts[static_cast<size_t>(moe_index_)] = active_count;
+    rt_.stats->active_layer_experts += static_cast<uint64_t>(active_count);
+    rt_.stats->layer_expert_slots += static_cast<uint64_t>(E);
   }
   return active;
 }

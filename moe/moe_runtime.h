@@ -25,6 +25,10 @@ struct MoeStats {
   // Per MoE layer: experts that were active (gathered and computed) in the last micro-batch.
   std::vector<int> active_experts;
   uint64_t a2a_bytes = 0;  // this rank's all-to-all send bytes (tokens, both passes)
+  // Summed over the step's micro-batches and MoE layers: experts active (agreed, all of the
+  // layer's experts, not only this rank's) and experts that could have been (E per layer and
+  // micro-batch). Their ratio is the step's active_fraction.
+  uint64_t active_layer_experts = 0, layer_expert_slots = 0;
   // Per MoE layer, per expert (layers, E), this rank, forward dispatch only, summed over the
   // step's micro-batches: token assignments this rank sent to another EP rank for expert e
   // (out), and, on e's owner, assignments for e received from other EP ranks (in). Summed over
@@ -49,6 +53,8 @@ struct MoeStats {
     for (auto& v : a2a_tokens_in) std::fill(v.begin(), v.end(), 0);
     for (auto& v : a2a_tokens_out) std::fill(v.begin(), v.end(), 0);
     a2a_bytes = 0;
+    active_layer_experts = 0;
+    layer_expert_slots = 0;
   }
 };
 

@@ -23,7 +23,7 @@ enum Field : size_t {
   kCacheMisses,
   kPrefetchHits,
   kPrefetchMisses,
-  kPrefetchWastedBytes,
+  kWastedBytes,
   kA2aIn,
   kA2aOut,
   kFieldCount
@@ -68,6 +68,11 @@ nlohmann::json rank_step_json(const RankStepStats& s) {
     peak[mem_tag_name(static_cast<MemTag>(t))] = s.peak_bytes[t];
   j["peak_bytes"] = peak;
   j["peak_total_bytes"] = s.peak_total_bytes;
+  // Mean share of the layer-experts active per micro-batch (null: no MoE layer ran).
+  j["active_fraction"] = s.layer_expert_slots == 0
+                             ? nlohmann::json(nullptr)
+                             : nlohmann::json(static_cast<double>(s.active_layer_experts) /
+                                              static_cast<double>(s.layer_expert_slots));
   return j;
 }
 
@@ -127,7 +132,7 @@ std::vector<uint64_t> StepStatsCollector::rank_words(const ZeroEngine& engine,
       at(m, kCacheMisses, e) += now.cache_misses - was.cache_misses;
       at(m, kPrefetchHits, e) += now.prefetch_hits - was.prefetch_hits;
       at(m, kPrefetchMisses, e) += now.prefetch_misses - was.prefetch_misses;
-      at(m, kPrefetchWastedBytes, e) += now.prefetch_wasted_bytes - was.prefetch_wasted_bytes;
+      at(m, kWastedBytes, e) += now.wasted_bytes - was.wasted_bytes;
     }
     was = now;
   }
@@ -160,7 +165,7 @@ void StepStatsCollector::sum(const std::vector<uint64_t>& all_words, int world,
                                                   : std::vector<int64_t>(E, 0);
     L.predicted = m < predicted.size() ? predicted[m] : std::vector<double>(E, 0.0);
     for (auto* v : {&L.gathers, &L.gathered_bytes, &L.cache_hits, &L.cache_misses, &L.prefetch_hits,
-                    &L.prefetch_misses, &L.prefetch_wasted_bytes})
+                    &L.prefetch_misses, &L.wasted_bytes})
       v->assign(E, 0);
     L.gather_ms.assign(E, 0.0);
     L.a2a_tokens_in.assign(E, 0);
@@ -183,7 +188,7 @@ void StepStatsCollector::sum(const std::vector<uint64_t>& all_words, int world,
         L.cache_misses[e] += f(kCacheMisses, e);
         L.prefetch_hits[e] += f(kPrefetchHits, e);
         L.prefetch_misses[e] += f(kPrefetchMisses, e);
-        L.prefetch_wasted_bytes[e] += f(kPrefetchWastedBytes, e);
+        L.wasted_bytes[e] += f(kWastedBytes, e);
         L.a2a_tokens_in[e] += static_cast<int64_t>(f(kA2aIn, e));
         L.a2a_tokens_out[e] += static_cast<int64_t>(f(kA2aOut, e));
       }
@@ -204,7 +209,7 @@ void add_step_stats_json(nlohmann::json& j, const std::vector<MoeLayerStats>& la
                    {"cache_misses", L.cache_misses},
                    {"prefetch_hits", L.prefetch_hits},
                    {"prefetch_misses", L.prefetch_misses},
-                   {"prefetch_wasted_bytes", L.prefetch_wasted_bytes},
+                   {"wasted_bytes", L.wasted_bytes},
                    {"a2a_tokens_in", L.a2a_tokens_in},
                    {"a2a_tokens_out", L.a2a_tokens_out},
                    {"predicted", L.predicted}});

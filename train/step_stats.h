@@ -38,9 +38,14 @@ struct RankStepStats {
   uint64_t a2a_bytes = 0;               // this step: token all-to-all bytes sent to peers
   uint64_t gathered_dense_bytes = 0;    // this step, split of gathered_bytes
   uint64_t gathered_expert_bytes = 0;
-  uint64_t prefetch_hits = 0;          // acquires that found their gather issued ahead
-  uint64_t prefetch_misses = 0;        // acquires that gathered on demand
-  uint64_t prefetch_wasted_bytes = 0;  // prefetched and never used
+  uint64_t prefetch_hits = 0;         // expert gathers planned before routing, then needed
+  uint64_t prefetch_misses = 0;       // needed expert gathers started after routing
+  uint64_t miss_bytes = 0;            // their bytes
+  uint64_t exact_prefetches = 0;      // backward's exact expert gathers
+  uint64_t wasted_bytes = 0;          // expert gathers freed unused
+  uint64_t needed_expert_bytes = 0;   // full bytes of the step's expert acquires
+  uint64_t active_layer_experts = 0;  // agreed active experts, summed over layers, micro-batches
+  uint64_t layer_expert_slots = 0;    // E per MoE layer and micro-batch
   uint64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
   double stall_ms = 0.0;                            // compute stream waiting on parameter gathers
   std::array<uint64_t, kMemTagCount> peak_bytes{};  // peak within this step, by tag
@@ -69,7 +74,7 @@ struct MoeLayerStats {
   std::vector<uint64_t> gathers, gathered_bytes;
   std::vector<double> gather_ms;
   std::vector<uint64_t> cache_hits, cache_misses;
-  std::vector<uint64_t> prefetch_hits, prefetch_misses, prefetch_wasted_bytes;
+  std::vector<uint64_t> prefetch_hits, prefetch_misses, wasted_bytes;
   std::vector<int64_t> a2a_tokens_in, a2a_tokens_out;
   std::vector<double> predicted;
 };

@@ -22,7 +22,12 @@ json good_step(int step, int experts = 4) {
                {"gathered_expert_bytes", 6},
                {"prefetch_hits", 1},
                {"prefetch_misses", 0},
-               {"prefetch_wasted_bytes", 0},
+               {"miss_bytes", 0},
+               {"exact_prefetches", 2},
+               {"wasted_bytes", 0},
+               {"needed_expert_bytes", 6},
+               {"active_layer_experts", 3},
+               {"layer_expert_slots", 4},
                {"cache_hits", 0},
                {"cache_misses", 1},
                {"cache_evictions", 0},
@@ -31,12 +36,10 @@ json good_step(int step, int experts = 4) {
                {"peak_total_bytes", 150}};
   std::vector<int64_t> t(size_t(experts), 5);
   std::vector<double> p(size_t(experts), 0.5);
-  json layer = {{"layer", 1},           {"tokens", t},
-                {"gathers", t},         {"gathered_bytes", t},
-                {"gather_ms", p},       {"cache_hits", t},
-                {"cache_misses", t},    {"prefetch_hits", t},
-                {"prefetch_misses", t}, {"prefetch_wasted_bytes", t},
-                {"a2a_tokens_in", t},   {"a2a_tokens_out", t},
+  json layer = {{"layer", 1},          {"tokens", t},        {"gathers", t},
+                {"gathered_bytes", t}, {"gather_ms", p},     {"cache_hits", t},
+                {"cache_misses", t},   {"prefetch_hits", t}, {"prefetch_misses", t},
+                {"wasted_bytes", t},   {"a2a_tokens_in", t}, {"a2a_tokens_out", t},
                 {"predicted", p}};
   return {{"step", step},          {"loss", 2.5},    {"tokens_per_expert", {t}},
           {"moe_layers", {layer}}, {"comm_ms", 3.0}, {"exposed_comm_ms", 1.0},
