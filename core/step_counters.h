@@ -7,7 +7,9 @@
 //   unit   Count: an integer (bytes or events); Ms: milliseconds, a double.
 //   source Engine: the step's delta of the ZeroEngine counter of the same name
 //          (EngineCounters, zero/zero_engine.h); Moe: the MoeStats field of the same name
-//          (moe/moe_runtime.h), already per step.
+//          (moe/moe_runtime.h), already per step; Timing: the StepTiming field of the same
+//          name (core/trace.h: comm_ms is the union of the rank's collective intervals,
+//          exposed_comm_ms the part of it the compute stream waits through; exposed <= comm).
 // The allocator's peaks (peak_bytes by tag, peak_total_bytes) are not counters (they are
 // maxima, not sums) and are handled beside this list; so is the ratio active_fraction
 // (active_layer_experts / layer_expert_slots), written beside them.
@@ -38,7 +40,9 @@
   X(cache_hits, Count, Engine)             \
   X(cache_misses, Count, Engine)           \
   X(cache_evictions, Count, Engine)        \
-  X(stall_ms, Ms, Engine)
+  X(stall_ms, Ms, Engine)                  \
+  X(comm_ms, Ms, Timing)                   \
+  X(exposed_comm_ms, Ms, Timing)
 
 namespace moezero {
 

@@ -14,7 +14,7 @@ namespace moezero::moe {
 
 namespace {
 
-// Word layout of one rank: [comm_ms, a2a_wait_ms], then per MoE layer, per field, E values.
+// Word layout of one rank: [comm_ms, exposed_comm_ms], then per MoE layer, per field, E values.
 enum Field : size_t {
   kGathers,
   kGatheredBytes,
@@ -36,14 +36,16 @@ double from_bits(uint64_t w) { return std::bit_cast<double>(w); }
 }  // namespace
 
 RankStepStats rank_step_stats(const EngineCounters& now, const EngineCounters& before,
-                              const MoeStats& moe, const MemStats& mem) {
+                              const MoeStats& moe, const MemStats& mem, const StepTiming& timing) {
   RankStepStats s;
 #define MOEZERO_FROM_Engine(name) s.name = now.name - before.name;
 #define MOEZERO_FROM_Moe(name) s.name = moe.name;
+#define MOEZERO_FROM_Timing(name) s.name = timing.name;
 #define MOEZERO_SET(name, unit, source) MOEZERO_FROM_##source(name)
   MOEZERO_RANK_STEP_COUNTERS(MOEZERO_SET)
 #undef MOEZERO_SET
 #undef MOEZERO_FROM_Moe
+#undef MOEZERO_FROM_Timing
 #undef MOEZERO_FROM_Engine
   s.peak_bytes = mem.peak_bytes;
   s.peak_total_bytes = mem.total_peak_bytes;
@@ -110,7 +112,7 @@ std::vector<uint64_t> StepStatsCollector::rank_words(const ZeroEngine& engine,
   const size_t E = static_cast<size_t>(experts_);
   std::vector<uint64_t> w(kHeaderWords + moe_layers_.size() * kFieldCount * E, 0);
   w[0] = bits(timing.comm_ms);
-  w[1] = bits(timing.a2a_wait_ms);
+  w[1] = bits(timing.exposed_comm_ms);
   auto at = [&](size_t m, Field f, size_t e) -> uint64_t& {
     return w[kHeaderWords + (m * kFieldCount + f) * E + e];
   };
@@ -149,14 +151,12 @@ std::vector<uint64_t> StepStatsCollector::rank_words(const ZeroEngine& engine,
 void StepStatsCollector::sum(const std::vector<uint64_t>& all_words, int world,
                              const MoeStats& stats,
                              const std::vector<std::vector<double>>& predicted,
-                             const std::vector<double>& stall_ms,
                              std::vector<MoeLayerStats>& layers, CommStepStats& comm) const {
   const size_t E = static_cast<size_t>(experts_);
   const size_t per_rank = kHeaderWords + moe_layers_.size() * kFieldCount * E;
   MOEZERO_CHECK(all_words.size() == per_rank * static_cast<size_t>(world), "step statistics: got ",
                 all_words.size(), " words for ", world, " ranks of ", per_rank);
   comm = CommStepStats{};
-  for (double s : stall_ms) comm.exposed_comm_ms += s;
   layers.assign(moe_layers_.size(), MoeLayerStats{});
   for (size_t m = 0; m < moe_layers_.size(); ++m) {
     MoeLayerStats& L = layers[m];
@@ -220,12 +220,15 @@ void add_step_stats_json(nlohmann::json& j, const std::vector<MoeLayerStats>& la
   j["overlap_ratio"] = ratio ? nlohmann::json(*ratio) : nlohmann::json(nullptr);
 }
 
-void join_streams(Stream& compute, const std::vector<Stream*>& others) {
+void join_streams(Stream& compute, const std::vector<Stream*>& others, TraceRecorder* timing) {
   for (Stream* s : others) {
     if (!s || s == &compute) continue;
     auto done = compute.device().create_event();
     done->record(*s);
-    compute.wait(*done);  // the wait holds what it needs; the event may go
+    if (timing)  // the wait holds what it needs; the event may go
+      timing->comm_wait(compute, *done, "wait streams");
+    else
+      compute.wait(*done);
   }
 }
 

@@ -162,7 +162,7 @@ Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
   Tensor out;
   if (!st.params_sharded) {
     if (st.expert) counters.needed_expert_bytes += st.full_bytes(options.compute_dtype);
-    compute.wait(*replicated_ready);
+    wait_on_comm(compute, *replicated_ready, "wait replicated params");
     out = st.full_persistent.view();
   } else {
     MOEZERO_CHECK(st.state != GroupState::Full, "acquire of parameter group '",
@@ -331,6 +331,13 @@ void ZeroEngine::Impl::discard_prefetch(int g) {
   drop_resident(g);
 }
 
+void ZeroEngine::Impl::wait_on_comm(Stream& compute, const Event& ready, const char* name) {
+  if (trace)
+    trace->comm_wait(compute, ready, name);
+  else
+    compute.wait(ready);
+}
+
 void ZeroEngine::Impl::measure_wait(Stream& compute, const Event& ready, int g) {
   Event* before = &stall_events.take();
   Event* after = &stall_events.take();
@@ -340,7 +347,7 @@ void ZeroEngine::Impl::measure_wait(Stream& compute, const Event& ready, int g) 
           ? trace->begin_span(compute, SpanKind::Stall, "wait " + group(g).layout.spec().name)
           : -1;
   before->record(compute);
-  compute.wait(ready);
+  wait_on_comm(compute, ready, nullptr);  // traced as the stall span above
   after->record(compute);
   if (trace) trace->end_span(span);
 }

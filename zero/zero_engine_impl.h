@@ -97,6 +97,9 @@ struct ZeroEngine::Impl {
   void discard_prefetch(int g);
   void drop_resident(int g);  // a Cached or unused Gathering buffer goes back to the allocator
   void count_acquire(int g, bool issued_now);  // hit / miss / exact / needed bytes (experts)
+  // compute waits for `ready`, the end of communication on another stream: timed by the trace
+  // recorder when one is installed (exposed_comm_ms); `name`: its stall span (may be null)
+  void wait_on_comm(Stream& compute, const Event& ready, const char* name);
   // compute waits for `ready` (the gather of group g); the wait is timed
   void measure_wait(Stream& compute, const Event& ready, int g);
   double collect_stall_ms();  // sum of timed waits since the last call (events completed)

@@ -131,6 +131,8 @@ struct Gen {
       for (size_t k = 0; k < rank_keys.size(); ++k)
         rj[rank_keys[k]] = rank_counters[size_t(s)][size_t(r)][k];
       rj["stall_ms"] = stall[size_t(s)][size_t(r)];
+      rj["comm_ms"] = 2.0 * stall[size_t(s)][size_t(r)];
+      rj["exposed_comm_ms"] = stall[size_t(s)][size_t(r)];
       json p = json::object();
       for (size_t t = 0; t < tags.size(); ++t) p[tags[t]] = peak[size_t(s)][size_t(r)][t];
       rj["peak_bytes"] = p;

@@ -32,6 +32,8 @@ json good_step(int step, int experts = 4) {
                {"cache_misses", 1},
                {"cache_evictions", 0},
                {"stall_ms", 0.5},
+               {"comm_ms", 1.5},
+               {"exposed_comm_ms", 0.5},
                {"peak_bytes", {{"grad", 100}, {"activation", 50}}},
                {"peak_total_bytes", 150}};
   std::vector<int64_t> t(size_t(experts), 5);

@@ -22,7 +22,7 @@ Config emulated(int world, const std::string& policy, std::vector<std::string> m
                                 "model.seq_len=16",
                                 "model.num_experts=8",
                                 "model.top_k=2",
-                                "train.micro_batch_size=2",
+                                "train.micro_batch_size=4",
                                 "train.grad_accum_steps=2",
                                 "train.steps=3",
                                 "train.warmup_steps=1",
@@ -67,6 +67,31 @@ TEST(StepCounters, PlannedGathersAreHitsOrWaste) {
           << "step " << s.step;
     }
   EXPECT_GT(hits, 0u) << "policy all plans every local expert before routing";
+}
+
+// Per rank, every step: 0 <= exposed_comm_ms <= comm_ms, and the step's overlap ratio (from
+// the sums over ranks) lies in [0, 1]. The agreement all-reduce, the loss and norm exchanges
+// run on the compute stream, so some communication is always exposed.
+TEST(StepCounters, ExposedCommunicationNeverExceedsCommunication) {
+  for (int world : {2, 4}) {
+    const TrainResult r = train(emulated(world, "frequency"), {});
+    for (const StepLog& s : r.steps) {
+      const std::string at = "world " + std::to_string(world) + " step " + std::to_string(s.step);
+      double comm = 0.0, exposed = 0.0;
+      for (const RankStepStats& rk : s.ranks) {
+        EXPECT_GT(rk.comm_ms, 0.0) << at;
+        EXPECT_GT(rk.exposed_comm_ms, 0.0) << at;
+        EXPECT_LE(rk.exposed_comm_ms, rk.comm_ms) << at;
+        comm += rk.comm_ms;
+        exposed += rk.exposed_comm_ms;
+      }
+      EXPECT_DOUBLE_EQ(s.comm.comm_ms, comm) << at;
+      EXPECT_DOUBLE_EQ(s.comm.exposed_comm_ms, exposed) << at;
+      ASSERT_TRUE(s.comm.overlap_ratio().has_value()) << at;
+      EXPECT_GE(*s.comm.overlap_ratio(), 0.0) << at;
+      EXPECT_LE(*s.comm.overlap_ratio(), 1.0) << at;
+    }
+  }
 }
 
 }  // namespace
