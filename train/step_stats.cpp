@@ -164,6 +164,12 @@ void StepStatsCollector::sum(const std::vector<uint64_t>& all_words, int world,
     L.tokens = m < stats.tokens_per_expert.size() ? stats.tokens_per_expert[m]
                                                   : std::vector<int64_t>(E, 0);
     L.predicted = m < predicted.size() ? predicted[m] : std::vector<double>(E, 0.0);
+    if (m < stats.brier_sum.size()) {
+      L.brier_sum = stats.brier_sum[m];
+      L.brier_count = stats.brier_count[m];
+      L.calibration_count = stats.calibration_count[m];
+      L.calibration_active = stats.calibration_active[m];
+    }
     for (auto* v : {&L.gathers, &L.gathered_bytes, &L.cache_hits, &L.cache_misses, &L.prefetch_hits,
                     &L.prefetch_misses, &L.wasted_bytes})
       v->assign(E, 0);
@@ -212,7 +218,11 @@ void add_step_stats_json(nlohmann::json& j, const std::vector<MoeLayerStats>& la
                    {"wasted_bytes", L.wasted_bytes},
                    {"a2a_tokens_in", L.a2a_tokens_in},
                    {"a2a_tokens_out", L.a2a_tokens_out},
-                   {"predicted", L.predicted}});
+                   {"predicted", L.predicted},
+                   {"brier_sum", L.brier_sum},
+                   {"brier_count", L.brier_count},
+                   {"calibration_count", L.calibration_count},
+                   {"calibration_active", L.calibration_active}});
   j["moe_layers"] = std::move(arr);
   j["comm_ms"] = comm.comm_ms;
   j["exposed_comm_ms"] = comm.exposed_comm_ms;

@@ -80,6 +80,12 @@ struct MoeLayerStats {
   std::vector<uint64_t> prefetch_hits, prefetch_misses, wasted_bytes;
   std::vector<int64_t> a2a_tokens_in, a2a_tokens_out;
   std::vector<double> predicted;
+  // Prediction quality of the step (MoeStats: agreed, so rank 0's own): sum of (p - y)^2 over
+  // (expert, micro-batch) pairs a plan before routing covered, their count, and per
+  // probability bucket (MoeStats::kCalibrationBuckets of [0, 1]) pairs and active pairs.
+  double brier_sum = 0.0;
+  int64_t brier_count = 0;
+  std::vector<int64_t> calibration_count, calibration_active;
 };
 
 // The step's communication time, over all ranks.

@@ -54,6 +54,9 @@ TEST(StepCounters, PolicyNoneHasNoPrefetchHitsButExactBackwardPrefetches) {
       EXPECT_GT(rk.layer_expert_slots, 0u) << at;
       EXPECT_LE(rk.active_layer_experts, rk.layer_expert_slots) << at;
     }
+  for (const StepLog& s : r.steps)
+    for (const MoeLayerStats& L : s.moe_layers)
+      EXPECT_EQ(L.brier_count, 0) << "no plan, no prediction to score";
 }
 
 TEST(StepCounters, PlannedGathersAreHitsOrWaste) {
@@ -84,6 +87,19 @@ TEST(StepCounters, ExposedCommunicationNeverExceedsCommunication) {
         EXPECT_LE(rk.exposed_comm_ms, rk.comm_ms) << at;
         comm += rk.comm_ms;
         exposed += rk.exposed_comm_ms;
+      }
+      for (const MoeLayerStats& L : s.moe_layers) {  // a plan before routing every micro-batch
+        EXPECT_EQ(L.brier_count, 8 * 2) << at << ": E experts x micro-batches";
+        EXPECT_GE(L.brier_sum, 0.0) << at;
+        EXPECT_LE(L.brier_sum, double(L.brier_count)) << at;
+        int64_t pairs = 0, active = 0;
+        for (size_t b = 0; b < L.calibration_count.size(); ++b) {
+          pairs += L.calibration_count[b];
+          active += L.calibration_active[b];
+          EXPECT_LE(L.calibration_active[b], L.calibration_count[b]) << at;
+        }
+        EXPECT_EQ(pairs, L.brier_count) << at;
+        EXPECT_GT(active, 0) << at;
       }
       EXPECT_DOUBLE_EQ(s.comm.comm_ms, comm) << at;
       EXPECT_DOUBLE_EQ(s.comm.exposed_comm_ms, exposed) << at;
