@@ -105,10 +105,14 @@ class ParamProvider {
 
   // Optional hints (defaults do nothing). Every rank sharing the group must give the same
   // hints in the same order (they may start collectives).
-  // Why a fetch is started ahead of acquire(): Predicted (a prefetch policy's guess: counted
-  // as a prefetch hit when acquired, as waste when discarded) or Needed (known to be needed,
-  // started early only so that work can run in readiness order: counted as a miss).
-  enum class FetchReason : uint8_t { Predicted, Needed };
+  // Why a fetch is started ahead of acquire() (only the counters differ, README "Prefetch"):
+  //   Predicted: a plan made before routing (a prefetch policy's guess): a prefetch hit when
+  //              acquired, waste when dropped unused;
+  //   Needed:    known to be needed once routing ran, started early only so that work can run
+  //              in readiness order: a miss;
+  //   Exact:     backward's prefetch from the forward's routing (known, not guessed): an
+  //              exact prefetch, never a hit.
+  enum class FetchReason : uint8_t { Predicted, Needed, Exact };
   // Start fetching `group` now: a later acquire() finds it in flight or resident.
   virtual void prefetch(int group, Stream& compute, FetchReason reason = FetchReason::Predicted) {}
   // Start fetching all of `groups` (one block, e.g. a MoE layer's local experts) as ONE

@@ -261,7 +261,19 @@ void TraceRecorder::a2a_wait(Stream& waiter, const Event& ready) {
   s.cat = Cat::Stall;
   s.traced = tracing_;
   s.a2a_wait = true;
+  s.comm_wait = true;
   if (tracing_) s.name = "wait a2a";
+  const int id = open(waiter, std::move(s));
+  waiter.wait(ready);
+  end_span(id);
+}
+
+void TraceRecorder::comm_wait(Stream& waiter, const Event& ready, const char* name) {
+  Span s;
+  s.cat = Cat::Stall;
+  s.traced = tracing_ && name != nullptr && name[0] != '\0';
+  s.comm_wait = true;
+  if (s.traced) s.name = name;
   const int id = open(waiter, std::move(s));
   waiter.wait(ready);
   end_span(id);
@@ -337,6 +349,35 @@ void TraceRecorder::step_metrics(const std::string& metrics_json) {
   sink_->append({std::move(e)});
 }
 
+std::vector<Interval> merged(std::vector<Interval> v) {
+  std::sort(v.begin(), v.end(), [](const Interval& a, const Interval& b) { return a.lo < b.lo; });
+  std::vector<Interval> out;
+  for (const Interval& i : v) {
+    if (i.hi <= i.lo) continue;
+    if (!out.empty() && i.lo <= out.back().hi)
+      out.back().hi = std::max(out.back().hi, i.hi);
+    else
+      out.push_back(i);
+  }
+  return out;
+}
+
+double measure(const std::vector<Interval>& v) {
+  double total = 0.0;
+  for (const Interval& i : v) total += i.hi - i.lo;
+  return total;
+}
+
+double measure_intersection(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  double total = 0.0;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    total += std::max(0.0, std::min(a[i].hi, b[j].hi) - std::max(a[i].lo, b[j].lo));
+    (a[i].hi < b[j].hi ? i : j) += 1;
+  }
+  return total;
+}
+
 double TraceRecorder::resolve(const Span& s, double step_offset_us,
                               std::vector<TraceEvent>& out) const {
   s.start->synchronize();  // complete by contract (finish_step); returns at once
@@ -386,11 +427,18 @@ StepTiming TraceRecorder::finish_step() {
     MOEZERO_CHECK(s.end != nullptr, "trace span '", s.name, "' is still open at the end of step ",
                   step_);
   std::vector<TraceEvent> out;
+  std::vector<Interval> comm, waits;  // ms since the step's base event
   for (Span& s : spans_) {
     const double dur_ms = resolve(s, step_offset_us, out);
-    if (s.cat == Cat::Collective && s.stream != &compute_) t.comm_ms += dur_ms;
+    const double t0 = s.start->elapsed_ms_since(*step_base_), t1 = t0 + dur_ms;
+    if (s.cat == Cat::Collective) comm.push_back({t0, t1});
+    if ((s.cat == Cat::Collective && s.stream == &compute_) || s.comm_wait)
+      waits.push_back({t0, t1});
     if (s.a2a_wait) t.a2a_wait_ms += dur_ms;
   }
+  comm = merged(std::move(comm));
+  t.comm_ms = measure(comm);
+  t.exposed_comm_ms = std::min(t.comm_ms, measure_intersection(merged(std::move(waits)), comm));
   spans_.clear();
   events_.recycle();  // every span's events are read
   if (tracing_ && sink_) {

@@ -12,8 +12,8 @@
 //
 // Two levels:
 // - Timing, always on while a recorder is installed: every collective (CollectiveObserver) and
-//   every wait of the compute stream on the token all-to-all are timed, giving the step's
-//   comm_ms and a2a_wait_ms (StepTiming); two pooled events per call.
+//   every wait of the compute stream on communication are timed, giving the step's comm_ms,
+//   exposed_comm_ms and a2a_wait_ms (StepTiming); two pooled events per call.
 // - Tracing, on the steps profile.steps selects (tracing() == true): spans, instants and
 //   counters become trace events. Callers guard their work (string building) with tracing():
 //   one branch when off.
@@ -110,10 +110,27 @@ class TraceSink {
 };
 
 // The timed communication of one step on one rank (resolved by finish_step).
+// comm_ms: wall time during which at least one collective of the rank is in flight, on any
+// stream (the union of their intervals, not the sum). exposed_comm_ms: wall time during which
+// the compute stream waits on communication of any kind (its own collectives, e.g. the
+// router's agreement all-reduce, and its timed waits on other streams: token all-to-all,
+// gathers, reduce-scatters, optimizer exchanges) while a collective is in flight: the measure
+// of (waits) intersected with (collectives). So 0 <= exposed_comm_ms <= comm_ms.
 struct StepTiming {
-  double comm_ms = 0.0;      // collectives on streams other than the compute stream
-  double a2a_wait_ms = 0.0;  // the compute stream waiting on the token all-to-all
+  double comm_ms = 0.0;
+  double exposed_comm_ms = 0.0;
+  double a2a_wait_ms = 0.0;  // the compute stream waiting on the token all-to-all (summed)
 };
+
+// A time interval [lo, hi) in ms, and the interval arithmetic of StepTiming.
+struct Interval {
+  double lo = 0.0, hi = 0.0;
+};
+// Sorted, disjoint, non-empty intervals covering the same time as `v`.
+std::vector<Interval> merged(std::vector<Interval> v);
+// Total length of merged intervals; length of the intersection of two merged lists.
+double measure(const std::vector<Interval>& v);
+double measure_intersection(const std::vector<Interval>& a, const std::vector<Interval>& b);
 
 class TraceRecorder final : public CollectiveObserver {
  public:
@@ -145,6 +162,10 @@ class TraceRecorder final : public CollectiveObserver {
   // `waiter` waits for `ready` (the token all-to-all's completion): timed always (a2a_wait_ms),
   // a stall span when tracing.
   void a2a_wait(Stream& waiter, const Event& ready);
+  // `waiter` (the compute stream) waits for `ready`, the completion of communication on
+  // another stream (gathers, reduce-scatters, optimizer exchanges): timed always (towards
+  // exposed_comm_ms); a stall span named `name` when tracing and `name` is not empty.
+  void comm_wait(Stream& waiter, const Event& ready, const char* name);
 
   // Host-side instants and counters (only while tracing(); host clock).
   // kind: "hit", "miss" or "evict".
@@ -171,8 +192,9 @@ class TraceRecorder final : public CollectiveObserver {
   struct Span {
     Cat cat = Cat::Compute;
     int tid = 0;
-    bool traced = false;    // false: timing only (collectives, a2a waits)
-    bool a2a_wait = false;  // counts towards StepTiming::a2a_wait_ms
+    bool traced = false;     // false: timing only (collectives, a2a waits)
+    bool a2a_wait = false;   // counts towards StepTiming::a2a_wait_ms
+    bool comm_wait = false;  // a wait of the compute stream on communication (exposed_comm_ms)
     Stream* stream = nullptr;
     std::string name;
     Event* start = nullptr;

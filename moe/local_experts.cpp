@@ -211,7 +211,7 @@ TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& par
   // Backward prefetch is exact: the routing is known, so every needed expert's gather starts
   // now, in the order they will run (cached ones are resident already; the provider keeps
   // within its live-parameter limit).
-  const RunOrder order = run_order(ctx, params, active, ParamProvider::FetchReason::Predicted);
+  const RunOrder order = run_order(ctx, params, active, ParamProvider::FetchReason::Exact);
   execute(
       order, [&](int j) { run_with(j, params.acquire(group(j), s)); },
       [&](int j) {

@@ -84,7 +84,7 @@ class LocalExperts {
   struct RunOrder {
     std::vector<int> first, then;
   };
-  // [in] reason: Needed in forward (after the router: on demand), Predicted in backward (the
+  // [in] reason: Needed in forward (after the router: on demand), Exact in backward (the
   // exact backward prefetch: the routing is known when the layer's backward starts).
   RunOrder run_order(const ModuleContext& ctx, ParamProvider& params,
                      const std::vector<char>& active, ParamProvider::FetchReason reason) const;

@@ -2,6 +2,7 @@
 // agree, dispatch, compute, combine, and their backward.
 #include "moe/moe_layer.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -61,6 +62,7 @@ std::vector<GroupSpec> MoeFeedForward::param_groups() const {
 
 void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Prepare when) {
   planned_.clear();
+  plan_p_.clear();
   if (rt_.gather != MoeGather::Experts) {  // leaf, fsdp: the whole block, one module ahead
     if (when == Prepare::JustInTime)
       params.prefetch_block(experts_.block_groups(), ctx.s(),
@@ -84,6 +86,9 @@ void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Pr
   const std::vector<char>* prev = moe_index_ > 0 && when == Prepare::JustInTime
                                       ? &rt_.frequency->last_active(moe_index_ - 1)
                                       : nullptr;
+  plan_p_.resize(static_cast<size_t>(cfg_.num_experts));
+  for (int64_t e = 0; e < cfg_.num_experts; ++e)
+    plan_p_[static_cast<size_t>(e)] = rt_.frequency->probability(moe_index_, static_cast<int>(e));
   planned_ =
       prefetch::plan_prefetch(rt_.prefetch, *rt_.frequency, moe_index_, candidates, bytes, prev);
   for (int e : planned_) params.prefetch(experts_.group(e - experts_.expert(0)), ctx.s());
@@ -101,7 +106,7 @@ void MoeFeedForward::prepare_backward(const ModuleContext& ctx, ParamProvider& p
   std::vector<int> local(static_cast<size_t>(experts_.count()));
   for (int j = 0; j < experts_.count(); ++j) local[static_cast<size_t>(j)] = j;
   for (int j : prefetch::backward_order(local, sv->active))
-    params.prefetch(experts_.group(j), ctx.s(), ParamProvider::FetchReason::Predicted);
+    params.prefetch(experts_.group(j), ctx.s(), ParamProvider::FetchReason::Exact);
 }
 
 Router::Routing& MoeFeedForward::route(const ModuleContext& ctx, ParamProvider& params,
@@ -139,6 +144,20 @@ std::vector<float> MoeFeedForward::synchronize(const ModuleContext& ctx, Dispatc
   return h_stats;
 }
 
+void MoeFeedForward::record_prediction(std::span<const float> kept) {
+  if (!rt_.stats || plan_p_.empty()) return;
+  const size_t m = static_cast<size_t>(moe_index_), nb = MoeStats::kCalibrationBuckets;
+  for (size_t e = 0; e < plan_p_.size(); ++e) {
+    const double p = plan_p_[e], y = kept[e] > 0.5f ? 1.0 : 0.0;
+    rt_.stats->brier_sum[m] += (p - y) * (p - y);
+    rt_.stats->brier_count[m] += 1;
+    const size_t b = std::min(nb - 1, static_cast<size_t>(std::max(0.0, p) * double(nb)));
+    rt_.stats->calibration_count[m][b] += 1;
+    rt_.stats->calibration_active[m][b] += y > 0.5;
+  }
+  plan_p_.clear();
+}
+
 std::vector<char> MoeFeedForward::apply_agreement(ParamProvider& params,
                                                   std::span<const float> kept) {
   const int64_t E = cfg_.num_experts;
@@ -155,6 +174,7 @@ std::vector<char> MoeFeedForward::apply_agreement(ParamProvider& params,
       params.set_keep_score(experts_.group(j),
                             rt_.frequency->probability(moe_index_, experts_.expert(j)));
   }
+  record_prediction(kept);
   for (int e : planned_)  // predicted but not needed: the provider drops (or caches) them
     if (!active[static_cast<size_t>(e - experts_.expert(0))])
       params.discard_prefetch(experts_.group(e - experts_.expert(0)));
@@ -167,6 +187,8 @@ std::vector<char> MoeFeedForward::apply_agreement(ParamProvider& params,
       active_count += kept[static_cast<size_t>(e)] > 0.5f;
     }
     rt_.stats->active_experts[static_cast<size_t>(moe_index_)] = active_count;
+    rt_.stats->active_layer_experts += static_cast<uint64_t>(active_count);
+    rt_.stats->layer_expert_slots += static_cast<uint64_t>(E);
   }
   return active;
 }

@@ -81,14 +81,18 @@ class MoeFeedForward final : public FeedForward {
   // From the agreed kept counts (E), identical on every rank: the active local experts (Epr),
   // the frequency model and keep scores, dropped unneeded prefetches, routing statistics.
   std::vector<char> apply_agreement(ParamProvider& params, std::span<const float> kept);
+  // Adds the plan's probabilities against the agreed outcome (kept: (E) kept counts) to the
+  // step's prediction-quality sums (MoeStats); no-op when no plan ran before routing.
+  void record_prediction(std::span<const float> kept);
 
   ModelConfig cfg_;
   MoeRuntime rt_;
   int layer_, moe_index_, first_group_;
   Router router_;
   TokenDispatcher dispatcher_;
-  LocalExperts experts_;      // provider groups first_group_ + 1, ...
-  std::vector<int> planned_;  // (global) expert ids prefetched by prepare() for this micro-batch
+  LocalExperts experts_;        // provider groups first_group_ + 1, ...
+  std::vector<int> planned_;    // (global) expert ids prefetched by prepare() for this micro-batch
+  std::vector<double> plan_p_;  // (E) P(active) the plan of this micro-batch used; empty: none
 };
 
 }  // namespace moezero::moe

@@ -74,7 +74,7 @@ void add_experts(Report& r, const RunInput& in) {
         x.cache_misses += c.cache_misses[e];
         x.prefetch_hits += c.prefetch_hits[e];
         x.prefetch_misses += c.prefetch_misses[e];
-        x.prefetch_wasted_bytes += c.prefetch_wasted_bytes[e];
+        x.wasted_bytes += c.wasted_bytes[e];
         x.a2a_tokens_in += c.a2a_tokens_in[e];
         x.a2a_tokens_out += c.a2a_tokens_out[e];
         predicted_sum[e] += c.predicted[e];
@@ -226,7 +226,7 @@ void fields(V& v, ExpertRow& x) {
   v("gathered_bytes", x.gathered_bytes), v("gather_ms", x.gather_ms);
   v("cache_hits", x.cache_hits), v("cache_misses", x.cache_misses);
   v("prefetch_hits", x.prefetch_hits), v("prefetch_misses", x.prefetch_misses);
-  v("prefetch_wasted_bytes", x.prefetch_wasted_bytes);
+  v("wasted_bytes", x.wasted_bytes);
   v("a2a_tokens_in", x.a2a_tokens_in), v("a2a_tokens_out", x.a2a_tokens_out);
   v("token_share", x.token_share), v("active_steps", x.active_steps);
   v("active_fraction", x.active_fraction), v("predicted", x.predicted);
@@ -252,15 +252,11 @@ void fields(V& v, CommRow& x) {
 }
 template <typename V>
 void fields(V& v, RankRow& x) {
-  v("rank", x.rank), v("gathered_bytes", x.gathered_bytes);
-  v("gathered_dense_bytes", x.gathered_dense_bytes);
-  v("gathered_expert_bytes", x.gathered_expert_bytes);
-  v("reduce_scattered_bytes", x.reduce_scattered_bytes);
-  v("all_reduced_bytes", x.all_reduced_bytes), v("a2a_bytes", x.a2a_bytes);
-  v("prefetch_hits", x.prefetch_hits), v("prefetch_misses", x.prefetch_misses);
-  v("prefetch_wasted_bytes", x.prefetch_wasted_bytes), v("cache_hits", x.cache_hits);
-  v("cache_misses", x.cache_misses), v("cache_evictions", x.cache_evictions);
-  v("stall_ms", x.stall_ms), v("peak_bytes", x.peak_bytes);
+  v("rank", x.rank);
+#define MOEZERO_VISIT(name, unit, source) v(#name, x.name);
+  MOEZERO_RANK_STEP_COUNTERS(MOEZERO_VISIT)
+#undef MOEZERO_VISIT
+  v("peak_bytes", x.peak_bytes);
   v("peak_total_bytes", x.peak_total_bytes);
 }
 template <typename V>

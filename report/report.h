@@ -37,7 +37,7 @@ struct ExpertRow {
   int64_t layer = 0;  // model layer index
   int64_t expert = 0;
   int64_t tokens = 0, gathers = 0, gathered_bytes = 0, cache_hits = 0, cache_misses = 0,
-          prefetch_hits = 0, prefetch_misses = 0, prefetch_wasted_bytes = 0, a2a_tokens_in = 0,
+          prefetch_hits = 0, prefetch_misses = 0, wasted_bytes = 0, a2a_tokens_in = 0,
           a2a_tokens_out = 0;
   double gather_ms = 0.0;
   double token_share = 0.0;
@@ -80,9 +80,10 @@ struct RankRow {
   // sums over steps
   int64_t gathered_bytes = 0, gathered_dense_bytes = 0, gathered_expert_bytes = 0,
           reduce_scattered_bytes = 0, all_reduced_bytes = 0, a2a_bytes = 0, prefetch_hits = 0,
-          prefetch_misses = 0, prefetch_wasted_bytes = 0, cache_hits = 0, cache_misses = 0,
-          cache_evictions = 0;
-  double stall_ms = 0.0;
+          prefetch_misses = 0, miss_bytes = 0, exact_prefetches = 0, wasted_bytes = 0,
+          needed_expert_bytes = 0, active_layer_experts = 0, layer_expert_slots = 0, cache_hits = 0,
+          cache_misses = 0, cache_evictions = 0;
+  double stall_ms = 0.0, comm_ms = 0.0, exposed_comm_ms = 0.0;
   // maxima over steps
   std::vector<std::pair<std::string, int64_t>> peak_bytes;  // tag -> bytes, first step's order
   int64_t peak_total_bytes = 0;

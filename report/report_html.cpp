@@ -516,7 +516,7 @@ void write_expert_table(std::ostream& o, const Report& r) {
       << td(n(x.gathers)) << td(c ? format_bytes(double(x.gathered_bytes)) : "n/a")
       << td(c ? fmt("%.3f", x.gather_ms) : "n/a") << td(n(x.cache_hits)) << td(n(x.cache_misses))
       << td(n(x.prefetch_hits)) << td(n(x.prefetch_misses))
-      << td(c ? format_bytes(double(x.prefetch_wasted_bytes)) : "n/a") << td(n(x.a2a_tokens_in))
+      << td(c ? format_bytes(double(x.wasted_bytes)) : "n/a") << td(n(x.a2a_tokens_in))
       << td(n(x.a2a_tokens_out)) << "</tr>";
   }
   o << "</table></div></section>\n";
@@ -563,7 +563,7 @@ void write_comms(std::ostream& o, const Report& r) {
       << td(format_bytes(double(k.reduce_scattered_bytes)))
       << td(format_bytes(double(k.all_reduced_bytes))) << td(format_bytes(double(k.a2a_bytes)))
       << td(num(k.prefetch_hits)) << td(num(k.prefetch_misses))
-      << td(format_bytes(double(k.prefetch_wasted_bytes))) << td(num(k.cache_hits))
+      << td(format_bytes(double(k.wasted_bytes))) << td(num(k.cache_hits))
       << td(num(k.cache_misses)) << td(num(k.cache_evictions)) << td(fmt("%.3f", k.stall_ms))
       << "</tr>";
   o << "</table></div></section>\n";

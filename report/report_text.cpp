@@ -97,8 +97,8 @@ void write_experts(std::ostream& os, const Report& r) {
            c ? format_bytes(static_cast<double>(x.gathered_bytes)) : "n/a",
            c ? fmt("%.3f", x.gather_ms) : "n/a", n(x.cache_hits), n(x.cache_misses),
            n(x.prefetch_hits), n(x.prefetch_misses),
-           c ? format_bytes(static_cast<double>(x.prefetch_wasted_bytes)) : "n/a",
-           n(x.a2a_tokens_in), n(x.a2a_tokens_out)});
+           c ? format_bytes(static_cast<double>(x.wasted_bytes)) : "n/a", n(x.a2a_tokens_in),
+           n(x.a2a_tokens_out)});
   }
   t.print(os);
 }
@@ -160,9 +160,9 @@ void write_rank_bytes(std::ostream& os, const Report& r) {
             format_bytes(double(k.gathered_expert_bytes)),
             format_bytes(double(k.reduce_scattered_bytes)),
             format_bytes(double(k.all_reduced_bytes)), format_bytes(double(k.a2a_bytes)),
-            num(k.prefetch_hits), num(k.prefetch_misses),
-            format_bytes(double(k.prefetch_wasted_bytes)), num(k.cache_hits), num(k.cache_misses),
-            num(k.cache_evictions), fmt("%.3f", k.stall_ms)});
+            num(k.prefetch_hits), num(k.prefetch_misses), format_bytes(double(k.wasted_bytes)),
+            num(k.cache_hits), num(k.cache_misses), num(k.cache_evictions),
+            fmt("%.3f", k.stall_ms)});
   bt.print(os);
 }
 

@@ -125,7 +125,7 @@ LayerStepCounters parse_layer(const json& lj, const At& at, const std::vector<in
   c.cache_misses = array_field<int64_t>(lj, "cache_misses", at, e, src);
   c.prefetch_hits = array_field<int64_t>(lj, "prefetch_hits", at, e, src);
   c.prefetch_misses = array_field<int64_t>(lj, "prefetch_misses", at, e, src);
-  c.prefetch_wasted_bytes = array_field<int64_t>(lj, "prefetch_wasted_bytes", at, e, src);
+  c.wasted_bytes = array_field<int64_t>(lj, "wasted_bytes", at, e, src);
   c.a2a_tokens_in = array_field<int64_t>(lj, "a2a_tokens_in", at, e, src);
   c.a2a_tokens_out = array_field<int64_t>(lj, "a2a_tokens_out", at, e, src);
   c.predicted = array_field<double>(lj, "predicted", at, e, src);

@@ -26,7 +26,7 @@ namespace moezero::report {
 struct LayerStepCounters {
   int64_t layer = 0;  // model layer index
   std::vector<int64_t> tokens, gathers, gathered_bytes, cache_hits, cache_misses, prefetch_hits,
-      prefetch_misses, prefetch_wasted_bytes, a2a_tokens_in, a2a_tokens_out;
+      prefetch_misses, wasted_bytes, a2a_tokens_in, a2a_tokens_out;
   std::vector<double> gather_ms;  // ms on the gather streams, all ranks
   std::vector<double> predicted;  // frequency model's P(active) used for the step's first plan
 };
@@ -36,9 +36,10 @@ struct LayerStepCounters {
 struct RankStepCounters {
   int64_t gathered_bytes = 0, reduce_scattered_bytes = 0, all_reduced_bytes = 0, a2a_bytes = 0,
           gathered_dense_bytes = 0, gathered_expert_bytes = 0, prefetch_hits = 0,
-          prefetch_misses = 0, prefetch_wasted_bytes = 0, cache_hits = 0, cache_misses = 0,
-          cache_evictions = 0;
-  double stall_ms = 0.0;
+          prefetch_misses = 0, miss_bytes = 0, exact_prefetches = 0, wasted_bytes = 0,
+          needed_expert_bytes = 0, active_layer_experts = 0, layer_expert_slots = 0, cache_hits = 0,
+          cache_misses = 0, cache_evictions = 0;
+  double stall_ms = 0.0, comm_ms = 0.0, exposed_comm_ms = 0.0;
   std::vector<std::pair<std::string, int64_t>> peak_bytes;  // tag -> bytes, in file order
   int64_t peak_total_bytes = 0;
 };

@@ -130,7 +130,7 @@ class RankSession {
   void micro_batch(int64_t mb, std::deque<std::vector<int32_t>>& host, TensorBuffer& loss,
                    TensorBuffer& aux);
   void read_batch(int64_t mb, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) const;
-  RankStepStats step_counters();
+  RankStepStats step_counters(const StepTiming& timing);
   StepExchange exchange_step_stats(const StepTiming& timing);
   Clock::duration save_checkpoint(int64_t step, const std::string& stop_error);
   void log_step(int64_t step, const StepOutcome& o, StepExchange ex,
@@ -318,7 +318,8 @@ StepOutcome RankSession::device_step(int64_t step, TensorBuffer& loss, TensorBuf
   o.result = engine_->step(o.hyper);
   dev_.memcpy_async(&o.loss, loss.view().data(), sizeof(float), cs_);
   dev_.memcpy_async(&o.aux, aux.view().data(), sizeof(float), cs_);
-  join_streams(cs_, {streams_.gather, streams_.reduce, rt_.a2a_stream});  // the step's every op
+  join_streams(cs_, {streams_.gather, streams_.reduce, rt_.a2a_stream},  // the step's every op
+               recorder_.get());
   cs_.synchronize();
   o.timing = recorder_->finish_step();
   // A non-finite norm is the same on every rank (computed from the same all-gathered
@@ -368,9 +369,10 @@ void RankSession::read_batch(int64_t mb, std::vector<int32_t>& tok,
 }
 
 // This rank's counters of the step; the engine's counters now are the next step's baseline.
-RankStepStats RankSession::step_counters() {
+RankStepStats RankSession::step_counters(const StepTiming& timing) {
   const EngineCounters now = engine_->counters();
-  const RankStepStats mine = rank_step_stats(now, before_, moe_stats_, dev_.allocator().stats());
+  const RankStepStats mine =
+      rank_step_stats(now, before_, moe_stats_, dev_.allocator().stats(), timing);
   before_ = now;
   return mine;
 }
@@ -379,7 +381,7 @@ RankStepStats RankSession::step_counters() {
 // words, whose count depends only on the config; through device buffers (NCCL reads device
 // memory only).
 StepExchange RankSession::exchange_step_stats(const StepTiming& timing) {
-  const RankStepStats mine = step_counters();
+  const RankStepStats mine = step_counters(timing);
   const std::vector<uint64_t> expert_words = step_stats_->rank_words(*engine_, moe_stats_, timing);
   const size_t expert_n = expert_words.size(), stride = kRankStepStatsWords + expert_n;
   std::vector<int64_t> mine_words(stride);
@@ -429,9 +431,7 @@ void RankSession::log_step(int64_t step, const StepOutcome& o, StepExchange ex,
   s.tokens = step_tokens_;
   s.tokens_per_s = double(step_tokens_) / std::chrono::duration<double>(busy).count();
   s.elapsed_s = std::chrono::duration<double>(t1 - t_start).count();
-  std::vector<double> stall_ms;
-  for (const RankStepStats& r : ex.ranks) stall_ms.push_back(r.stall_ms);
-  step_stats_->sum(ex.expert_words, world_, moe_stats_, predicted, stall_ms, s.moe_layers, s.comm);
+  step_stats_->sum(ex.expert_words, world_, moe_stats_, predicted, s.moe_layers, s.comm);
   s.ranks = std::move(ex.ranks);
   if (cfg_.profile.grad_norms) s.grad_norms = health_->norms(o.result);
   s.nonfinite = o.nonfinite;

@@ -14,7 +14,7 @@ namespace moezero::moe {
 
 namespace {
 
-// Word layout of one rank: [comm_ms, a2a_wait_ms], then per MoE layer, per field, E values.
+// Word layout of one rank: [comm_ms, exposed_comm_ms], then per MoE layer, per field, E values.
 enum Field : size_t {
   kGathers,
   kGatheredBytes,
@@ -23,7 +23,7 @@ enum Field : size_t {
   kCacheMisses,
   kPrefetchHits,
   kPrefetchMisses,
-  kPrefetchWastedBytes,
+  kWastedBytes,
   kA2aIn,
   kA2aOut,
   kFieldCount
@@ -36,14 +36,16 @@ double from_bits(uint64_t w) { return std::bit_cast<double>(w); }
 }  // namespace
 
 RankStepStats rank_step_stats(const EngineCounters& now, const EngineCounters& before,
-                              const MoeStats& moe, const MemStats& mem) {
+                              const MoeStats& moe, const MemStats& mem, const StepTiming& timing) {
   RankStepStats s;
 #define MOEZERO_FROM_Engine(name) s.name = now.name - before.name;
 #define MOEZERO_FROM_Moe(name) s.name = moe.name;
+#define MOEZERO_FROM_Timing(name) s.name = timing.name;
 #define MOEZERO_SET(name, unit, source) MOEZERO_FROM_##source(name)
   MOEZERO_RANK_STEP_COUNTERS(MOEZERO_SET)
 #undef MOEZERO_SET
 #undef MOEZERO_FROM_Moe
+#undef MOEZERO_FROM_Timing
 #undef MOEZERO_FROM_Engine
   s.peak_bytes = mem.peak_bytes;
   s.peak_total_bytes = mem.total_peak_bytes;
@@ -68,6 +70,11 @@ nlohmann::json rank_step_json(const RankStepStats& s) {
     peak[mem_tag_name(static_cast<MemTag>(t))] = s.peak_bytes[t];
   j["peak_bytes"] = peak;
   j["peak_total_bytes"] = s.peak_total_bytes;
+  // Mean share of the layer-experts active per micro-batch (null: no MoE layer ran).
+  j["active_fraction"] = s.layer_expert_slots == 0
+                             ? nlohmann::json(nullptr)
+                             : nlohmann::json(static_cast<double>(s.active_layer_experts) /
+                                              static_cast<double>(s.layer_expert_slots));
   return j;
 }
 
@@ -105,7 +112,7 @@ std::vector<uint64_t> StepStatsCollector::rank_words(const ZeroEngine& engine,
   const size_t E = static_cast<size_t>(experts_);
   std::vector<uint64_t> w(kHeaderWords + moe_layers_.size() * kFieldCount * E, 0);
   w[0] = bits(timing.comm_ms);
-  w[1] = bits(timing.a2a_wait_ms);
+  w[1] = bits(timing.exposed_comm_ms);
   auto at = [&](size_t m, Field f, size_t e) -> uint64_t& {
     return w[kHeaderWords + (m * kFieldCount + f) * E + e];
   };
@@ -127,7 +134,7 @@ std::vector<uint64_t> StepStatsCollector::rank_words(const ZeroEngine& engine,
       at(m, kCacheMisses, e) += now.cache_misses - was.cache_misses;
       at(m, kPrefetchHits, e) += now.prefetch_hits - was.prefetch_hits;
       at(m, kPrefetchMisses, e) += now.prefetch_misses - was.prefetch_misses;
-      at(m, kPrefetchWastedBytes, e) += now.prefetch_wasted_bytes - was.prefetch_wasted_bytes;
+      at(m, kWastedBytes, e) += now.wasted_bytes - was.wasted_bytes;
     }
     was = now;
   }
@@ -144,14 +151,12 @@ std::vector<uint64_t> StepStatsCollector::rank_words(const ZeroEngine& engine,
 void StepStatsCollector::sum(const std::vector<uint64_t>& all_words, int world,
                              const MoeStats& stats,
                              const std::vector<std::vector<double>>& predicted,
-                             const std::vector<double>& stall_ms,
                              std::vector<MoeLayerStats>& layers, CommStepStats& comm) const {
   const size_t E = static_cast<size_t>(experts_);
   const size_t per_rank = kHeaderWords + moe_layers_.size() * kFieldCount * E;
   MOEZERO_CHECK(all_words.size() == per_rank * static_cast<size_t>(world), "step statistics: got ",
                 all_words.size(), " words for ", world, " ranks of ", per_rank);
   comm = CommStepStats{};
-  for (double s : stall_ms) comm.exposed_comm_ms += s;
   layers.assign(moe_layers_.size(), MoeLayerStats{});
   for (size_t m = 0; m < moe_layers_.size(); ++m) {
     MoeLayerStats& L = layers[m];
@@ -159,8 +164,14 @@ void StepStatsCollector::sum(const std::vector<uint64_t>& all_words, int world,
     L.tokens = m < stats.tokens_per_expert.size() ? stats.tokens_per_expert[m]
                                                   : std::vector<int64_t>(E, 0);
     L.predicted = m < predicted.size() ? predicted[m] : std::vector<double>(E, 0.0);
+    if (m < stats.brier_sum.size()) {
+      L.brier_sum = stats.brier_sum[m];
+      L.brier_count = stats.brier_count[m];
+      L.calibration_count = stats.calibration_count[m];
+      L.calibration_active = stats.calibration_active[m];
+    }
     for (auto* v : {&L.gathers, &L.gathered_bytes, &L.cache_hits, &L.cache_misses, &L.prefetch_hits,
-                    &L.prefetch_misses, &L.prefetch_wasted_bytes})
+                    &L.prefetch_misses, &L.wasted_bytes})
       v->assign(E, 0);
     L.gather_ms.assign(E, 0.0);
     L.a2a_tokens_in.assign(E, 0);
@@ -183,7 +194,7 @@ void StepStatsCollector::sum(const std::vector<uint64_t>& all_words, int world,
         L.cache_misses[e] += f(kCacheMisses, e);
         L.prefetch_hits[e] += f(kPrefetchHits, e);
         L.prefetch_misses[e] += f(kPrefetchMisses, e);
-        L.prefetch_wasted_bytes[e] += f(kPrefetchWastedBytes, e);
+        L.wasted_bytes[e] += f(kWastedBytes, e);
         L.a2a_tokens_in[e] += static_cast<int64_t>(f(kA2aIn, e));
         L.a2a_tokens_out[e] += static_cast<int64_t>(f(kA2aOut, e));
       }
@@ -204,10 +215,14 @@ void add_step_stats_json(nlohmann::json& j, const std::vector<MoeLayerStats>& la
                    {"cache_misses", L.cache_misses},
                    {"prefetch_hits", L.prefetch_hits},
                    {"prefetch_misses", L.prefetch_misses},
-                   {"prefetch_wasted_bytes", L.prefetch_wasted_bytes},
+                   {"wasted_bytes", L.wasted_bytes},
                    {"a2a_tokens_in", L.a2a_tokens_in},
                    {"a2a_tokens_out", L.a2a_tokens_out},
-                   {"predicted", L.predicted}});
+                   {"predicted", L.predicted},
+                   {"brier_sum", L.brier_sum},
+                   {"brier_count", L.brier_count},
+                   {"calibration_count", L.calibration_count},
+                   {"calibration_active", L.calibration_active}});
   j["moe_layers"] = std::move(arr);
   j["comm_ms"] = comm.comm_ms;
   j["exposed_comm_ms"] = comm.exposed_comm_ms;
@@ -215,12 +230,15 @@ void add_step_stats_json(nlohmann::json& j, const std::vector<MoeLayerStats>& la
   j["overlap_ratio"] = ratio ? nlohmann::json(*ratio) : nlohmann::json(nullptr);
 }
 
-void join_streams(Stream& compute, const std::vector<Stream*>& others) {
+void join_streams(Stream& compute, const std::vector<Stream*>& others, TraceRecorder* timing) {
   for (Stream* s : others) {
     if (!s || s == &compute) continue;
     auto done = compute.device().create_event();
     done->record(*s);
-    compute.wait(*done);  // the wait holds what it needs; the event may go
+    if (timing)  // the wait holds what it needs; the event may go
+      timing->comm_wait(compute, *done, "wait streams");
+    else
+      compute.wait(*done);
   }
 }
 

@@ -38,11 +38,18 @@ struct RankStepStats {
   uint64_t a2a_bytes = 0;               // this step: token all-to-all bytes sent to peers
   uint64_t gathered_dense_bytes = 0;    // this step, split of gathered_bytes
   uint64_t gathered_expert_bytes = 0;
-  uint64_t prefetch_hits = 0;          // acquires that found their gather issued ahead
-  uint64_t prefetch_misses = 0;        // acquires that gathered on demand
-  uint64_t prefetch_wasted_bytes = 0;  // prefetched and never used
+  uint64_t prefetch_hits = 0;         // expert gathers planned before routing, then needed
+  uint64_t prefetch_misses = 0;       // needed expert gathers started after routing
+  uint64_t miss_bytes = 0;            // their bytes
+  uint64_t exact_prefetches = 0;      // backward's exact expert gathers
+  uint64_t wasted_bytes = 0;          // expert gathers freed unused
+  uint64_t needed_expert_bytes = 0;   // full bytes of the step's expert acquires
+  uint64_t active_layer_experts = 0;  // agreed active experts, summed over layers, micro-batches
+  uint64_t layer_expert_slots = 0;    // E per MoE layer and micro-batch
   uint64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
-  double stall_ms = 0.0;                            // compute stream waiting on parameter gathers
+  double stall_ms = 0.0;         // compute stream waiting on parameter gathers
+  double comm_ms = 0.0;          // wall time with a collective of this rank in flight (union)
+  double exposed_comm_ms = 0.0;  // part of it the compute stream waits (<= comm_ms)
   std::array<uint64_t, kMemTagCount> peak_bytes{};  // peak within this step, by tag
   uint64_t peak_total_bytes = 0;                    // peak of the sum over tags, this step
 };
@@ -54,8 +61,9 @@ constexpr size_t kRankStepStatsWords = sizeof(RankStepStats) / 8;
 // This rank's counters of one step. [in] now, before: the engine's counters at the end of this
 // step and of the last one; [in] moe: the step's MoE statistics; [in] mem: the allocator's,
 // peaks since the step's reset_peak.
+// [in] timing: the step's communication timing (TraceRecorder::finish_step).
 RankStepStats rank_step_stats(const EngineCounters& now, const EngineCounters& before,
-                              const MoeStats& moe, const MemStats& mem);
+                              const MoeStats& moe, const MemStats& mem, const StepTiming& timing);
 // The struct as kRankStepStatsWords 8-byte words, and back.
 void to_words(const RankStepStats& s, int64_t* words);
 RankStepStats from_words(const int64_t* words);
@@ -69,16 +77,22 @@ struct MoeLayerStats {
   std::vector<uint64_t> gathers, gathered_bytes;
   std::vector<double> gather_ms;
   std::vector<uint64_t> cache_hits, cache_misses;
-  std::vector<uint64_t> prefetch_hits, prefetch_misses, prefetch_wasted_bytes;
+  std::vector<uint64_t> prefetch_hits, prefetch_misses, wasted_bytes;
   std::vector<int64_t> a2a_tokens_in, a2a_tokens_out;
   std::vector<double> predicted;
+  // Prediction quality of the step (MoeStats: agreed, so rank 0's own): sum of (p - y)^2 over
+  // (expert, micro-batch) pairs a plan before routing covered, their count, and per
+  // probability bucket (MoeStats::kCalibrationBuckets of [0, 1]) pairs and active pairs.
+  double brier_sum = 0.0;
+  int64_t brier_count = 0;
+  std::vector<int64_t> calibration_count, calibration_active;
 };
 
 // The step's communication time, over all ranks.
 struct CommStepStats {
-  double comm_ms = 0.0;          // collectives on non-compute streams, summed over ranks
-  double exposed_comm_ms = 0.0;  // sum of ranks' stall_ms plus compute's waits on the a2a
-  // 1 - exposed / comm; nullopt when comm_ms == 0.
+  double comm_ms = 0.0;          // sum over ranks of RankStepStats::comm_ms
+  double exposed_comm_ms = 0.0;  // sum over ranks of RankStepStats::exposed_comm_ms (<= comm_ms)
+  // 1 - exposed / comm, in [0, 1]; nullopt when comm_ms == 0.
   std::optional<double> overlap_ratio() const;
 };
 
@@ -98,10 +112,10 @@ class StepStatsCollector {
                                    const StepTiming& timing);
 
   // Rank 0: sums every rank's words (world * word count, rank-major) into per-layer stats and
-  // the step's comm timing. [in] stall_ms: the ranks' RankStepStats::stall_ms.
+  // the step's comm timing.
   void sum(const std::vector<uint64_t>& all_words, int world, const MoeStats& stats,
-           const std::vector<std::vector<double>>& predicted, const std::vector<double>& stall_ms,
-           std::vector<MoeLayerStats>& layers, CommStepStats& comm) const;
+           const std::vector<std::vector<double>>& predicted, std::vector<MoeLayerStats>& layers,
+           CommStepStats& comm) const;
 
  private:
   int experts_ = 0;
@@ -116,7 +130,8 @@ void add_step_stats_json(nlohmann::json& j, const std::vector<MoeLayerStats>& la
 
 // Makes `compute` wait (an event wait, no host sync) until every stream in `others` has
 // finished what was enqueued so far, so that one synchronisation of `compute` covers the
-// step's work on every stream (null entries are skipped).
-void join_streams(Stream& compute, const std::vector<Stream*>& others);
+// step's work on every stream (null entries are skipped). [in] timing: when not null, the
+// waits are timed as waits on communication (exposed_comm_ms).
+void join_streams(Stream& compute, const std::vector<Stream*>& others, TraceRecorder* timing);
 
 }  // namespace moezero::moe

@@ -10,7 +10,9 @@ namespace moezero {
 
 using zero_detail::GroupState;
 
-void ZeroEngine::Impl::prefetch_block(std::span<const int> ids, bool predicted) {
+void ZeroEngine::Impl::prefetch_block(std::span<const int> ids, ParamProvider::FetchReason reason) {
+  using R = ParamProvider::FetchReason;
+  const bool predicted = reason == R::Predicted;
   std::vector<int> todo;  // sharded and neither resident nor in flight, in the caller's order
   for (int g : ids) {
     const GroupState& st = group(g);
@@ -56,7 +58,10 @@ void ZeroEngine::Impl::prefetch_block(std::span<const int> ids, bool predicted) 
     st.gathered->record(gs);
     st.state = GroupState::Gathering;
     st.prefetched = predicted;
-    st.early_needed = !predicted;
+    st.origin = predicted            ? GroupState::Planned
+                : reason == R::Exact ? GroupState::Exact
+                                     : GroupState::AfterRouting;
+    st.unused = true;
     if (predicted) counters.prefetched += 1;
     count_live(st, +1);
     const size_t bytes = st.full_bytes(dt);

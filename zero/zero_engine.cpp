@@ -48,10 +48,10 @@ void ZeroEngine::release(int group, Stream& compute) { impl_->release(group, com
 Tensor ZeroEngine::grad(int group, Stream& compute) { return impl_->grad(group, compute); }
 void ZeroEngine::grad_ready(int group, Stream& compute) { impl_->grad_ready(group, compute); }
 void ZeroEngine::prefetch(int group, Stream&, FetchReason reason) {
-  impl_->prefetch(group, reason == FetchReason::Predicted);
+  impl_->prefetch(group, reason);
 }
 void ZeroEngine::prefetch_block(std::span<const int> groups, Stream&, FetchReason reason) {
-  impl_->prefetch_block(groups, reason == FetchReason::Predicted);
+  impl_->prefetch_block(groups, reason);
 }
 void ZeroEngine::discard_prefetch(int group) { impl_->discard_prefetch(group); }
 void ZeroEngine::set_keep_score(int group, double score) {
@@ -125,6 +125,8 @@ void ZeroEngine::Impl::issue_fetch(int g) {
   if (timed_end) timed_end->record(gs);
   st.gathered->record(gs);
   st.state = GroupState::Gathering;
+  st.origin = GroupState::OnDemand;
+  st.unused = true;
   count_live(st, +1);
   counters.gathered_bytes += bytes;
   (st.expert ? counters.gathered_expert_bytes : counters.gathered_dense_bytes) += bytes;
@@ -134,6 +136,27 @@ void ZeroEngine::Impl::issue_fetch(int g) {
   gc.gathered_bytes += bytes;
 }
 
+void ZeroEngine::Impl::count_acquire(int g, bool issued_now) {
+  GroupState& st = group(g);
+  if (!st.expert) return;  // dense groups follow the recorded order: not a prediction
+  const size_t bytes = st.full_bytes(options.compute_dtype);
+  GroupCounters& gc = group_counters[static_cast<size_t>(g)];
+  counters.needed_expert_bytes += bytes;
+  if (st.state == GroupState::Cached && !issued_now) return;  // a cache hit: no gather
+  if (!st.unused) return;  // resident from an earlier acquire (cannot happen; stay exact)
+  if (st.origin == GroupState::Planned) {
+    counters.prefetch_hits += 1;
+    gc.prefetch_hits += 1;
+  } else if (st.origin == GroupState::Exact) {
+    counters.exact_prefetches += 1;
+    gc.exact_prefetches += 1;
+  } else {  // OnDemand, AfterRouting: started once the need was known
+    counters.prefetch_misses += 1;
+    counters.miss_bytes += bytes;
+    gc.prefetch_misses += 1;
+  }
+}
+
 Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
   GroupState& st = group(g);
   // Follow the recorded order of this group's communicator; once this step leaves it, no
@@ -141,7 +164,8 @@ Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
   orders[comm_key(st.comms.gather)].on_acquire(g);
   Tensor out;
   if (!st.params_sharded) {
-    compute.wait(*replicated_ready);
+    if (st.expert) counters.needed_expert_bytes += st.full_bytes(options.compute_dtype);
+    wait_on_comm(compute, *replicated_ready, "wait replicated params");
     out = st.full_persistent.view();
   } else {
     MOEZERO_CHECK(st.state != GroupState::Full, "acquire of parameter group '",
@@ -157,8 +181,7 @@ Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
                              st.layout.spec().expert, st.full_bytes(options.compute_dtype));
         count_live(st, +1);
       } else {  // stale (cannot happen while the cache is emptied at every step; stay safe)
-        st.full.reset();
-        st.state = GroupState::Sharded;
+        drop_resident(g);
       }
     } else if (st.expert && cache) {
       counters.cache_misses += 1;
@@ -167,17 +190,10 @@ Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
         trace->cache_event("miss", st.layout.spec().name, st.layout.spec().layer,
                            st.layout.spec().expert, st.full_bytes(options.compute_dtype));
     }
-    GroupCounters& gc = group_counters[static_cast<size_t>(g)];
-    if (st.state == GroupState::Sharded) {
-      issue_fetch(g);
-      counters.prefetch_misses += 1;
-      gc.prefetch_misses += 1;
-    } else if (st.state == GroupState::Gathering) {
-      // Started early because it was known to be needed: a miss of the prediction.
-      (st.early_needed ? counters.prefetch_misses : counters.prefetch_hits) += 1;
-      (st.early_needed ? gc.prefetch_misses : gc.prefetch_hits) += 1;
-    }
-    st.early_needed = false;
+    const bool issue_now = st.state == GroupState::Sharded;
+    if (issue_now) issue_fetch(g);
+    count_acquire(g, issue_now);
+    st.unused = false;
     measure_wait(compute, *st.gathered, g);
     st.full.buffer().record_stream(compute);
     st.state = GroupState::Full;
@@ -279,36 +295,50 @@ void ZeroEngine::Impl::release(int g, Stream& compute) {
 
 void ZeroEngine::Impl::drop_resident(int g) {
   GroupState& st = group(g);
-  st.early_needed = false;
+  if (st.expert && st.unused) {  // gathered, never acquired, and not kept any longer: waste
+    const size_t bytes = st.full_bytes(options.compute_dtype);
+    counters.wasted_bytes += bytes;
+    group_counters[static_cast<size_t>(g)].wasted_bytes += bytes;
+  }
+  st.unused = false;
   if (st.state == GroupState::Gathering) count_live(st, -1);
   st.full.reset();
   st.state = GroupState::Sharded;
   st.prefetched = false;
 }
 
-void ZeroEngine::Impl::prefetch(int g, bool predicted) {
+void ZeroEngine::Impl::prefetch(int g, ParamProvider::FetchReason reason) {
   GroupState& st = group(g);
   if (!st.params_sharded || st.state != GroupState::Sharded) return;  // replicated or resident
   const size_t bytes = st.full_bytes(options.compute_dtype);
   if (live_bytes_of(st.comms.gather) + bytes > live_limit_per_comm) return;
   issue_fetch(g);
+  using R = ParamProvider::FetchReason;
+  const bool predicted = reason == R::Predicted;
   st.prefetched = predicted;
-  st.early_needed = !predicted;
+  st.origin = predicted            ? GroupState::Planned
+              : reason == R::Exact ? GroupState::Exact
+                                   : GroupState::AfterRouting;
   if (predicted) counters.prefetched += 1;
 }
 
 void ZeroEngine::Impl::discard_prefetch(int g) {
   GroupState& st = group(g);
   if (!st.params_sharded || st.state != GroupState::Gathering || !st.prefetched) return;
-  const size_t bytes = st.full_bytes(options.compute_dtype);
-  counters.prefetch_wasted_bytes += bytes;
-  group_counters[static_cast<size_t>(g)].prefetch_wasted_bytes += bytes;
   st.prefetched = false;
+  // Kept by the cache: not waste unless it leaves the cache unused (drop_resident counts it).
   if (st.expert && cache && !cache->contains(g) && offer_to_cache(g)) {
     count_live(st, -1);  // kept for a later acquire (its gather may still be in flight)
     return;
   }
   drop_resident(g);
+}
+
+void ZeroEngine::Impl::wait_on_comm(Stream& compute, const Event& ready, const char* name) {
+  if (trace)
+    trace->comm_wait(compute, ready, name);
+  else
+    compute.wait(ready);
 }
 
 void ZeroEngine::Impl::measure_wait(Stream& compute, const Event& ready, int g) {
@@ -320,7 +350,7 @@ void ZeroEngine::Impl::measure_wait(Stream& compute, const Event& ready, int g) 
           ? trace->begin_span(compute, SpanKind::Stall, "wait " + group(g).layout.spec().name)
           : -1;
   before->record(compute);
-  compute.wait(ready);
+  wait_on_comm(compute, ready, nullptr);  // traced as the stall span above
   after->record(compute);
   if (trace) trace->end_span(span);
 }
@@ -351,10 +381,6 @@ void ZeroEngine::Impl::end_passes() {
   for (size_t i = 0; i < groups.size(); ++i) {
     GroupState& p = *groups[i];
     if (p.params_sharded && p.state == GroupState::Gathering) {
-      if (p.prefetched) {
-        counters.prefetch_wasted_bytes += p.full_bytes(options.compute_dtype);
-        group_counters[i].prefetch_wasted_bytes += p.full_bytes(options.compute_dtype);
-      }
       drop_resident(static_cast<int>(i));
       counters.prefetch_waste += 1;
     }

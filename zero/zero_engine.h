@@ -147,13 +147,16 @@ struct EngineCounters {
   uint64_t all_reduced_bytes = 0;       // gradient all-reduce bytes (stage 0)
   uint64_t gathers = 0;                 // all-gathers issued (of parameter groups)
   uint64_t prefetched = 0;              // gathers issued ahead of their acquire
-  uint64_t prefetch_hits = 0;           // acquires that found their gather already issued
+  uint64_t prefetch_hits = 0;           // expert acquires whose gather a plan made before routing
   uint64_t prefetch_waste = 0;          // prefetched gathers released unused at step end
   uint64_t peak_live_bytes = 0;         // most gathered (stage-3) parameter bytes alive at once
   uint64_t gathered_dense_bytes = 0;    // gathered_bytes of dense groups
   uint64_t gathered_expert_bytes = 0;   // gathered_bytes of expert groups
-  uint64_t prefetch_misses = 0;         // acquires that had to gather on demand
-  uint64_t prefetch_wasted_bytes = 0;   // prefetched, released without being acquired
+  uint64_t prefetch_misses = 0;         // expert acquires whose gather started after routing
+  uint64_t miss_bytes = 0;              // their gathered bytes
+  uint64_t exact_prefetches = 0;        // expert acquires whose gather backward started exactly
+  uint64_t wasted_bytes = 0;            // expert gathers freed without ever being acquired
+  uint64_t needed_expert_bytes = 0;     // full bytes of every expert acquire (what was needed)
   uint64_t cache_hits = 0;              // acquires served by the shard cache
   uint64_t cache_misses = 0;            // expert acquires the cache could not serve
   uint64_t cache_evictions = 0;
@@ -167,7 +170,7 @@ struct GroupCounters {
   uint64_t gathers = 0;         // all-gathers issued for the group (stage 3)
   uint64_t gathered_bytes = 0;  // their output bytes
   uint64_t cache_hits = 0, cache_misses = 0;
-  uint64_t prefetch_hits = 0, prefetch_misses = 0, prefetch_wasted_bytes = 0;
+  uint64_t prefetch_hits = 0, prefetch_misses = 0, exact_prefetches = 0, wasted_bytes = 0;
   double gather_ms = 0.0;  // expert groups: time their gathers took on the gather stream,
                            // from events resolved at the optimizer step's host sync
 };

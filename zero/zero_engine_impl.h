@@ -46,10 +46,13 @@ struct GroupState {
   // Sharded: only the shard exists. Gathering: all-gather issued, not acquired. Full: acquired.
   // Cached: gathered, released, kept resident by the shard cache (expert groups only).
   enum State { Sharded, Gathering, Full, Cached } state = Sharded;
-  bool expert = false;              // GroupKind::Expert: policy-driven prefetch, cacheable
-  double keep_score = 1.0;          // the cache's lfu score (set_keep_score)
-  bool prefetched = false;          // gathered ahead on a prediction (prefetch hit or waste)
-  bool early_needed = false;        // gathered ahead because known to be needed (a miss)
+  bool expert = false;      // GroupKind::Expert: policy-driven prefetch, cacheable
+  double keep_score = 1.0;  // the cache's lfu score (set_keep_score)
+  bool prefetched = false;  // gathered ahead on a prediction or the recorded order (discardable)
+  // Who started the gather in flight or resident (expert counters, README "Prefetch"):
+  // OnDemand or AfterRouting: a miss; Planned: a hit; Exact: an exact prefetch.
+  enum Origin { OnDemand, Planned, AfterRouting, Exact } origin = OnDemand;
+  bool unused = false;  // gathered and not acquired since: wasted if freed like this (experts)
   std::unique_ptr<Event> gathered;  // recorded on the gather stream after the all-gather
 
   size_t full_bytes(DType dt) const { return static_cast<size_t>(padded) * dtype_size_bytes(dt); }
@@ -96,10 +99,14 @@ struct ZeroEngine::Impl {
   StepReadback enqueue_readback(StepResult& r);  // also enqueues the copy into r.shard_sq
   void apply_adamw(const AdamWHyper& hyper, float grad_scale);  // every optimizer range
   void refresh_replicated();  // all-gather replicated groups' updated ranges (gather stream)
-  void prefetch(int g, bool predicted);
-  void prefetch_block(std::span<const int> ids, bool predicted);  // zero_block.cpp
+  void prefetch(int g, ParamProvider::FetchReason reason);
+  void prefetch_block(std::span<const int> ids, ParamProvider::FetchReason reason);  // zero_block.cpp
   void discard_prefetch(int g);
   void drop_resident(int g);  // a Cached or unused Gathering buffer goes back to the allocator
+  void count_acquire(int g, bool issued_now);  // hit / miss / exact / needed bytes (experts)
+  // compute waits for `ready`, the end of communication on another stream: timed by the trace
+  // recorder when one is installed (exposed_comm_ms); `name`: its stall span (may be null)
+  void wait_on_comm(Stream& compute, const Event& ready, const char* name);
   // compute waits for `ready` (the gather of group g); the wait is timed
   void measure_wait(Stream& compute, const Event& ready, int g);
   double collect_stall_ms();  // sum of timed waits since the last call (events completed)

@@ -233,11 +233,11 @@ void ZeroEngine::Impl::drain_passes() {
   reduce_local_leftovers();
   flush_buckets();
   end_passes();
-  if (reduce_recorded) cs.wait(*reduce_done);
+  if (reduce_recorded) wait_on_comm(cs, *reduce_done, "wait reduce-scatter");
   // Wasted prefetches may still be reading shards on the gather stream.
   auto gather_idle = device.create_event();
   gather_idle->record(*streams.gather);
-  cs.wait(*gather_idle);
+  wait_on_comm(cs, *gather_idle, "wait gathers");
 }
 
 ZeroEngine::Impl::StepReadback ZeroEngine::Impl::enqueue_readback(StepResult& r) {

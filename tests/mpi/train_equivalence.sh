@@ -29,7 +29,7 @@ assert len(mpi) == len(threads), f"mpi run wrote {len(mpi)} steps, threads {len(
 keys = ["step", "loss", "grad_norm", "aux_loss", "lr", "tokens_per_expert", "applied", "tokens"]
 rank_keys = ["gathered_bytes", "reduce_scattered_bytes", "all_reduced_bytes", "a2a_bytes",
              "gathered_dense_bytes", "gathered_expert_bytes", "prefetch_hits",
-             "prefetch_misses", "prefetch_wasted_bytes", "cache_hits", "cache_misses"]
+             "prefetch_misses", "wasted_bytes", "cache_hits", "cache_misses"]
 bad = 0
 for t, m in zip(threads, mpi):
     for k in keys:

@@ -35,10 +35,11 @@ struct Gen {
   std::vector<std::vector<int64_t>> peak_total;                  // [s][r]
   std::vector<std::string> tags = {"param_shard", "full_param", "grad", "activation"};
   std::vector<std::string> rank_keys = {
-      "gathered_bytes", "reduce_scattered_bytes", "all_reduced_bytes",
-      "a2a_bytes",      "gathered_dense_bytes",   "gathered_expert_bytes",
-      "prefetch_hits",  "prefetch_misses",        "prefetch_wasted_bytes",
-      "cache_hits",     "cache_misses",           "cache_evictions"};
+      "gathered_bytes",       "reduce_scattered_bytes", "all_reduced_bytes", "a2a_bytes",
+      "gathered_dense_bytes", "gathered_expert_bytes",  "prefetch_hits",     "prefetch_misses",
+      "miss_bytes",           "exact_prefetches",       "wasted_bytes",      "needed_expert_bytes",
+      "active_layer_experts", "layer_expert_slots",     "cache_hits",        "cache_misses",
+      "cache_evictions"};
 
   explicit Gen(uint64_t seed, bool with_counters = true) : with_counters_(with_counters) {
     std::mt19937_64 rng(seed);
@@ -113,7 +114,7 @@ struct Gen {
                           {"cache_misses", cm[ss][sl]},
                           {"prefetch_hits", ph[ss][sl]},
                           {"prefetch_misses", pm[ss][sl]},
-                          {"prefetch_wasted_bytes", pw[ss][sl]},
+                          {"wasted_bytes", pw[ss][sl]},
                           {"a2a_tokens_in", ain[ss][sl]},
                           {"a2a_tokens_out", aout[ss][sl]},
                           {"predicted", pred[ss][sl]}});
@@ -130,6 +131,8 @@ struct Gen {
       for (size_t k = 0; k < rank_keys.size(); ++k)
         rj[rank_keys[k]] = rank_counters[size_t(s)][size_t(r)][k];
       rj["stall_ms"] = stall[size_t(s)][size_t(r)];
+      rj["comm_ms"] = 2.0 * stall[size_t(s)][size_t(r)];
+      rj["exposed_comm_ms"] = stall[size_t(s)][size_t(r)];
       json p = json::object();
       for (size_t t = 0; t < tags.size(); ++t) p[tags[t]] = peak[size_t(s)][size_t(r)][t];
       rj["peak_bytes"] = p;
@@ -207,7 +210,7 @@ TEST(Report, ExpertNumbersEqualIndependentRecomputation) {
       EXPECT_EQ(x.cache_misses, m);
       EXPECT_EQ(x.prefetch_hits, pfh);
       EXPECT_EQ(x.prefetch_misses, pfm);
-      EXPECT_EQ(x.prefetch_wasted_bytes, pfw);
+      EXPECT_EQ(x.wasted_bytes, pfw);
       EXPECT_EQ(x.a2a_tokens_in, in);
       EXPECT_EQ(x.a2a_tokens_out, out);
       // Float sums in a different order than the report's: a few ulps apart at most.
@@ -279,11 +282,15 @@ TEST(Report, StepOverlapAndRankNumbersEqualIndependentRecomputation) {
         peaks[t] = std::max(peaks[t], g.peak[size_t(s)][size_t(k)][t]);
       pt = std::max(pt, g.peak_total[size_t(s)][size_t(k)]);
     }
-    const std::vector<int64_t> got = {
-        row.gathered_bytes, row.reduce_scattered_bytes, row.all_reduced_bytes,
-        row.a2a_bytes,      row.gathered_dense_bytes,   row.gathered_expert_bytes,
-        row.prefetch_hits,  row.prefetch_misses,        row.prefetch_wasted_bytes,
-        row.cache_hits,     row.cache_misses,           row.cache_evictions};
+    const std::vector<int64_t> got = {row.gathered_bytes,       row.reduce_scattered_bytes,
+                                      row.all_reduced_bytes,    row.a2a_bytes,
+                                      row.gathered_dense_bytes, row.gathered_expert_bytes,
+                                      row.prefetch_hits,        row.prefetch_misses,
+                                      row.miss_bytes,           row.exact_prefetches,
+                                      row.wasted_bytes,         row.needed_expert_bytes,
+                                      row.active_layer_experts, row.layer_expert_slots,
+                                      row.cache_hits,           row.cache_misses,
+                                      row.cache_evictions};
     EXPECT_EQ(got, sums) << "rank " << k;
     EXPECT_EQ(row.peak_total_bytes, pt);
     ASSERT_EQ(row.peak_bytes.size(), g.tags.size());

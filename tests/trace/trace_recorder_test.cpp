@@ -113,5 +113,17 @@ TEST(TraceRecorder, UnwritableFileIsReportedWithItsPath) {
   }
 }
 
+// The interval arithmetic of StepTiming: union and intersection measures, exact on dyadic
+// values.
+TEST(TraceRecorder, IntervalUnionAndIntersection) {
+  const std::vector<Interval> comm = merged({{4, 6}, {0, 2}, {1, 3}, {5, 5}, {8, 9}});
+  ASSERT_EQ(comm.size(), 3u);
+  EXPECT_EQ(measure(comm), 3.0 + 2.0 + 1.0);
+  const std::vector<Interval> waits = merged({{2.5, 4.5}, {8.5, 10}});
+  EXPECT_EQ(measure_intersection(waits, comm), 0.5 + 0.5 + 0.5);
+  EXPECT_EQ(measure_intersection(comm, comm), measure(comm));
+  EXPECT_EQ(measure_intersection({}, comm), 0.0);
+}
+
 }  // namespace
 }  // namespace moezero

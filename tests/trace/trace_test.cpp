@@ -16,8 +16,8 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/step_list.h"
-#include "train/trainer.h"
 #include "prefetch/frequency_model.h"
+#include "train/trainer.h"
 
 namespace moezero::moe {
 namespace {
@@ -306,7 +306,7 @@ void check_expert_counters(const TrainResult& r, int world, const std::string& w
       misses += rs.cache_misses;
       phits += rs.prefetch_hits;
       pmisses += rs.prefetch_misses;
-      pwaste += rs.prefetch_wasted_bytes;
+      pwaste += rs.wasted_bytes;
       stall += rs.stall_ms;
     }
     uint64_t e_gathered = 0, e_hits = 0, e_misses = 0, e_phits = 0, e_pmisses = 0, e_pwaste = 0;
@@ -341,7 +341,7 @@ void check_expert_counters(const TrainResult& r, int world, const std::string& w
       e_misses += sum(L.cache_misses);
       e_phits += sum(L.prefetch_hits);
       e_pmisses += sum(L.prefetch_misses);
-      e_pwaste += sum(L.prefetch_wasted_bytes);
+      e_pwaste += sum(L.wasted_bytes);
     }
     EXPECT_EQ(e_gathered, gathered);
     EXPECT_EQ(e_hits, hits);
@@ -363,8 +363,8 @@ void check_expert_counters(const TrainResult& r, int world, const std::string& w
     const json j = json::parse(step_json(s));
     ASSERT_EQ(j["moe_layers"].size(), 2u);
     for (const char* k : {"layer", "tokens", "gathers", "gathered_bytes", "gather_ms", "cache_hits",
-                          "cache_misses", "prefetch_hits", "prefetch_misses",
-                          "prefetch_wasted_bytes", "a2a_tokens_in", "a2a_tokens_out", "predicted"})
+                          "cache_misses", "prefetch_hits", "prefetch_misses", "wasted_bytes",
+                          "a2a_tokens_in", "a2a_tokens_out", "predicted"})
       EXPECT_TRUE(j["moe_layers"][0].contains(k)) << k;
     EXPECT_EQ(j["moe_layers"][1]["gathered_bytes"].get<std::vector<uint64_t>>(),
               s.moe_layers[1].gathered_bytes);

@@ -1,0 +1,114 @@
+// Counters that cannot flatter (train/step_stats.h, README "Prefetch"), on real training runs
+// with the link emulated: expert prefetch hits only come from plans made before routing
+// (backward's exact prefetch has its own counter), and the communication timing satisfies
+// 0 <= exposed_comm_ms <= comm_ms per rank, so the overlap ratio lies in [0, 1].
+#include "train/step_stats.h"
+
+#include <gtest/gtest.h>
+
+#include "core/config.h"
+#include "train/trainer.h"
+
+namespace moezero::moe {
+namespace {
+
+// A tiny MoE model on an emulated slow link (2 Gbit/s, 20 us), ZeRO-3, every group sharded.
+Config emulated(int world, const std::string& policy, std::vector<std::string> more = {}) {
+  std::vector<std::string> o = {"model.d_model=32",
+                                "model.n_layers=2",
+                                "model.n_heads=4",
+                                "model.n_kv_heads=2",
+                                "model.d_ff=32",
+                                "model.seq_len=16",
+                                "model.num_experts=8",
+                                "model.top_k=2",
+                                "train.micro_batch_size=4",
+                                "train.grad_accum_steps=2",
+                                "train.steps=3",
+                                "train.warmup_steps=1",
+                                "zero.stage=3",
+                                "zero.param_persistence_threshold=0",
+                                "comm_emulation.link_gbps=2",
+                                "comm_emulation.latency_us=20",
+                                "comm.timeout_s=60",
+                                "parallel.world_size=" + std::to_string(world),
+                                "prefetch.policy=" + policy};
+  o.insert(o.end(), more.begin(), more.end());
+  return parse_config("{}", "emulated", o);
+}
+
+TEST(StepCounters, PolicyNoneHasNoPrefetchHitsButExactBackwardPrefetches) {
+  const TrainResult r = train(emulated(2, "none", {"shard_cache.capacity_bytes=0"}), {});
+  ASSERT_EQ(r.steps.size(), 3u);
+  for (const StepLog& s : r.steps)
+    for (size_t k = 0; k < s.ranks.size(); ++k) {
+      const RankStepStats& rk = s.ranks[k];
+      const std::string at = "step " + std::to_string(s.step) + " rank " + std::to_string(k);
+      EXPECT_EQ(rk.prefetch_hits, 0u) << at << ": no plan ran before routing";
+      EXPECT_GT(rk.exact_prefetches, 0u) << at << ": backward prefetches from the routing";
+      EXPECT_GT(rk.prefetch_misses, 0u) << at << ": forward gathers start after routing";
+      EXPECT_EQ(rk.wasted_bytes, 0u) << at << ": nothing is gathered that is not needed";
+      EXPECT_GT(rk.miss_bytes, 0u) << at;
+      // Every expert acquire is a gather (no cache): needed bytes are gathered bytes.
+      EXPECT_EQ(rk.needed_expert_bytes, rk.gathered_expert_bytes) << at;
+      EXPECT_GT(rk.layer_expert_slots, 0u) << at;
+      EXPECT_LE(rk.active_layer_experts, rk.layer_expert_slots) << at;
+    }
+  for (const StepLog& s : r.steps)
+    for (const MoeLayerStats& L : s.moe_layers)
+      EXPECT_EQ(L.brier_count, 0) << "no plan, no prediction to score";
+}
+
+TEST(StepCounters, PlannedGathersAreHitsOrWaste) {
+  const TrainResult r = train(emulated(2, "all", {"shard_cache.capacity_bytes=0"}), {});
+  uint64_t hits = 0;
+  for (const StepLog& s : r.steps)
+    for (const RankStepStats& rk : s.ranks) {
+      hits += rk.prefetch_hits;
+      // With no cache, every gathered expert byte is needed or wasted.
+      EXPECT_EQ(rk.gathered_expert_bytes, rk.needed_expert_bytes + rk.wasted_bytes)
+          << "step " << s.step;
+    }
+  EXPECT_GT(hits, 0u) << "policy all plans every local expert before routing";
+}
+
+// Per rank, every step: 0 <= exposed_comm_ms <= comm_ms, and the step's overlap ratio (from
+// the sums over ranks) lies in [0, 1]. The agreement all-reduce, the loss and norm exchanges
+// run on the compute stream, so some communication is always exposed.
+TEST(StepCounters, ExposedCommunicationNeverExceedsCommunication) {
+  for (int world : {2, 4}) {
+    const TrainResult r = train(emulated(world, "frequency"), {});
+    for (const StepLog& s : r.steps) {
+      const std::string at = "world " + std::to_string(world) + " step " + std::to_string(s.step);
+      double comm = 0.0, exposed = 0.0;
+      for (const RankStepStats& rk : s.ranks) {
+        EXPECT_GT(rk.comm_ms, 0.0) << at;
+        EXPECT_GT(rk.exposed_comm_ms, 0.0) << at;
+        EXPECT_LE(rk.exposed_comm_ms, rk.comm_ms) << at;
+        comm += rk.comm_ms;
+        exposed += rk.exposed_comm_ms;
+      }
+      for (const MoeLayerStats& L : s.moe_layers) {  // a plan before routing every micro-batch
+        EXPECT_EQ(L.brier_count, 8 * 2) << at << ": E experts x micro-batches";
+        EXPECT_GE(L.brier_sum, 0.0) << at;
+        EXPECT_LE(L.brier_sum, double(L.brier_count)) << at;
+        int64_t pairs = 0, active = 0;
+        for (size_t b = 0; b < L.calibration_count.size(); ++b) {
+          pairs += L.calibration_count[b];
+          active += L.calibration_active[b];
+          EXPECT_LE(L.calibration_active[b], L.calibration_count[b]) << at;
+        }
+        EXPECT_EQ(pairs, L.brier_count) << at;
+        EXPECT_GT(active, 0) << at;
+      }
+      EXPECT_DOUBLE_EQ(s.comm.comm_ms, comm) << at;
+      EXPECT_DOUBLE_EQ(s.comm.exposed_comm_ms, exposed) << at;
+      ASSERT_TRUE(s.comm.overlap_ratio().has_value()) << at;
+      EXPECT_GE(*s.comm.overlap_ratio(), 0.0) << at;
+      EXPECT_LE(*s.comm.overlap_ratio(), 1.0) << at;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moezero::moe
