@@ -94,8 +94,13 @@ std::vector<Value> step_values(const moe::StepLog& s) {
   set("peak_state_bytes", double(peak_state_bytes(r0)));
   for (const char* name : {"gathered_expert_bytes", "gathered_dense_bytes", "a2a_bytes",
                            "prefetch_hits", "prefetch_misses", "miss_bytes", "exact_prefetches",
-                           "wasted_bytes", "needed_expert_bytes", "active_fraction"})
+                           "wasted_bytes", "needed_expert_bytes"})
     set(name, rank_counter(r0, name));
+  // A ratio, not a counter: the agreed active layer-experts over the slots, both summed over the
+  // step's MoE layers and micro-batches (the same on every rank of an EDP group).
+  const Value active = rank_counter(r0, "active_layer_experts");
+  const Value slots = rank_counter(r0, "layer_expert_slots");
+  if (active && slots && *slots > 0) set("active_fraction", *active / *slots);
   return v;
 }
 

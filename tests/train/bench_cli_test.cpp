@@ -74,6 +74,10 @@ TEST(BenchCli, TwoStrategiesGiveSaneRows) {
         EXPECT_GE(value.get<double>(), 0.0) << row["strategy"] << ": " << key;
       }
     EXPECT_GE(row["exposed_comm_ms"].get<double>(), 0.0);
+    EXPECT_LE(row["exposed_comm_ms"].get<double>(), row["comm_ms"].get<double>() + 1e-9);
+    const double active = row["active_fraction"].get<double>();  // a MoE model: never null
+    EXPECT_GT(active, 0.0);
+    EXPECT_LE(active, 1.0);
   }
   EXPECT_EQ(compute["utilisation"].get<double>(), 1.0);
   EXPECT_EQ(compute["gathered_expert_bytes"].get<double>(), 0.0);
