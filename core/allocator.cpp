@@ -110,6 +110,8 @@ void Allocator::retag(Buffer& b, MemTag tag) {
   stats_.current_bytes[from] -= b.size_bytes_;
   stats_.current_bytes[to] += b.size_bytes_;
   stats_.peak_bytes[to] = std::max(stats_.peak_bytes[to], stats_.current_bytes[to]);
+  if (is_state_tag(b.tag_)) stats_.state_current_bytes -= b.size_bytes_;
+  if (is_state_tag(tag)) add_state_locked(b.size_bytes_);
 }
 
 Allocator::Allocator(Device& device, size_t capacity_bytes)
@@ -233,7 +235,13 @@ void Allocator::count_allocation_locked(size_t bytes, MemTag tag) {
   stats_.peak_bytes[t] = std::max(stats_.peak_bytes[t], stats_.current_bytes[t]);
   stats_.total_current_bytes += bytes;
   stats_.total_peak_bytes = std::max(stats_.total_peak_bytes, stats_.total_current_bytes);
+  if (is_state_tag(tag)) add_state_locked(bytes);
   ++stats_.alloc_count;
+}
+
+void Allocator::add_state_locked(size_t bytes) {
+  stats_.state_current_bytes += bytes;
+  stats_.state_peak_bytes = std::max(stats_.state_peak_bytes, stats_.state_current_bytes);
 }
 
 Buffer Allocator::allocate(size_t bytes, MemTag tag, Stream& stream, const char* what) {
@@ -272,6 +280,7 @@ void Allocator::free_block(Buffer& b) {
   auto t = static_cast<size_t>(b.tag_);
   stats_.current_bytes[t] -= b.size_bytes_;
   stats_.total_current_bytes -= b.size_bytes_;
+  if (is_state_tag(b.tag_)) stats_.state_current_bytes -= b.size_bytes_;
   stats_.pending_bytes += p.block_bytes;
   pending_.push_back(std::move(p));
 }
@@ -285,6 +294,7 @@ void Allocator::reset_peak() {
   std::lock_guard lock(mu_);
   stats_.peak_bytes = stats_.current_bytes;
   stats_.total_peak_bytes = stats_.total_current_bytes;
+  stats_.state_peak_bytes = stats_.state_current_bytes;
 }
 
 void Allocator::empty_cache() {

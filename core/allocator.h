@@ -38,6 +38,9 @@ enum class MemTag : uint8_t {
 };
 constexpr size_t kMemTagCount = static_cast<size_t>(MemTag::kCount);
 const char* mem_tag_name(MemTag t);
+// Parameters, gradients, optimizer states, cache and communication buffers: what ZeRO shards
+// and gathers (not activations, not other).
+constexpr bool is_state_tag(MemTag t) { return t != MemTag::Activation && t != MemTag::Other; }
 // "1.5 MiB" (binary units, one decimal; "512 B" below 1 KiB).
 std::string format_bytes(uint64_t bytes);
 // Non-zero tags, largest first: "full_param 1.5 MiB, activation 200.0 KiB" ("nothing" if none).
@@ -48,6 +51,10 @@ struct MemStats {
   std::array<size_t, kMemTagCount> peak_bytes{};
   size_t total_current_bytes = 0;
   size_t total_peak_bytes = 0;
+  // Model state: every tag but activation and other (is_state_tag), summed at each moment; its
+  // peak is the simultaneous peak (not the sum of the tags' own peaks, taken at other moments).
+  size_t state_current_bytes = 0;
+  size_t state_peak_bytes = 0;
   size_t reserved_bytes = 0;  // held from the device (in use + cached + pending)
   size_t pending_bytes = 0;   // freed by the user, waiting for streams to pass
   uint64_t alloc_count = 0;
@@ -139,6 +146,7 @@ class Allocator {
   [[noreturn]] void throw_out_of_memory_locked(size_t bytes, size_t block_bytes, MemTag tag,
                                                const char* what) const;
   void count_allocation_locked(size_t bytes, MemTag tag);
+  void add_state_locked(size_t bytes);  // state_current_bytes += bytes, and its peak
 
   Device& device_;
   size_t capacity_bytes_;

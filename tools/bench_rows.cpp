@@ -160,13 +160,7 @@ std::optional<double> rank_counter(const moe::RankStepStats& s, std::string_view
   return std::nullopt;
 }
 
-uint64_t peak_state_bytes(const moe::RankStepStats& s) {
-  uint64_t sum = 0;
-  for (MemTag t : {MemTag::ParamShard, MemTag::FullParam, MemTag::Grad, MemTag::OptimState,
-                   MemTag::Cache, MemTag::CommBuffer})
-    sum += s.peak_bytes[static_cast<size_t>(t)];
-  return sum;
-}
+uint64_t peak_state_bytes(const moe::RankStepStats& s) { return s.peak_state_bytes; }
 
 const std::vector<std::string>& row_fields() {
   static const std::vector<std::string> fields = {"tokens_per_s",

@@ -49,6 +49,7 @@ RankStepStats rank_step_stats(const EngineCounters& now, const EngineCounters& b
 #undef MOEZERO_FROM_Engine
   s.peak_bytes = mem.peak_bytes;
   s.peak_total_bytes = mem.total_peak_bytes;
+  s.peak_state_bytes = mem.state_peak_bytes;
   return s;
 }
 
@@ -70,6 +71,7 @@ nlohmann::json rank_step_json(const RankStepStats& s) {
     peak[mem_tag_name(static_cast<MemTag>(t))] = s.peak_bytes[t];
   j["peak_bytes"] = peak;
   j["peak_total_bytes"] = s.peak_total_bytes;
+  j["peak_state_bytes"] = s.peak_state_bytes;
   // Mean share of the layer-experts active per micro-batch (null: no MoE layer ran).
   j["active_fraction"] = s.layer_expert_slots == 0
                              ? nlohmann::json(nullptr)

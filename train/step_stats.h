@@ -52,9 +52,10 @@ struct RankStepStats {
   double exposed_comm_ms = 0.0;  // part of it the compute stream waits (<= comm_ms)
   std::array<uint64_t, kMemTagCount> peak_bytes{};  // peak within this step, by tag
   uint64_t peak_total_bytes = 0;                    // peak of the sum over tags, this step
+  uint64_t peak_state_bytes = 0;  // peak of the sum over the state tags (is_state_tag), this step
 };
 static_assert(std::is_trivially_copyable_v<RankStepStats> && alignof(RankStepStats) == 8 &&
-                  sizeof(RankStepStats) == (kRankStepCounterCount + kMemTagCount + 1) * 8,
+                  sizeof(RankStepStats) == (kRankStepCounterCount + kMemTagCount + 2) * 8,
               "RankStepStats: the counters of core/step_counters.h and the peaks, 8 bytes each");
 constexpr size_t kRankStepStatsWords = sizeof(RankStepStats) / 8;
 

@@ -14,6 +14,32 @@
 namespace moezero {
 namespace {
 
+// The state peak is simultaneous: a cached expert retagged from full_param to cache, and a
+// gradient allocated after a full parameter is freed, are not counted twice.
+TEST(Allocator, StatePeakIsTheSimultaneousPeakOfTheStateTags) {
+  auto dev = make_cpu_device(0);
+  Stream& s = dev->default_stream();
+  Allocator& alloc = dev->allocator();
+  {
+    Buffer act = alloc.allocate(5000, MemTag::Activation, s);  // not state
+    Buffer full = alloc.allocate(1000, MemTag::FullParam, s);
+    full.retag(MemTag::Cache);
+    EXPECT_EQ(alloc.stats().state_current_bytes, 1000u);
+    full = Buffer();
+    Buffer grad = alloc.allocate(800, MemTag::Grad, s);
+    const MemStats st = alloc.stats();
+    EXPECT_EQ(st.state_current_bytes, 800u);
+    EXPECT_EQ(st.state_peak_bytes, 1000u);  // the sum of the tags' own peaks would say 2800
+    EXPECT_EQ(st.peak_bytes[size_t(MemTag::FullParam)] + st.peak_bytes[size_t(MemTag::Cache)] +
+                  st.peak_bytes[size_t(MemTag::Grad)],
+              2800u);
+    alloc.reset_peak();
+    EXPECT_EQ(alloc.stats().state_peak_bytes, 800u);
+  }
+  s.synchronize();
+  EXPECT_EQ(alloc.stats().state_current_bytes, 0u);
+}
+
 TEST(Allocator, CountsBytesByTagWithPeaks) {
   auto dev = make_cpu_device(0);
   Stream& s = dev->default_stream();
