@@ -13,6 +13,10 @@
 
 namespace moezero::report {
 
+bool RankRow::has(const std::string& counter) const {
+  return std::find(absent.begin(), absent.end(), counter) == absent.end();
+}
+
 const ExpertRow& Report::expert(size_t layer_pos, size_t e) const {
   size_t off = 0;
   for (size_t l = 0; l < layer_pos; ++l) off += static_cast<size_t>(layers[l].experts);
@@ -53,7 +57,6 @@ void add_experts(Report& r, const RunInput& in) {
     lr.experts = static_cast<int64_t>(ne);
     std::vector<ExpertRow> rows(ne);
     std::vector<double> predicted_sum(ne, 0.0);
-    double brier_sum = 0.0;
     for (size_t e = 0; e < ne; ++e) {
       rows[e].layer = lr.layer;
       rows[e].expert = static_cast<int64_t>(e);
@@ -78,29 +81,60 @@ void add_experts(Report& r, const RunInput& in) {
         x.a2a_tokens_in += c.a2a_tokens_in[e];
         x.a2a_tokens_out += c.a2a_tokens_out[e];
         predicted_sum[e] += c.predicted[e];
-        const double miss = c.predicted[e] - (t > 0 ? 1.0 : 0.0);
-        brier_sum += miss * miss;
       }
     }
-    double abs_err_sum = 0.0;
     for (size_t e = 0; e < ne; ++e) {
       ExpertRow& x = rows[e];
       x.token_share =
           lr.tokens > 0 ? static_cast<double>(x.tokens) / static_cast<double>(lr.tokens) : 0.0;
       x.active_fraction = static_cast<double>(x.active_steps) / nsteps;
-      if (first.has_moe_layers) {
-        x.predicted = predicted_sum[e] / nsteps;
-        x.prediction_error = *x.predicted - x.active_fraction;
-        abs_err_sum += std::abs(*x.prediction_error);
-      }
-    }
-    if (first.has_moe_layers && ne > 0) {
-      lr.brier = brier_sum / (nsteps * static_cast<double>(ne));
-      lr.mean_abs_error = abs_err_sum / static_cast<double>(ne);
+      if (first.has_moe_layers) x.predicted = predicted_sum[e] / nsteps;
     }
     r.layers.push_back(lr);
     r.experts.insert(r.experts.end(), rows.begin(), rows.end());
   }
+}
+
+// Brier cells, per-layer Brier scores and the calibration table (definitions in report.h).
+void add_prediction_quality(Report& r, const RunInput& in) {
+  const StepRecord& first = in.steps.front();
+  r.has_prediction_quality = first.has_moe_layers && !first.moe_layers.empty() &&
+                             first.moe_layers.front().prediction.has_value();
+  if (!r.has_prediction_quality) return;
+  const size_t nl = first.moe_layers.size();
+  const size_t nb = first.moe_layers.front().prediction->calibration_count.size();
+  std::vector<double> layer_sum(nl, 0.0);
+  // (layers + 1, buckets): row 0 all layers, row l + 1 layer l
+  std::vector<std::vector<CalibrationRow>> cal(nl + 1, std::vector<CalibrationRow>(nb));
+  for (const StepRecord& s : in.steps)
+    for (size_t l = 0; l < nl; ++l) {
+      const PredictionCounts& p = *s.moe_layers[l].prediction;
+      BrierCell c{s.step, s.moe_layers[l].layer, p.brier_count, std::nullopt};
+      if (p.brier_count > 0) c.brier = p.brier_sum / static_cast<double>(p.brier_count);
+      r.brier_cells.push_back(c);
+      layer_sum[l] += p.brier_sum;
+      r.layers[l].brier_pairs += p.brier_count;
+      for (size_t b = 0; b < nb && b < p.calibration_count.size(); ++b)
+        for (CalibrationRow* row : {&cal[0][b], &cal[l + 1][b]}) {
+          row->pairs += p.calibration_count[b];
+          row->active += p.calibration_active[b];
+        }
+    }
+  for (size_t l = 0; l < nl; ++l)
+    if (r.layers[l].brier_pairs > 0)
+      r.layers[l].brier = layer_sum[l] / static_cast<double>(r.layers[l].brier_pairs);
+  for (size_t k = 0; k <= nl; ++k)
+    for (size_t b = 0; b < nb; ++b) {
+      CalibrationRow& row = cal[k][b];
+      row.layer = k == 0 ? -1 : first.moe_layers[k - 1].layer;
+      row.bucket = static_cast<int64_t>(b);
+      row.lo = static_cast<double>(b) / static_cast<double>(nb);
+      row.hi = static_cast<double>(b + 1) / static_cast<double>(nb);
+      row.mean_predicted = (row.lo + row.hi) / 2.0;
+      if (row.pairs > 0)
+        row.observed_rate = static_cast<double>(row.active) / static_cast<double>(row.pairs);
+      r.calibration.push_back(row);
+    }
 }
 
 void add_steps(Report& r, const RunInput& in) {
@@ -177,6 +211,7 @@ void add_ranks(Report& r, const RunInput& in) {
     row.rank = static_cast<int64_t>(k);
     for (const StepRecord& s : in.steps) {
       const RankStepCounters& c = s.ranks[k];
+      row.absent = c.absent;  // the same in every record (run_input.h)
 #define MOEZERO_SUM(name, unit, source) row.name += c.name;
       MOEZERO_RANK_STEP_COUNTERS(MOEZERO_SUM)
 #undef MOEZERO_SUM
@@ -207,6 +242,7 @@ Report compute_report(const RunInput& in) {
   r.last_step = in.steps.back().step;
   r.has_expert_counters = in.steps.front().has_moe_layers;
   add_experts(r, in);
+  add_prediction_quality(r, in);
   add_steps(r, in);
   add_comms(r, in);
   add_ranks(r, in);
@@ -230,12 +266,21 @@ void fields(V& v, ExpertRow& x) {
   v("a2a_tokens_in", x.a2a_tokens_in), v("a2a_tokens_out", x.a2a_tokens_out);
   v("token_share", x.token_share), v("active_steps", x.active_steps);
   v("active_fraction", x.active_fraction), v("predicted", x.predicted);
-  v("prediction_error", x.prediction_error);
 }
 template <typename V>
 void fields(V& v, LayerRow& x) {
-  v("layer", x.layer), v("experts", x.experts), v("tokens", x.tokens), v("brier", x.brier);
-  v("mean_abs_error", x.mean_abs_error);
+  v("layer", x.layer), v("experts", x.experts), v("tokens", x.tokens);
+  v("brier_pairs", x.brier_pairs), v("brier", x.brier);
+}
+template <typename V>
+void fields(V& v, BrierCell& x) {
+  v("step", x.step), v("layer", x.layer), v("pairs", x.pairs), v("brier", x.brier);
+}
+template <typename V>
+void fields(V& v, CalibrationRow& x) {
+  v("layer", x.layer), v("bucket", x.bucket), v("lo", x.lo), v("hi", x.hi);
+  v("mean_predicted", x.mean_predicted), v("pairs", x.pairs), v("active", x.active);
+  v("observed_rate", x.observed_rate);
 }
 template <typename V>
 void fields(V& v, StepRow& x) {
@@ -258,6 +303,7 @@ void fields(V& v, RankRow& x) {
 #undef MOEZERO_VISIT
   v("peak_bytes", x.peak_bytes);
   v("peak_total_bytes", x.peak_total_bytes);
+  v("absent", x.absent);
 }
 template <typename V>
 void fields(V& v, Report& x) {
@@ -265,7 +311,9 @@ void fields(V& v, Report& x) {
   v("first_step", x.first_step), v("last_step", x.last_step);
   v("has_expert_counters", x.has_expert_counters), v("has_overlap", x.has_overlap);
   v("has_collectives", x.has_collectives), v("has_group_size", x.has_group_size);
+  v("has_prediction_quality", x.has_prediction_quality);
   v("layers", x.layers), v("experts", x.experts), v("step_rows", x.step_rows);
+  v("brier_cells", x.brier_cells), v("calibration", x.calibration);
   v("total_stall_ms", x.total_stall_ms), v("total_comm_ms", x.total_comm_ms);
   v("total_exposed_comm_ms", x.total_exposed_comm_ms);
   v("total_overlap_ratio", x.total_overlap_ratio), v("comms", x.comms);
@@ -287,7 +335,8 @@ struct Writer {
       for (auto& [k, b] : v) a.push_back(json::array({k, b}));
       return a;
     } else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double> ||
-                         std::is_same_v<T, bool> || std::is_same_v<T, std::string>) {
+                         std::is_same_v<T, bool> || std::is_same_v<T, std::string> ||
+                         std::is_same_v<T, std::vector<std::string>>) {
       return json(v);
     } else {  // vector of rows
       json a = json::array();
@@ -325,7 +374,8 @@ struct Reader {
         v.clear();
         for (const json& p : j) v.emplace_back(p.at(0).get<std::string>(), p.at(1).get<int64_t>());
       } else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double> ||
-                           std::is_same_v<T, bool> || std::is_same_v<T, std::string>) {
+                           std::is_same_v<T, bool> || std::is_same_v<T, std::string> ||
+                           std::is_same_v<T, std::vector<std::string>>) {
         v = j.get<T>();
       } else {
         if (!j.is_array()) MOEZERO_THROW(at, ": expected an array");
@@ -350,7 +400,7 @@ std::string report_to_json(const Report& r) {
   json out = json::object();
   Writer w{out};
   fields(w, const_cast<Report&>(r));  // the writer only reads
-  out["format"] = "moezero.report/1";
+  out["format"] = "moezero.report/2";
   return out.dump(1);
 }
 
@@ -362,8 +412,8 @@ Report report_from_json(const std::string& text, const std::string& where) {
     MOEZERO_THROW(where, ": bad JSON: ", e.what());
   }
   if (!j.is_object()) MOEZERO_THROW(where, ": expected a JSON object");
-  if (j.value("format", std::string()) != "moezero.report/1")
-    MOEZERO_THROW(where, ": format: expected \"moezero.report/1\"");
+  if (j.value("format", std::string()) != "moezero.report/2")
+    MOEZERO_THROW(where, ": format: expected \"moezero.report/2\"");
   Report r;
   Reader rd{j, where + ": report"};
   fields(rd, r);

@@ -7,9 +7,18 @@
 //                           a token counts once per chosen expert, after capacity drops).
 //   active_fraction[l][e] = (steps with tokens[l][e] > 0) / steps.
 //   predicted[l][e]       = mean over steps of the frequency model's P(active) for the step.
-//   prediction_error      = predicted - active_fraction (> 0: over-predicted, prefetch waste
-//                           likely; < 0: under-predicted, on-demand gathers likely).
-//   brier (per layer)     = mean over steps and experts of (predicted_s - active_s)^2.
+//   Prediction quality, from the trainer's per-(expert, micro-batch) record of the plans made
+//   before routing (p: the probability the plan used, y: 1 if the expert turned out active):
+//   brier (step, layer)   = brier_sum / brier_count of that step's moe_layers entry: mean of
+//                           (p - y)^2 (0 perfect; 0.25 is what p = 0.5 everywhere scores).
+//                           Absent when no plan before routing covered the step (count 0).
+//   brier (layer)         = sum over steps of brier_sum / sum of brier_count.
+//   calibration[layer][b] = pairs with p in bucket b ([b/n, (b+1)/n), the last also 1), those
+//                           active, observed rate = active / pairs; mean_predicted is the bucket
+//                           centre (the trainer records no per-bucket mean). Rows with layer -1
+//                           sum all layers. Well calibrated: observed rate near mean_predicted.
+//   (Means over steps of p against the active fraction agree by construction for a frequency
+//   model fed with the same activity, so the report shows no such difference.)
 //   overlapped_ms         = comm_ms - exposed_comm_ms; overlap_ratio = 1 - exposed / comm
 //                           (absent when comm_ms == 0), recomputed from comm_ms and
 //                           exposed_comm_ms.
@@ -43,17 +52,36 @@ struct ExpertRow {
   double token_share = 0.0;
   int64_t active_steps = 0;
   double active_fraction = 0.0;
-  std::optional<double> predicted, prediction_error;  // with has_expert_counters only
+  std::optional<double> predicted;  // with has_expert_counters only
   bool operator==(const ExpertRow&) const = default;
 };
 
 struct LayerRow {
   int64_t layer = 0;
   int64_t experts = 0;
-  int64_t tokens = 0;                    // sum over experts and steps
-  std::optional<double> brier;           // with has_expert_counters only
-  std::optional<double> mean_abs_error;  // mean over experts of |prediction_error|
+  int64_t tokens = 0;           // sum over experts and steps
+  int64_t brier_pairs = 0;      // sum of brier_count over steps
+  std::optional<double> brier;  // with has_prediction_quality and brier_pairs > 0 only
   bool operator==(const LayerRow&) const = default;
+};
+
+// Brier score of one (step, MoE layer).
+struct BrierCell {
+  int64_t step = 0, layer = 0;  // layer: model layer index
+  int64_t pairs = 0;            // brier_count
+  std::optional<double> brier;  // absent when pairs == 0
+  bool operator==(const BrierCell&) const = default;
+};
+
+// One probability bucket of the calibration table, summed over steps.
+struct CalibrationRow {
+  int64_t layer = -1;  // model layer index; -1: all layers
+  int64_t bucket = 0;
+  double lo = 0.0, hi = 0.0;    // the bucket's probabilities [lo, hi)
+  double mean_predicted = 0.0;  // bucket centre
+  int64_t pairs = 0, active = 0;
+  std::optional<double> observed_rate;  // active / pairs; absent when pairs == 0
+  bool operator==(const CalibrationRow&) const = default;
 };
 
 struct StepRow {
@@ -87,6 +115,8 @@ struct RankRow {
   // maxima over steps
   std::vector<std::pair<std::string, int64_t>> peak_bytes;  // tag -> bytes, first step's order
   int64_t peak_total_bytes = 0;
+  std::vector<std::string> absent;  // counters the file lacks (their sums above are 0: n/a)
+  bool has(const std::string& counter) const;
   bool operator==(const RankRow&) const = default;
 };
 
@@ -95,13 +125,16 @@ struct Report {
   std::string kind;    // "metrics" | "trace"
   int64_t steps = 0, ranks = 0;
   int64_t first_step = 0, last_step = 0;
-  bool has_expert_counters = false;  // the file has moe_layers
-  bool has_overlap = false;          // the file has comm_ms / exposed_comm_ms
-  bool has_collectives = false;      // a trace with collective spans
-  bool has_group_size = false;       // every collective span carries args.group_size
+  bool has_expert_counters = false;     // the file has moe_layers
+  bool has_overlap = false;             // the file has comm_ms / exposed_comm_ms
+  bool has_collectives = false;         // a trace with collective spans
+  bool has_group_size = false;          // every collective span carries args.group_size
+  bool has_prediction_quality = false;  // moe_layers carry brier_sum ... calibration_active
   std::vector<LayerRow> layers;
   std::vector<ExpertRow> experts;  // layer-major, then expert
   std::vector<StepRow> step_rows;
+  std::vector<BrierCell> brier_cells;       // step-major, then layer (has_prediction_quality)
+  std::vector<CalibrationRow> calibration;  // all layers (-1), then per layer, bucket order
   double total_stall_ms = 0.0;
   std::optional<double> total_comm_ms, total_exposed_comm_ms, total_overlap_ratio;
   std::vector<CommRow> comms;

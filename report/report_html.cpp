@@ -96,7 +96,9 @@ double nice_ceil(double v) {
 struct Heatmap {
   std::string id, title, caption;
   std::vector<std::string> rows;            // row labels ("L1")
-  std::vector<std::vector<double>> values;  // (rows, E)
+  std::vector<std::string> cols;            // column labels; empty: 0, 1, ...
+  std::string col_name = "expert";          // in the cells' tooltips
+  std::vector<std::vector<double>> values;  // (rows, cols); NaN: no value (grey, "n/a")
   bool diverging = false;
   double lo = 0.0, hi = 1.0;  // scale; diverging: [-hi, hi]
   const char* value_fmt = "%.2f";
@@ -104,7 +106,15 @@ struct Heatmap {
 };
 
 std::string cell_color(const Heatmap& h, double v) {
+  if (std::isnan(v)) return "#e4e7eb";
   return h.diverging ? diverging_color(v / h.hi) : sequential_color((v - h.lo) / (h.hi - h.lo));
+}
+
+std::string col_label(const Heatmap& h, size_t c) {
+  return c < h.cols.size() ? esc(h.cols[c]) : std::to_string(c);
+}
+std::string cell_text(const Heatmap& h, double v) {
+  return std::isnan(v) ? std::string("n/a") : fmt(h.value_fmt, v);
 }
 
 std::string heatmap_svg(const Heatmap& h) {
@@ -122,7 +132,7 @@ std::string heatmap_svg(const Heatmap& h) {
   for (size_t e = 0; e < ne; ++e)
     if (labels_every || e % 4 == 0)
       o << "<text x=\"" << px(left + cw * (double(e) + 0.5)) << "\" y=\"" << px(top - 6)
-        << "\" text-anchor=\"middle\" class=\"ax\">" << e << "</text>";
+        << "\" text-anchor=\"middle\" class=\"ax\">" << col_label(h, e) << "</text>";
   o << "\n";
   const bool values_in_cells = cw >= 34 && ch >= 16;
   for (size_t l = 0; l < nr; ++l) {
@@ -135,11 +145,12 @@ std::string heatmap_svg(const Heatmap& h) {
       const double x = left + cw * double(e);
       o << "<rect class=\"cell\" x=\"" << px(x) << "\" y=\"" << px(y) << "\" width=\"" << px(cw)
         << "\" height=\"" << px(ch) << "\" fill=\"" << c << "\"><title>layer " << esc(h.rows[l])
-        << ", expert " << e << ": " << fmt(h.value_fmt, v) << "</title></rect>";
+        << ", " << h.col_name << " " << col_label(h, e) << ": " << cell_text(h, v)
+        << "</title></rect>";
       if (values_in_cells)
         o << "<text x=\"" << px(x + cw / 2) << "\" y=\"" << px(y + ch / 2 + 4)
           << "\" text-anchor=\"middle\" class=\"cv\" fill=\""
-          << (is_dark(c) ? "#ffffff" : "#1d2733") << "\">" << fmt(h.value_fmt, v) << "</text>";
+          << (is_dark(c) ? "#ffffff" : "#1d2733") << "\">" << cell_text(h, v) << "</text>";
     }
     o << "\n";
   }
@@ -390,38 +401,77 @@ void write_summary_cards(std::ostream& o, const Report& r) {
     << card("Peak memory", format_bytes(double(peak)), "max over ranks and steps") << "</div>\n";
 }
 
-// The prediction quality table of the expert activity section: Brier score and mean |error|.
-void write_prediction_quality(std::ostream& o, const Report& r) {
-  o << "<h3 style=\"margin-top:12px\">Prediction quality per layer</h3><div class=\"scroll\" "
-       "style=\"max-height:220px\"><table>"
-    << th_row({"layer", "experts", "tokens", "Brier score", "mean |pred &minus; obs|"});
+// The prediction quality tables: Brier score per layer, calibration over all layers.
+void write_prediction_tables(std::ostream& o, const Report& r) {
+  o << "<div class=\"grid2\"><div><h3 style=\"margin-top:12px\">Brier score per layer</h3>"
+       "<table id=\"brier-table\">"
+    << th_row({"layer", "experts", "pairs", "Brier score"});
   for (const LayerRow& l : r.layers)
-    o << "<tr>" << td("L" + std::to_string(l.layer)) << td(num(l.experts)) << td(num(l.tokens))
-      << td(opt(l.brier, "%.4f")) << td(opt(l.mean_abs_error, "%.4f")) << "</tr>";
-  o << "</table></div>";
+    o << "<tr>" << td("L" + std::to_string(l.layer)) << td(num(l.experts)) << td(num(l.brier_pairs))
+      << td(opt(l.brier, "%.4f")) << "</tr>";
+  o << "</table></div><div><h3 style=\"margin-top:12px\">Calibration, all layers</h3>"
+       "<table id=\"calibration-table\">"
+    << th_row({"p bucket", "pairs", "mean p", "observed rate"});
+  for (const CalibrationRow& c : r.calibration) {
+    if (c.layer != -1) continue;
+    const bool last = c.hi >= 1.0;
+    const std::string range =
+        fmt("%.1f", c.lo) + (last ? " &ndash; " : " &ndash; &lt;") + fmt("%.1f", c.hi);
+    const double gap = c.observed_rate ? *c.observed_rate - c.mean_predicted : 0.0;
+    o << "<tr>" << td(range) << td(num(c.pairs)) << td(fmt("%.2f", c.mean_predicted))
+      << td(opt(c.observed_rate, "%.3f"), gap < -0.1  ? "neg"
+                                          : gap > 0.1 ? "pos"
+                                                      : "")
+      << "</tr>";
+  }
+  o << "</table><p class=\"note\">mean p is the bucket centre; well calibrated: observed rate "
+       "near it (red: more often active than predicted, blue: less).</p></div></div>";
 }
 
-// Expert activity heatmaps (layers x experts) and the prediction quality per layer.
+// Brier heatmap: MoE layers x steps (NaN where no plan before routing covered the step).
+Heatmap brier_heatmap(const Report& r) {
+  Heatmap h;
+  h.id = "heatmap-brier";
+  h.title = "Brier score per layer and step";
+  h.col_name = "step";
+  h.value_fmt = "%.3f";
+  h.caption = "mean (p \xe2\x88\x92 active)\xc2\xb2; 0 perfect, 0.25 = always p 0.5";
+  const size_t nl = r.layers.size(), ns = nl ? r.brier_cells.size() / nl : 0;
+  double max_b = 0;
+  for (size_t l = 0; l < nl; ++l) {
+    h.rows.push_back("L" + std::to_string(r.layers[l].layer));
+    h.values.emplace_back(ns, std::nan(""));
+  }
+  for (size_t s = 0; s < ns; ++s) {
+    h.cols.push_back(std::to_string(r.brier_cells[s * nl].step));
+    for (size_t l = 0; l < nl; ++l) {
+      const BrierCell& c = r.brier_cells[s * nl + l];
+      if (!c.brier) continue;
+      h.values[l][s] = *c.brier;
+      max_b = std::max(max_b, *c.brier);
+    }
+  }
+  h.hi = nice_ceil(std::max(max_b, 0.05));
+  return h;
+}
+
+// Expert activity heatmaps (layers x experts), then the prediction quality of the plans made
+// before routing: Brier heatmap (layers x steps) and tables.
 void write_expert_activity(std::ostream& o, const Report& r) {
-  Heatmap share, active, pred, err;
-  double max_share = 0, max_err = 0;
+  Heatmap share, active;
+  double max_share = 0;
   for (size_t l = 0; l < r.layers.size(); ++l) {
     const std::string label = "L" + std::to_string(r.layers[l].layer);
-    std::vector<double> s, a, p, e;
+    std::vector<double> s, a;
     for (size_t x = 0; x < size_t(r.layers[l].experts); ++x) {
       const ExpertRow& row = r.expert(l, x);
       s.push_back(row.token_share);
       a.push_back(row.active_fraction);
-      p.push_back(row.predicted.value_or(0.0));
-      e.push_back(row.prediction_error.value_or(0.0));
       max_share = std::max(max_share, row.token_share);
-      max_err = std::max(max_err, std::abs(row.prediction_error.value_or(0.0)));
     }
-    for (Heatmap* h : {&share, &active, &pred, &err}) h->rows.push_back(label);
+    for (Heatmap* h : {&share, &active}) h->rows.push_back(label);
     share.values.push_back(s);
     active.values.push_back(a);
-    pred.values.push_back(p);
-    err.values.push_back(e);
   }
   share.id = "heatmap-share";
   share.title = "Token share";
@@ -430,35 +480,26 @@ void write_expert_activity(std::ostream& o, const Report& r) {
   active.id = "heatmap-active";
   active.title = "Observed: fraction of steps active";
   active.caption = "steps with tokens > 0 / steps";
-  pred.id = "heatmap-predicted";
-  pred.title = "Predicted: P(active) of the prefetcher";
-  pred.caption = "mean over steps of the frequency model";
-  err.id = "heatmap-error";
-  err.title = "Prediction error: predicted \xe2\x88\x92 observed";
-  err.diverging = true;
-  err.hi = std::max(0.05, nice_ceil(max_err));
-  err.value_fmt = "%+.2f";
-  err.legend_fmt = "%+g";
-  err.caption = "red: over-predicted, blue: under-predicted";
   o << "<section><h2>Expert activity (layers &times; experts)</h2><p class=\"note\">Rows are "
        "MoE layers (model layer index), columns experts. Token share sums to 1 over a layer's "
        "experts (uniform routing: 1/E = "
     << fmt("%.3f", 1.0 / double(std::max<int64_t>(r.layers[0].experts, 1)))
-    << "); observed and predicted activity share one scale, so equal colours mean a correct "
-       "prediction. Hover a cell for its value.</p>\n<div class=\"grid2\">\n";
+    << "). Hover a cell for its value.</p>\n<div class=\"grid2\">\n";
   o << panel(share, "tokens[l][e] / &sum;<sub>e</sub> tokens[l][e], summed over the steps");
   o << panel(active, "fraction of the steps in which the expert received tokens");
-  if (r.has_expert_counters) {
-    o << panel(pred, "probability of being active the prefetcher planned with, mean over steps");
-    o << panel(err, "predicted &minus; observed; mean |error| per layer in the table below");
-  } else {
-    o << placeholder(pred.title,
-                     "This file has no per-expert counters (moe_layers): the predicted "
-                     "probabilities are recorded by newer trainers.");
-    o << placeholder(err.title, "Needs the predicted probabilities (moe_layers).");
+  o << "</div></section>\n<section><h2>Prediction quality (plans before routing)</h2>";
+  if (!r.has_prediction_quality) {
+    o << placeholder("Brier score per layer and step",
+                     "This file has no brier_sum / calibration counts (moe_layers): they are "
+                     "recorded by newer trainers.")
+      << "</section>\n";
+    return;
   }
-  o << "</div>\n";
-  if (r.has_expert_counters) write_prediction_quality(o, r);
+  o << "<p class=\"note\">For every micro-batch that had a plan before routing, each expert's "
+       "probability p the plan used against whether it turned out active (y). Brier score = "
+       "mean (p &minus; y)<sup>2</sup>; grey: no plan before routing in that step.</p>\n";
+  o << "<div class=\"hm\">" << heatmap_svg(brier_heatmap(r)) << "</div>\n";
+  write_prediction_tables(o, r);
   o << "</section>\n";
 }
 
@@ -500,20 +541,16 @@ void write_expert_table(std::ostream& o, const Report& r) {
        "in/out = tokens the expert's owner received from / sent to other ranks."
     << (r.has_expert_counters ? "" : " This file has no per-expert counters: n/a.")
     << "</p><div class=\"scroll\"><table class=\"wide\">"
-    << th_row({"layer", "expert", "tokens", "share", "active", "predicted", "pred &minus; obs",
-               "gathers", "gathered", "gather ms", "cache hit", "cache miss", "pf hit", "pf miss",
-               "pf waste", "a2a in", "a2a out"});
+    << th_row({"layer", "expert", "tokens", "share", "active", "mean p", "gathers", "gathered",
+               "gather ms", "cache hit", "cache miss", "pf hit", "pf miss", "pf waste", "a2a in",
+               "a2a out"});
   const bool c = r.has_expert_counters;
   auto n = [&](int64_t v) { return c ? num(v) : std::string("n/a"); };
   for (const ExpertRow& x : r.experts) {
-    const double pe = x.prediction_error.value_or(0.0);
     o << "<tr>" << td("L" + std::to_string(x.layer)) << td(std::to_string(x.expert))
       << td(num(x.tokens)) << td(fmt("%.4f", x.token_share)) << td(fmt("%.3f", x.active_fraction))
-      << td(opt(x.predicted, "%.3f"))
-      << td(opt(x.prediction_error, "%+.3f"), pe < -0.05  ? "neg"
-                                              : pe > 0.05 ? "pos"
-                                                          : "")
-      << td(n(x.gathers)) << td(c ? format_bytes(double(x.gathered_bytes)) : "n/a")
+      << td(opt(x.predicted, "%.3f")) << td(n(x.gathers))
+      << td(c ? format_bytes(double(x.gathered_bytes)) : "n/a")
       << td(c ? fmt("%.3f", x.gather_ms) : "n/a") << td(n(x.cache_hits)) << td(n(x.cache_misses))
       << td(n(x.prefetch_hits)) << td(n(x.prefetch_misses))
       << td(c ? format_bytes(double(x.wasted_bytes)) : "n/a") << td(n(x.a2a_tokens_in))
@@ -563,9 +600,9 @@ void write_comms(std::ostream& o, const Report& r) {
       << td(format_bytes(double(k.reduce_scattered_bytes)))
       << td(format_bytes(double(k.all_reduced_bytes))) << td(format_bytes(double(k.a2a_bytes)))
       << td(num(k.prefetch_hits)) << td(num(k.prefetch_misses))
-      << td(format_bytes(double(k.wasted_bytes))) << td(num(k.cache_hits))
-      << td(num(k.cache_misses)) << td(num(k.cache_evictions)) << td(fmt("%.3f", k.stall_ms))
-      << "</tr>";
+      << td(k.has("wasted_bytes") ? format_bytes(double(k.wasted_bytes)) : "n/a")
+      << td(num(k.cache_hits)) << td(num(k.cache_misses)) << td(num(k.cache_evictions))
+      << td(fmt("%.3f", k.stall_ms)) << "</tr>";
   o << "</table></div></section>\n";
 }
 

@@ -13,8 +13,9 @@ namespace moezero::report {
 // Plain-text tables, one section per part of the report.
 void write_text(std::ostream& os, const Report& r);
 
-// The HTML page. Heatmaps are <svg id="heatmap-share|heatmap-active|heatmap-predicted|
-// heatmap-error"> whose cells are <rect class="cell" fill="#rrggbb">; the per-step chart is
+// The HTML page. Heatmaps are <svg id="heatmap-share|heatmap-active"> (layers x experts) and
+// <svg id="heatmap-brier"> (layers x steps) whose cells are <rect class="cell" fill="#rrggbb">;
+// the calibration table is <table id="calibration-table">; the per-step chart is
 // <svg id="steps-chart">.
 std::string render_html(const Report& r);
 

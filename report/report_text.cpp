@@ -85,15 +85,14 @@ void write_experts(std::ostream& os, const Report& r) {
   if (!r.has_expert_counters)
     os << "(this file has no per-expert counters (moe_layers): only tokens, share and active "
           "are known)\n";
-  Table t({"layer", "expert", "tokens", "share", "active", "predicted", "pred-obs", "gathers",
-           "gathered", "gather ms", "cache hit", "cache miss", "pf hit", "pf miss", "pf waste",
-           "a2a in", "a2a out"});
+  Table t({"layer", "expert", "tokens", "share", "active", "mean P", "gathers", "gathered",
+           "gather ms", "cache hit", "cache miss", "pf hit", "pf miss", "pf waste", "a2a in",
+           "a2a out"});
   for (const ExpertRow& x : r.experts) {
     const bool c = r.has_expert_counters;
     auto n = [&](int64_t v) { return c ? num(v) : std::string("n/a"); };
     t.add({num(x.layer), num(x.expert), num(x.tokens), fmt("%.4f", x.token_share),
-           fmt("%.3f", x.active_fraction), opt(x.predicted, "%.3f"),
-           opt(x.prediction_error, "%+.3f"), n(x.gathers),
+           fmt("%.3f", x.active_fraction), opt(x.predicted, "%.3f"), n(x.gathers),
            c ? format_bytes(static_cast<double>(x.gathered_bytes)) : "n/a",
            c ? fmt("%.3f", x.gather_ms) : "n/a", n(x.cache_hits), n(x.cache_misses),
            n(x.prefetch_hits), n(x.prefetch_misses),
@@ -103,13 +102,42 @@ void write_experts(std::ostream& os, const Report& r) {
   t.print(os);
 }
 
+std::string bucket_range(const CalibrationRow& c, size_t buckets) {
+  return fmt("%.1f", c.lo) + (size_t(c.bucket) + 1 == buckets ? " - " : " - <") + fmt("%.1f", c.hi);
+}
+
 void write_prediction_quality(std::ostream& os, const Report& r) {
-  section(os, "Prediction quality per MoE layer");
-  Table lt({"layer", "experts", "tokens", "brier", "mean |pred-obs|"});
+  section(os,
+          "Prediction quality: plans before routing, p vs active (Brier = mean (p - y)^2, 0 is "
+          "perfect)");
+  if (!r.has_prediction_quality) {
+    os << "(this file has no brier_sum / calibration counts: recorded by newer trainers)\n";
+    return;
+  }
+  Table lt({"layer", "experts", "pairs", "brier"});
   for (const LayerRow& l : r.layers)
-    lt.add({num(l.layer), num(l.experts), num(l.tokens), opt(l.brier, "%.4f"),
-            opt(l.mean_abs_error, "%.4f")});
+    lt.add({num(l.layer), num(l.experts), num(l.brier_pairs), opt(l.brier, "%.4f")});
   lt.print(os);
+  os << "\nBrier per step (rows) and layer (columns); n/a: no plan before routing\n";
+  std::vector<std::string> head = {"step"};
+  for (const LayerRow& l : r.layers) head.push_back("L" + num(l.layer));
+  Table bt(head);
+  const size_t nl = r.layers.size();
+  for (size_t i = 0; i + nl <= r.brier_cells.size(); i += nl) {
+    std::vector<std::string> row = {num(r.brier_cells[i].step)};
+    for (size_t l = 0; l < nl; ++l) row.push_back(opt(r.brier_cells[i + l].brier, "%.4f"));
+    bt.add(row);
+  }
+  bt.print(os);
+  os << "\nCalibration, all layers (mean p: bucket centre; well calibrated: observed near it)\n";
+  size_t buckets = 0;
+  for (const CalibrationRow& c : r.calibration) buckets += c.layer == -1;
+  Table ct({"p bucket", "pairs", "mean p", "observed"});
+  for (const CalibrationRow& c : r.calibration)
+    if (c.layer == -1)
+      ct.add({bucket_range(c, buckets), num(c.pairs), fmt("%.2f", c.mean_predicted),
+              opt(c.observed_rate, "%.3f")});
+  ct.print(os);
 }
 
 void write_steps(std::ostream& os, const Report& r) {
@@ -160,9 +188,9 @@ void write_rank_bytes(std::ostream& os, const Report& r) {
             format_bytes(double(k.gathered_expert_bytes)),
             format_bytes(double(k.reduce_scattered_bytes)),
             format_bytes(double(k.all_reduced_bytes)), format_bytes(double(k.a2a_bytes)),
-            num(k.prefetch_hits), num(k.prefetch_misses), format_bytes(double(k.wasted_bytes)),
-            num(k.cache_hits), num(k.cache_misses), num(k.cache_evictions),
-            fmt("%.3f", k.stall_ms)});
+            num(k.prefetch_hits), num(k.prefetch_misses),
+            k.has("wasted_bytes") ? format_bytes(double(k.wasted_bytes)) : "n/a", num(k.cache_hits),
+            num(k.cache_misses), num(k.cache_evictions), fmt("%.3f", k.stall_ms)});
   bt.print(os);
 }
 

@@ -110,6 +110,39 @@ std::vector<T> array_field(const json& obj, const std::string& key, const At& at
   return out;
 }
 
+// The prediction-quality fields of a moe_layers entry: all four or none (older trainers).
+std::optional<PredictionCounts> parse_prediction(const json& lj, const At& at) {
+  static const char* kKeys[] = {"brier_sum", "brier_count", "calibration_count",
+                                "calibration_active"};
+  size_t present = 0;
+  for (const char* k : kKeys) present += optional_member(lj, k) != nullptr;
+  if (present == 0) return std::nullopt;
+  PredictionCounts p;
+  p.brier_sum = number_field(lj, "brier_sum", at);
+  p.brier_count = int_field(lj, "brier_count", at);
+  if (p.brier_sum < 0) at.field("brier_sum").fail("negative");
+  if (p.brier_count < 0) at.field("brier_count").fail("negative");
+  const At cat = at.field("calibration_count");
+  const size_t n = as_array(member(lj, "calibration_count", at), cat).size();
+  if (n == 0) cat.fail("is empty: at least one probability bucket");
+  p.calibration_count = array_field<int64_t>(lj, "calibration_count", at, n, "calibration_count");
+  p.calibration_active = array_field<int64_t>(lj, "calibration_active", at, n, "calibration_count");
+  int64_t pairs = 0;
+  for (size_t b = 0; b < n; ++b) {
+    if (p.calibration_count[b] < 0) cat.index(b).fail("negative");
+    if (p.calibration_active[b] < 0 || p.calibration_active[b] > p.calibration_count[b])
+      at.field("calibration_active")
+          .index(b)
+          .fail("is " + std::to_string(p.calibration_active[b]) + ", outside [0, " +
+                std::to_string(p.calibration_count[b]) + "] (calibration_count)");
+    pairs += p.calibration_count[b];
+  }
+  if (pairs != p.brier_count)
+    cat.fail("sums to " + std::to_string(pairs) + " pairs, brier_count is " +
+             std::to_string(p.brier_count));
+  return p;
+}
+
 LayerStepCounters parse_layer(const json& lj, const At& at, const std::vector<int64_t>& tokens,
                               size_t l) {
   as_object(lj, at);
@@ -134,15 +167,22 @@ LayerStepCounters parse_layer(const json& lj, const At& at, const std::vector<in
       at.field("predicted")
           .index(i)
           .fail("a probability must be in [0, 1], got " + std::to_string(c.predicted[i]));
+  c.prediction = parse_prediction(lj, at);
   return c;
 }
 
 RankStepCounters parse_rank(const json& rj, const At& at) {
   as_object(rj, at);
   RankStepCounters r;
-#define MOEZERO_READ_Count(name) r.name = int_field(rj, #name, at);
-#define MOEZERO_READ_Ms(name) r.name = number_field(rj, #name, at);
-#define MOEZERO_READ(name, unit, source) MOEZERO_READ_##unit(name)
+  // A counter a file lacks is listed in `absent` (check_consistent: the same in every record).
+#define MOEZERO_READ_Count(name) r.name = as_int(*v, at.field(#name));
+#define MOEZERO_READ_Ms(name) r.name = as_number(*v, at.field(#name));
+#define MOEZERO_READ(name, unit, source)            \
+  if (const json* v = optional_member(rj, #name)) { \
+    MOEZERO_READ_##unit(name)                       \
+  } else {                                          \
+    r.absent.push_back(#name);                      \
+  }
   MOEZERO_RANK_STEP_COUNTERS(MOEZERO_READ)
 #undef MOEZERO_READ
 #undef MOEZERO_READ_Ms
@@ -191,6 +231,20 @@ StepRecord parse_step(const json& sj, const std::string& where) {
   return s;
 }
 
+// `rank` lacks a counter that `first`'s rank 0 has, or has one that it lacks: fails naming it.
+[[noreturn]] void check_same_counters(const RankStepCounters& rank, const StepRecord& first,
+                                      const At& at) {
+  const auto& ref = first.ranks[0].absent;
+  for (const std::string& name : rank.absent)
+    if (std::find(ref.begin(), ref.end(), name) == ref.end())
+      at.field(name).fail("missing field (present at " + first.where + " ranks[0])");
+  for (const std::string& name : ref)
+    if (std::find(rank.absent.begin(), rank.absent.end(), name) == rank.absent.end())
+      at.field(name).fail("present here but missing at " + first.where +
+                          " ranks[0] (a counter is in every record or in none)");
+  at.fail("counters differ from " + first.where + " ranks[0]");
+}
+
 // Shapes that must not change between steps of one run; duplicate steps are refused (a file
 // appended to twice would otherwise be counted twice).
 void check_consistent(std::vector<StepRecord>& steps, const std::string& path) {
@@ -221,13 +275,25 @@ void check_consistent(std::vector<StepRecord>& steps, const std::string& path) {
       at.field("moe_layers")
           .fail(std::string(s.has_moe_layers ? "present" : "absent") + " here but not at " +
                 first.where);
-    for (size_t l = 0; l < s.moe_layers.size(); ++l)
-      if (s.moe_layers[l].layer != first.moe_layers[l].layer)
-        at.field("moe_layers")
-            .index(l)
-            .field("layer")
-            .fail("is " + std::to_string(s.moe_layers[l].layer) + ", " + first.where + " has " +
-                  std::to_string(first.moe_layers[l].layer));
+    for (size_t l = 0; l < s.moe_layers.size(); ++l) {
+      const LayerStepCounters &c = s.moe_layers[l], &f = first.moe_layers[l];
+      const At lat = at.field("moe_layers").index(l);
+      if (c.layer != f.layer)
+        lat.field("layer").fail("is " + std::to_string(c.layer) + ", " + first.where + " has " +
+                                std::to_string(f.layer));
+      if (c.prediction.has_value() != f.prediction.has_value())
+        lat.field("brier_sum")
+            .fail(std::string(c.prediction ? "present" : "absent") + " here but not at " +
+                  first.where);
+      if (c.prediction &&
+          c.prediction->calibration_count.size() != f.prediction->calibration_count.size())
+        lat.field("calibration_count")
+            .fail("has " + std::to_string(c.prediction->calibration_count.size()) + " buckets, " +
+                  first.where + " has " + std::to_string(f.prediction->calibration_count.size()));
+    }
+    for (size_t r = 0; r < s.ranks.size(); ++r)
+      if (s.ranks[r].absent != first.ranks[0].absent)
+        check_same_counters(s.ranks[r], first, at.field("ranks").index(r));
   }
   std::stable_sort(steps.begin(), steps.end(),
                    [](const StepRecord& a, const StepRecord& b) { return a.step < b.step; });

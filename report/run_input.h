@@ -11,6 +11,11 @@
 // that is wrong: bad JSON, a missing or mistyped field, inconsistent lengths (an expert array
 // whose length differs from tokens_per_expert, a layer count or rank count that changes
 // between steps), a step number that appears twice.
+// Fields that newer trainers added are optional: a file written before them still reads, and
+// what it lacks is absent (never zero pretending to be measured). A rank counter of
+// MOEZERO_RANK_STEP_COUNTERS may be absent, but then from every rank of every step (a record
+// that lacks one its neighbours have is damaged, and refused); likewise the prediction-quality
+// fields of moe_layers.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +26,17 @@
 
 namespace moezero::report {
 
+// How well the plans made before routing predicted the step (train/step_stats.h MoeLayerStats):
+// over the (expert, micro-batch) pairs such a plan covered, with p the probability the plan used
+// and y = 1 when the expert turned out active, else 0.
+struct PredictionCounts {
+  double brier_sum = 0.0;   // sum of (p - y)^2
+  int64_t brier_count = 0;  // pairs
+  // Per probability bucket (n = calibration_count.size() equal-width buckets of [0, 1]: bucket b
+  // holds b/n <= p < (b+1)/n, the last also p == 1): pairs, and those with y == 1 (<= pairs).
+  std::vector<int64_t> calibration_count, calibration_active;  // (n)
+};
+
 // One MoE layer's per-expert counters of one step (metrics "moe_layers"), summed over ranks.
 // Every vector has E entries (E = experts of the layer).
 struct LayerStepCounters {
@@ -29,6 +45,7 @@ struct LayerStepCounters {
       prefetch_misses, wasted_bytes, a2a_tokens_in, a2a_tokens_out;
   std::vector<double> gather_ms;  // ms on the gather streams, all ranks
   std::vector<double> predicted;  // frequency model's P(active) used for the step's first plan
+  std::optional<PredictionCounts> prediction;  // absent in files older than these fields
 };
 
 // One rank's counters of one step (metrics "ranks[r]"): the counters of
@@ -42,6 +59,9 @@ struct RankStepCounters {
   double stall_ms = 0.0, comm_ms = 0.0, exposed_comm_ms = 0.0;
   std::vector<std::pair<std::string, int64_t>> peak_bytes;  // tag -> bytes, in file order
   int64_t peak_total_bytes = 0;
+  // Counters of the list this record lacks (written before they existed), in list order; their
+  // fields above stay 0.
+  std::vector<std::string> absent;
 };
 
 // One step's metrics (one metrics line, or the args of one step_metrics event).

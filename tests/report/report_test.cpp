@@ -7,11 +7,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/step_counters.h"
 #include "report/report_render.h"
 #include "report/run_input.h"
 
@@ -176,7 +178,6 @@ TEST(Report, ExpertNumbersEqualIndependentRecomputation) {
       for (int e = 0; e < g.E; ++e) layer_tokens += g.tokens[size_t(s)][size_t(l)][size_t(e)];
     EXPECT_EQ(r.layers[size_t(l)].layer, g.layer_ids[size_t(l)]);
     EXPECT_EQ(r.layers[size_t(l)].tokens, layer_tokens);
-    double brier = 0, abs_err = 0;
     for (int e = 0; e < g.E; ++e) {
       const ExpertRow& x = r.expert(size_t(l), size_t(e));
       SCOPED_TRACE("layer " + std::to_string(l) + " expert " + std::to_string(e));
@@ -199,7 +200,6 @@ TEST(Report, ExpertNumbersEqualIndependentRecomputation) {
         out += g.aout[ss][sl][se];
         ms += g.gms[ss][sl][se];
         p += g.pred[ss][sl][se];
-        brier += std::pow(g.pred[ss][sl][se] - (ts > 0 ? 1.0 : 0.0), 2);
       }
       EXPECT_EQ(x.layer, g.layer_ids[size_t(l)]);
       EXPECT_EQ(x.expert, e);
@@ -218,15 +218,14 @@ TEST(Report, ExpertNumbersEqualIndependentRecomputation) {
       EXPECT_EQ(x.active_steps, active);
       EXPECT_DOUBLE_EQ(x.active_fraction, double(active) / g.S);
       EXPECT_DOUBLE_EQ(x.token_share, layer_tokens ? double(t) / double(layer_tokens) : 0.0);
-      ASSERT_TRUE(x.predicted && x.prediction_error);
+      ASSERT_TRUE(x.predicted);
       EXPECT_NEAR(*x.predicted, p / g.S, 1e-14);
-      EXPECT_NEAR(*x.prediction_error, p / g.S - double(active) / g.S, 1e-14);
-      abs_err += std::abs(p / g.S - double(active) / g.S);
     }
-    ASSERT_TRUE(r.layers[size_t(l)].brier && r.layers[size_t(l)].mean_abs_error);
-    EXPECT_NEAR(*r.layers[size_t(l)].brier, brier / (g.S * g.E), 1e-14);
-    EXPECT_NEAR(*r.layers[size_t(l)].mean_abs_error, abs_err / g.E, 1e-14);
+    // The generator writes no prediction-quality fields: absent, not zero.
+    EXPECT_FALSE(r.layers[size_t(l)].brier);
   }
+  EXPECT_FALSE(r.has_prediction_quality);
+  EXPECT_TRUE(r.brier_cells.empty() && r.calibration.empty());
   // Shares of a layer sum to one.
   for (size_t l = 0; l < r.layers.size(); ++l) {
     double sum = 0;
@@ -471,12 +470,130 @@ TEST(Report, JsonRoundTrips) {
     EXPECT_EQ(report_to_json(back), text);
   }
   try {
-    report_from_json(R"({"format": "moezero.report/1", "source": "x"})", "r.json");
+    report_from_json(R"({"format": "moezero.report/2", "source": "x"})", "r.json");
     FAIL() << "a report without its fields must be refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("r.json: report.kind: missing field"), std::string::npos)
         << e.what();
   }
+}
+
+// ---- prediction quality ---------------------------------------------------------------------
+
+// Two steps of two MoE layers (model layers 1 and 3), two experts, one rank, with hand-made
+// prediction-quality fields: step 1 layer 3 had no plan before routing (count 0).
+//   step 1 L1: sum 0.5 over 4 pairs, buckets 0: 1 pair (0 active), 9: 3 pairs (2 active)
+//   step 2 L1: sum 0.3 over 2 pairs, bucket 5: 2 pairs (1 active)
+//   step 2 L3: sum 1.0 over 4 pairs, bucket 5: 4 pairs (2 active)
+std::string prediction_fixture() {
+  auto layer = [](int id, double sum, int64_t count, std::map<int, std::pair<int64_t, int64_t>> b) {
+    std::vector<int64_t> cc(10, 0), ca(10, 0);
+    for (auto& [k, v] : b) cc[size_t(k)] = v.first, ca[size_t(k)] = v.second;
+    const std::vector<int64_t> t = {4, 0};
+    return json{{"layer", id},
+                {"tokens", t},
+                {"gathers", t},
+                {"gathered_bytes", t},
+                {"gather_ms", {0.0, 0.0}},
+                {"cache_hits", t},
+                {"cache_misses", t},
+                {"prefetch_hits", t},
+                {"prefetch_misses", t},
+                {"wasted_bytes", t},
+                {"a2a_tokens_in", t},
+                {"a2a_tokens_out", t},
+                {"predicted", {0.75, 0.25}},
+                {"brier_sum", sum},
+                {"brier_count", count},
+                {"calibration_count", cc},
+                {"calibration_active", ca}};
+  };
+  json rank = {{"peak_bytes", {{"grad", 1}}}, {"peak_total_bytes", 1}};
+#define MOEZERO_ZERO(name, unit, source) rank[#name] = 0;
+  MOEZERO_RANK_STEP_COUNTERS(MOEZERO_ZERO)
+#undef MOEZERO_ZERO
+  const json tpe = {{4, 0}, {4, 0}};
+  json s1 = {{"step", 1},
+             {"tokens_per_expert", tpe},
+             {"ranks", {rank}},
+             {"moe_layers", {layer(1, 0.5, 4, {{0, {1, 0}}, {9, {3, 2}}}), layer(3, 0.0, 0, {})}}};
+  json s2 = {{"step", 2},
+             {"tokens_per_expert", tpe},
+             {"ranks", {rank}},
+             {"moe_layers", {layer(1, 0.3, 2, {{5, {2, 1}}}), layer(3, 1.0, 4, {{5, {4, 2}}})}}};
+  return s1.dump() + "\n" + s2.dump() + "\n";
+}
+
+TEST(Report, BrierAndCalibrationFromHandMadeFixture) {
+  const Report r = compute_report(parse_run(prediction_fixture(), "p.jsonl"));
+  ASSERT_TRUE(r.has_prediction_quality);
+  // Per (step, layer): brier_sum / brier_count; absent where no plan covered the step.
+  ASSERT_EQ(r.brier_cells.size(), 4u);
+  const std::vector<BrierCell> cells = {
+      {1, 1, 4, 0.125}, {1, 3, 0, std::nullopt}, {2, 1, 2, 0.15}, {2, 3, 4, 0.25}};
+  for (size_t i = 0; i < cells.size(); ++i) {
+    SCOPED_TRACE("cell " + std::to_string(i));
+    EXPECT_EQ(r.brier_cells[i].step, cells[i].step);
+    EXPECT_EQ(r.brier_cells[i].layer, cells[i].layer);
+    EXPECT_EQ(r.brier_cells[i].pairs, cells[i].pairs);
+    ASSERT_EQ(r.brier_cells[i].brier.has_value(), cells[i].brier.has_value());
+    if (cells[i].brier) EXPECT_DOUBLE_EQ(*r.brier_cells[i].brier, *cells[i].brier);
+  }
+  // Per layer: pooled over steps, (0.5 + 0.3) / 6 and 1.0 / 4.
+  ASSERT_EQ(r.layers.size(), 2u);
+  EXPECT_EQ(r.layers[0].brier_pairs, 6);
+  EXPECT_DOUBLE_EQ(r.layers[0].brier.value(), 0.8 / 6.0);
+  EXPECT_EQ(r.layers[1].brier_pairs, 4);
+  EXPECT_DOUBLE_EQ(r.layers[1].brier.value(), 0.25);
+  // Calibration: 10 buckets for all layers (-1), then 10 per layer.
+  ASSERT_EQ(r.calibration.size(), 30u);
+  struct Want {
+    int64_t layer, bucket, pairs, active;
+    std::optional<double> rate;
+  };
+  const std::vector<Want> want = {{-1, 0, 1, 0, 0.0},         {-1, 1, 0, 0, std::nullopt},
+                                  {-1, 5, 6, 3, 0.5},         {-1, 9, 3, 2, 2.0 / 3.0},
+                                  {1, 5, 2, 1, 0.5},          {1, 9, 3, 2, 2.0 / 3.0},
+                                  {3, 0, 0, 0, std::nullopt}, {3, 5, 4, 2, 0.5}};
+  for (const Want& w : want) {
+    SCOPED_TRACE("layer " + std::to_string(w.layer) + " bucket " + std::to_string(w.bucket));
+    const size_t block = w.layer == -1 ? 0 : w.layer == 1 ? 1 : 2;
+    const CalibrationRow& c = r.calibration[block * 10 + size_t(w.bucket)];
+    EXPECT_EQ(c.layer, w.layer);
+    EXPECT_EQ(c.bucket, w.bucket);
+    EXPECT_DOUBLE_EQ(c.lo, double(w.bucket) / 10.0);
+    EXPECT_DOUBLE_EQ(c.hi, double(w.bucket + 1) / 10.0);
+    EXPECT_DOUBLE_EQ(c.mean_predicted, (double(w.bucket) + 0.5) / 10.0);
+    EXPECT_EQ(c.pairs, w.pairs);
+    EXPECT_EQ(c.active, w.active);
+    ASSERT_EQ(c.observed_rate.has_value(), w.rate.has_value());
+    if (w.rate) EXPECT_DOUBLE_EQ(*c.observed_rate, *w.rate);
+  }
+  // JSON round trip keeps every cell and row.
+  EXPECT_EQ(report_from_json(report_to_json(r), "r.json"), r);
+  // Text: per-step table and the calibration rows.
+  std::ostringstream text;
+  write_text(text, r);
+  const std::string t = text.str();
+  EXPECT_NE(t.find("1     0.1250     n/a"), std::string::npos) << t;
+  EXPECT_NE(t.find("2     0.1500  0.2500"), std::string::npos) << t;
+  EXPECT_NE(t.find("0.5 - <0.6      6    0.55     0.500"), std::string::npos) << t;
+  EXPECT_NE(t.find("0.9 - 1.0       3    0.95     0.667"), std::string::npos) << t;
+  EXPECT_NE(t.find("0.1 - <0.2      0    0.15       n/a"), std::string::npos) << t;
+  // HTML: the Brier heatmap has layers x steps cells, one of them n/a; the calibration table.
+  const std::string html = render_html(r);
+  const size_t begin = html.find("<svg id=\"heatmap-brier\"");
+  ASSERT_NE(begin, std::string::npos);
+  const std::string svg = html.substr(begin, html.find("</svg>", begin) - begin);
+  size_t cells_n = 0;
+  for (size_t p = svg.find("class=\"cell\""); p != std::string::npos;
+       p = svg.find("class=\"cell\"", p + 1))
+    ++cells_n;
+  EXPECT_EQ(cells_n, 4u);
+  EXPECT_NE(svg.find("layer L3, step 1: n/a"), std::string::npos);
+  EXPECT_NE(svg.find("layer L1, step 2: 0.150"), std::string::npos);
+  EXPECT_NE(html.find("id=\"calibration-table\""), std::string::npos);
+  EXPECT_EQ(html.find("heatmap-error"), std::string::npos);
 }
 
 // ---- rendering -----------------------------------------------------------------------------
@@ -485,14 +602,13 @@ TEST(Report, HtmlIsSelfContainedAndHasEveryHeatmap) {
   const Gen g(5);
   const Report r = compute_report(parse_run(g.metrics_text(), "a<b>.jsonl"));
   const std::string html = render_html(r);
-  for (const char* id : {"heatmap-share", "heatmap-active", "heatmap-predicted", "heatmap-error",
-                         "steps-chart", "memory-chart"})
+  for (const char* id : {"heatmap-share", "heatmap-active", "steps-chart", "memory-chart"})
     EXPECT_NE(html.find(std::string("id=\"") + id + "\""), std::string::npos) << id;
   size_t cells = 0;
   for (size_t p = html.find("class=\"cell\""); p != std::string::npos;
        p = html.find("class=\"cell\"", p + 1))
     ++cells;
-  EXPECT_EQ(cells, size_t(4 * g.L * g.E));
+  EXPECT_EQ(cells, size_t(2 * g.L * g.E));  // no prediction-quality fields: no Brier heatmap
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("http://"), std::string::npos);
   EXPECT_EQ(html.find("https://"), std::string::npos);

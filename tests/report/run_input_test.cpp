@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.h"
+#include "report/report.h"
+#include "report/report_render.h"
 
 namespace moezero::report {
 namespace {
@@ -193,6 +196,92 @@ TEST(RunInput, TraceKindIsDetectedByContent) {
   ASSERT_EQ(in.steps.size(), 1u);
   EXPECT_EQ(in.steps[0].step, 4);
   EXPECT_TRUE(in.collectives.empty());
+}
+
+}  // namespace
+}  // namespace moezero::report
+
+namespace moezero::report {
+namespace {
+
+// A line as trainers wrote it before the prediction-quality fields and the newer counters:
+// prefetch_wasted_bytes (since renamed), no miss_bytes ... exposed_comm_ms, no brier_*.
+json old_style_step(int64_t step) {
+  json j = good_step(step);
+  j.erase("comm_ms");
+  j.erase("exposed_comm_ms");
+  for (json& r : j["ranks"]) {
+    for (const char* k :
+         {"miss_bytes", "exact_prefetches", "wasted_bytes", "needed_expert_bytes",
+          "active_layer_experts", "layer_expert_slots", "comm_ms", "exposed_comm_ms"})
+      r.erase(k);
+    r["prefetch_wasted_bytes"] = 7;
+  }
+  return j;
+}
+
+TEST(RunInput, OldStyleMetricsStillReport) {
+  const RunInput in = parse_run(lines({old_style_step(1), old_style_step(2)}), "old.jsonl");
+  ASSERT_EQ(in.steps.size(), 2u);
+  const std::vector<std::string> absent = {
+      "miss_bytes",           "exact_prefetches",   "wasted_bytes", "needed_expert_bytes",
+      "active_layer_experts", "layer_expert_slots", "comm_ms",      "exposed_comm_ms"};
+  EXPECT_EQ(in.steps[0].ranks[1].absent, absent);
+  EXPECT_FALSE(in.steps[0].moe_layers[0].prediction);
+  const Report r = compute_report(in);
+  EXPECT_FALSE(r.has_prediction_quality);
+  EXPECT_FALSE(r.has_overlap);
+  EXPECT_EQ(r.rank_rows[0].absent, absent);
+  EXPECT_FALSE(r.rank_rows[0].has("wasted_bytes"));
+  EXPECT_TRUE(r.rank_rows[0].has("stall_ms"));
+  EXPECT_EQ(r.rank_rows[0].stall_ms, 1.0);
+  std::ostringstream text;
+  write_text(text, r);
+  EXPECT_HAS(text.str(), "(this file has no brier_sum / calibration counts");
+  const std::string html = render_html(r);
+  EXPECT_HAS(html, "This file has no brier_sum / calibration counts");
+  EXPECT_EQ(report_from_json(report_to_json(r), "r.json"), r);
+}
+
+TEST(RunInput, CountersMustBeInEveryRecordOrInNone) {
+  json s2 = old_style_step(2);
+  s2["ranks"][1]["wasted_bytes"] = 3;
+  EXPECT_HAS(error_of(lines({old_style_step(1), s2})),
+             "m.jsonl:2: ranks[1].wasted_bytes: present here but missing at m.jsonl:1 ranks[0]");
+  json s3 = good_step(2);
+  s3["ranks"][0].erase("needed_expert_bytes");
+  EXPECT_HAS(error_of(lines({good_step(1), s3})),
+             "m.jsonl:2: ranks[0].needed_expert_bytes: missing field (present at m.jsonl:1");
+}
+
+TEST(RunInput, PredictionFieldsAreCheckedWhenPresent) {
+  auto with = [](int64_t step) {
+    json j = good_step(step);
+    std::vector<int64_t> cc(10, 0), ca(10, 0);
+    cc[9] = 3, ca[9] = 2;
+    json& l = j["moe_layers"][0];
+    l["brier_sum"] = 0.5, l["brier_count"] = 3, l["calibration_count"] = cc;
+    l["calibration_active"] = ca;
+    return j;
+  };
+  const RunInput in = parse_run(lines({with(1)}), "m.jsonl");
+  ASSERT_TRUE(in.steps[0].moe_layers[0].prediction);
+  EXPECT_EQ(in.steps[0].moe_layers[0].prediction->brier_count, 3);
+  EXPECT_EQ(in.steps[0].moe_layers[0].prediction->calibration_active[9], 2);
+  json part = with(1);
+  part["moe_layers"][0].erase("calibration_active");
+  EXPECT_HAS(error_of(lines({part})), "moe_layers[0].calibration_active: missing field");
+  json over = with(1);
+  over["moe_layers"][0]["calibration_active"][9] = 4;
+  EXPECT_HAS(error_of(lines({over})), "moe_layers[0].calibration_active[9]: is 4, outside [0, 3]");
+  json sum = with(1);
+  sum["moe_layers"][0]["brier_count"] = 5;
+  EXPECT_HAS(error_of(lines({sum})), "calibration_count: sums to 3 pairs, brier_count is 5");
+  json shorter = with(1);
+  shorter["moe_layers"][0]["calibration_active"] = std::vector<int64_t>(9, 0);
+  EXPECT_HAS(error_of(lines({shorter})), "calibration_active: has 9 entries, expected 10");
+  EXPECT_HAS(error_of(lines({with(1), good_step(2)})),
+             "m.jsonl:2: moe_layers[0].brier_sum: absent here but not at m.jsonl:1");
 }
 
 }  // namespace
