@@ -122,6 +122,15 @@ class ParamProvider {
                               FetchReason reason = FetchReason::Predicted) {
     for (int g : groups) prefetch(g, compute, reason);
   }
+  // Start fetching `groups` (of one gather communicator, e.g. experts of a MoE layer) in this
+  // order, coalesced into as few transfers as the provider allows, within its live-parameter
+  // limit: the groups resident or in flight are left out, and from the first that does not fit
+  // on, none is started (acquire() fetches those: needs_fetch). Unlike prefetch_block, bounded.
+  // The default fetches them one by one.
+  virtual void prefetch_set(std::span<const int> groups, Stream& compute,
+                            FetchReason reason = FetchReason::Predicted) {
+    for (int g : groups) prefetch(g, compute, reason);
+  }
   // A prefetched group will not be acquired in this pass (a wrong prediction): the provider
   // may drop it or keep it resident.
   virtual void discard_prefetch(int group) {}
@@ -139,6 +148,12 @@ class ParamProvider {
   // True when acquire(group) would start a transfer (a collective): such acquires must stay
   // in an order that is the same on every rank of the group.
   virtual bool needs_fetch(int group) const { return false; }
+  // The position of the group's gather in the order the provider issued its transfers (one
+  // FIFO gather stream: also the order they complete in); 0 when none is in flight (resident
+  // or not started). Issue order follows hints and acquires, which every rank of a group gives
+  // in the same order, so ordering work by ticket needs no host synchronisation and agrees
+  // across ranks. Groups of one coalesced transfer share a ticket.
+  virtual uint64_t fetch_ticket(int group) const { return 0; }
 };
 
 }  // namespace moezero

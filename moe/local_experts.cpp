@@ -48,26 +48,28 @@ LocalExperts::RunOrder LocalExperts::run_order(const ModuleContext& ctx, ParamPr
   std::vector<int> ids;
   for (int j = 0; j < experts_per_rank_; ++j)
     if (active[static_cast<size_t>(j)]) ids.push_back(j);
-  for (int j : ids)  // agreed order; no-op if resident or in flight (a predicted prefetch)
-    params.prefetch(group(j), ctx.s(), reason);
+  std::vector<int> groups;  // agreed order; resident or in flight (predicted) ones are left out
+  for (int j : ids) groups.push_back(group(j));
+  params.prefetch_set(groups, ctx.s(), reason);  // coalesced
   // Cached experts first, in id order: acquiring them updates the shard cache's recency, which
-  // must advance identically on every rank. Then the rest by readiness (a host-side query of
-  // local timing: their acquires touch no shared decision state).
+  // must advance identically on every rank. Then the rest in the order their gathers were
+  // issued, which is the order they complete in (one FIFO gather stream): compute never waits
+  // for an expert whose gather queues behind one it could run now (a predicted prefetch of
+  // expert 5 before the on-demand gather of expert 0 runs 5 first). Ties (one coalesced
+  // gather) in id order. Known without a host query, and the same on every rank.
   RunOrder order;
-  std::vector<int> ready, in_flight;
+  std::vector<std::pair<uint64_t, int>> in_flight;
   for (int j : ids) {
     const int g = group(j);
     if (params.needs_fetch(g))
       order.then.push_back(j);  // over the live limit: id order
     else if (params.cached(g))
       order.first.push_back(j);
-    else if (params.ready(g))
-      ready.push_back(j);
     else
-      in_flight.push_back(j);
+      in_flight.emplace_back(params.fetch_ticket(g), j);
   }
-  order.first.insert(order.first.end(), ready.begin(), ready.end());
-  order.first.insert(order.first.end(), in_flight.begin(), in_flight.end());
+  std::sort(in_flight.begin(), in_flight.end());
+  for (const auto& [ticket, j] : in_flight) order.first.push_back(j);
   return order;
 }
 

@@ -77,10 +77,11 @@ class LocalExperts {
   // for all of them in id order (the agreed order). Phase 1 (`first`): those whose gather was
   // started or that are resident: cached ones first in id order (acquiring them updates the
   // cache's recency, which must agree across ranks), then the others in the order their
-  // parameters are ready; all are then released (and, in backward, reduced) in id order, so the
-  // shard cache and the gradient buckets see the same sequence on every rank. Phase 2 (`then`):
-  // those the live-parameter limit kept from prefetching; each is acquired (an on-demand gather, a
-  // collective), run and released in id order, one at a time, so the limit holds.
+  // gathers were issued (= complete: ParamProvider::fetch_ticket); all are then released (and, in
+  // backward, reduced) in id order, so the shard cache and the gradient buckets see the same
+  // sequence on every rank. Phase 2 (`then`): those the live-parameter limit kept from prefetching;
+  // each is acquired (an on-demand gather, a collective), run and released in id order, one at a
+  // time, so the limit holds.
   struct RunOrder {
     std::vector<int> first, then;
   };

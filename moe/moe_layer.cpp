@@ -91,7 +91,9 @@ void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Pr
     plan_p_[static_cast<size_t>(e)] = rt_.frequency->probability(moe_index_, static_cast<int>(e));
   planned_ =
       prefetch::plan_prefetch(rt_.prefetch, *rt_.frequency, moe_index_, candidates, bytes, prev);
-  for (int e : planned_) params.prefetch(experts_.group(e - experts_.expert(0)), ctx.s());
+  std::vector<int> groups;  // in plan order, coalesced
+  for (int e : planned_) groups.push_back(experts_.group(e - experts_.expert(0)));
+  params.prefetch_set(groups, ctx.s());
 }
 
 void MoeFeedForward::prepare_backward(const ModuleContext& ctx, ParamProvider& params,
@@ -105,8 +107,9 @@ void MoeFeedForward::prepare_backward(const ModuleContext& ctx, ParamProvider& p
   if (rt_.prefetch.policy == PrefetchPolicy::None) return;
   std::vector<int> local(static_cast<size_t>(experts_.count()));
   for (int j = 0; j < experts_.count(); ++j) local[static_cast<size_t>(j)] = j;
-  for (int j : prefetch::backward_order(local, sv->active))
-    params.prefetch(experts_.group(j), ctx.s(), ParamProvider::FetchReason::Exact);
+  std::vector<int> groups;  // in backward order, coalesced
+  for (int j : prefetch::backward_order(local, sv->active)) groups.push_back(experts_.group(j));
+  params.prefetch_set(groups, ctx.s(), ParamProvider::FetchReason::Exact);
 }
 
 Router::Routing& MoeFeedForward::route(const ModuleContext& ctx, ParamProvider& params,

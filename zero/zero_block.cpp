@@ -11,14 +11,40 @@ namespace moezero {
 using zero_detail::GroupState;
 
 void ZeroEngine::Impl::prefetch_block(std::span<const int> ids, ParamProvider::FetchReason reason) {
-  using R = ParamProvider::FetchReason;
-  const bool predicted = reason == R::Predicted;
   std::vector<int> todo;  // sharded and neither resident nor in flight, in the caller's order
   for (int g : ids) {
     const GroupState& st = group(g);
     if (st.params_sharded && st.state == GroupState::Sharded) todo.push_back(g);
   }
-  if (todo.empty()) return;
+  if (!todo.empty()) gather_block(todo, reason);
+}
+
+void ZeroEngine::Impl::prefetch_set(std::span<const int> ids, ParamProvider::FetchReason reason) {
+  // The prefix that fits the live limit of the communicator (agreed state: the same on every
+  // rank), cut into chunks of at most options.coalesce_bytes (by shape only).
+  std::vector<int> chunk;
+  uint64_t chunk_bytes = 0;
+  for (int g : ids) {
+    const GroupState& st = group(g);
+    if (!st.params_sharded || st.state != GroupState::Sharded) continue;
+    const uint64_t bytes = st.full_bytes(options.compute_dtype);
+    if (!chunk.empty() && (chunk_bytes + bytes > options.coalesce_bytes ||
+                           group(chunk.front()).comms.gather != st.comms.gather)) {
+      gather_block(chunk, reason);
+      chunk.clear();
+      chunk_bytes = 0;
+    }
+    if (live_bytes_of(st.comms.gather) + chunk_bytes + bytes > live_limit_per_comm) break;
+    chunk.push_back(g);
+    chunk_bytes += bytes;
+  }
+  if (!chunk.empty()) gather_block(chunk, reason);
+}
+
+// One all-gather of `todo` (sharded groups of one gather communicator), in its order.
+void ZeroEngine::Impl::gather_block(std::span<const int> todo, ParamProvider::FetchReason reason) {
+  using R = ParamProvider::FetchReason;
+  const bool predicted = reason == R::Predicted;
   const GroupState& first = group(todo.front());
   Communicator* comm = first.comms.gather;
   const int n = first.n;
@@ -44,8 +70,13 @@ void ZeroEngine::Impl::prefetch_block(std::span<const int> ids, ParamProvider::F
   if (trace && trace->tracing())
     trace->label_next_collective("block " + first.layout.spec().name + " +" +
                                  std::to_string(todo.size() - 1));
+  Event& t0 = gather_events.take();
+  Event& t1 = gather_events.take();
+  t0.record(gs);
   comm->all_gather(send.view().data(), recv.view().data(), static_cast<size_t>(cols), dt, gs);
+  t1.record(gs);
   counters.gathers += 1;  // one collective for the block
+  const uint64_t ticket = next_ticket++;
   c = 0;
   for (int g : todo) {  // recv is (n, cols): rank r's shard of group g at [r][c, c + shard)
     GroupState& st = group(g);
@@ -56,7 +87,10 @@ void ZeroEngine::Impl::prefetch_block(std::span<const int> ids, ParamProvider::F
                st.full.view().view_elems(r * st.shard_elems, Shape{st.shard_elems}));
     c += st.shard_elems;
     st.gathered->record(gs);
+    if (st.expert)  // the collective's time, shared by bytes
+      timed_gathers.push_back({g, &t0, &t1, static_cast<double>(st.shard_elems) / cols});
     st.state = GroupState::Gathering;
+    st.ticket = ticket;  // one collective: complete together
     st.prefetched = predicted;
     st.origin = predicted            ? GroupState::Planned
                 : reason == R::Exact ? GroupState::Exact

@@ -53,6 +53,9 @@ void ZeroEngine::prefetch(int group, Stream&, FetchReason reason) {
 void ZeroEngine::prefetch_block(std::span<const int> groups, Stream&, FetchReason reason) {
   impl_->prefetch_block(groups, reason);
 }
+void ZeroEngine::prefetch_set(std::span<const int> groups, Stream&, FetchReason reason) {
+  impl_->prefetch_set(groups, reason);
+}
 void ZeroEngine::discard_prefetch(int group) { impl_->discard_prefetch(group); }
 void ZeroEngine::set_keep_score(int group, double score) {
   auto& st = impl_->group(group);
@@ -68,6 +71,10 @@ bool ZeroEngine::ready(int group) const {
   } catch (...) {
     return true;  // a failed gather: acquire() will surface the error
   }
+}
+uint64_t ZeroEngine::fetch_ticket(int group) const {
+  const auto& st = *impl_->groups.at(static_cast<size_t>(group));
+  return st.state == zero_detail::GroupState::Gathering ? st.ticket : 0;
 }
 bool ZeroEngine::cached(int group) const {
   return impl_->groups.at(static_cast<size_t>(group))->state == zero_detail::GroupState::Cached;
@@ -125,6 +132,7 @@ void ZeroEngine::Impl::issue_fetch(int g) {
   if (timed_end) timed_end->record(gs);
   st.gathered->record(gs);
   st.state = GroupState::Gathering;
+  st.ticket = next_ticket++;
   st.origin = GroupState::OnDemand;
   st.unused = true;
   count_live(st, +1);
@@ -369,7 +377,8 @@ double ZeroEngine::Impl::collect_stall_ms() {
 void ZeroEngine::Impl::collect_gather_ms() {
   for (const TimedGather& t : timed_gathers) {
     t.end->synchronize();
-    group_counters[static_cast<size_t>(t.group)].gather_ms += t.end->elapsed_ms_since(*t.start);
+    group_counters[static_cast<size_t>(t.group)].gather_ms +=
+        t.share * t.end->elapsed_ms_since(*t.start);
   }
   timed_gathers.clear();
   gather_events.recycle();

@@ -75,6 +75,8 @@ struct ZeroOptions {
   DType compute_dtype = DType::F32;
   int64_t persistence_threshold_elems = 1024;
   uint64_t prefetch_bucket_bytes = 64ull << 20;
+  // prefetch_set: the most bytes one coalesced gather carries (a set larger is cut by shape).
+  uint64_t coalesce_bytes = 64ull << 20;
   uint64_t max_live_bytes = 1ull << 30;
   uint64_t reduce_bucket_bytes = 64ull << 20;
   // Stage 1: gradients are summed on the rank and reduce-scattered in the backward of
@@ -206,11 +208,14 @@ class ZeroEngine final : public ParamProvider {
   // the groups' full buffers on the gather stream. Acquire and release stay per group.
   void prefetch_block(std::span<const int> groups, Stream& compute,
                       FetchReason reason = FetchReason::Predicted) override;
+  void prefetch_set(std::span<const int> groups, Stream& compute,
+                    FetchReason reason = FetchReason::Predicted) override;
   void discard_prefetch(int group) override;
   void set_keep_score(int group, double score) override;
   bool ready(int group) const override;
   bool needs_fetch(int group) const override;
   bool cached(int group) const override;
+  uint64_t fetch_ticket(int group) const override;
 
   // Ends a micro-batch's backward: flushes the pending reduce bucket.
   void finish_backward();

@@ -52,6 +52,9 @@ struct GroupState {
   // Who started the gather in flight or resident (expert counters, README "Prefetch"):
   // OnDemand or AfterRouting: a miss; Planned: a hit; Exact: an exact prefetch.
   enum Origin { OnDemand, Planned, AfterRouting, Exact } origin = OnDemand;
+  // Position of its latest gather in the issue order of the gather stream (FIFO, so also its
+  // completion order); 0 before the first. A function of agreed state like the issue order.
+  uint64_t ticket = 0;
   bool unused = false;  // gathered and not acquired since: wasted if freed like this (experts)
   std::unique_ptr<Event> gathered;  // recorded on the gather stream after the all-gather
 
@@ -100,7 +103,11 @@ struct ZeroEngine::Impl {
   void apply_adamw(const AdamWHyper& hyper, float grad_scale);  // every optimizer range
   void refresh_replicated();  // all-gather replicated groups' updated ranges (gather stream)
   void prefetch(int g, ParamProvider::FetchReason reason);
-  void prefetch_block(std::span<const int> ids, ParamProvider::FetchReason reason);  // zero_block.cpp
+  void prefetch_block(std::span<const int> ids,
+                      ParamProvider::FetchReason reason);                          // zero_block.cpp
+  void prefetch_set(std::span<const int> ids, ParamProvider::FetchReason reason);  // zero_block.cpp
+  void gather_block(std::span<const int> todo,
+                    ParamProvider::FetchReason reason);  // zero_block.cpp
   void discard_prefetch(int g);
   void drop_resident(int g);  // a Cached or unused Gathering buffer goes back to the allocator
   void count_acquire(int g, bool issued_now);  // hit / miss / exact / needed bytes (experts)
@@ -166,8 +173,10 @@ struct ZeroEngine::Impl {
     int group = -1;
     Event* start = nullptr;
     Event* end = nullptr;
+    double share = 1.0;  // of the collective's time (a coalesced gather: by bytes)
   };
   std::vector<TimedGather> timed_gathers;
+  uint64_t next_ticket = 1;               // GroupState::ticket of the next gather issued
   EventPool gather_events{device};        // recycled by collect_gather_ms
   std::unique_ptr<ResidencyCache> cache;  // expert shard cache (may be null)
   // Event pairs around this step's waits of the compute stream on gathers (pooled events).

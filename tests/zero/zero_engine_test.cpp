@@ -208,6 +208,65 @@ TEST(ZeroEngine, PrefetchReplaysTheRecordedOrder) {
   EXPECT_GT(r.counters.reduce_scattered_bytes, 0u);
 }
 
+// prefetch_set: one collective for the set (or chunks of coalesce_bytes, by shape), within the
+// live limit (a prefix: the rest is left to acquire); tickets give the issue order.
+TEST(ZeroEngine, PrefetchSetCoalescesWithinTheLiveLimit) {
+  struct Case {
+    uint64_t coalesce_bytes, max_live_bytes;
+    uint64_t gathers;       // collectives for the set {block1, embed, block0}
+    bool block0_in_flight;  // false: beyond the live limit, left to acquire
+  };
+  const int64_t big = 960;  // embed, block0: 3.8 KB; block1: 3.9 KB (f32)
+  for (const Case c : {Case{1 << 20, 1 << 20, 1, true}, Case{5000, 1 << 20, 3, true},
+                       Case{1 << 20, 9000, 1, false}}) {
+    comm::World::run(2, [&](comm::RankContext& ctx) {
+      Device& dev = *ctx.device;
+      EngineStreams st{&dev.create_stream("compute"), &dev.create_stream("gather"),
+                       &dev.create_stream("reduce")};
+      auto c1 = ctx.communicator(ctx.world_group(), "gather");
+      auto c2 = ctx.communicator(ctx.world_group(), "reduce");
+      auto c3 = ctx.communicator(ctx.world_group(), "misc");
+      ZeroOptions o;
+      o.persistence_threshold_elems = 0;
+      o.coalesce_bytes = c.coalesce_bytes;
+      o.max_live_bytes = c.max_live_bytes;
+      ZeroEngine eng(
+          dev, st, make_groups(big),
+          [&](const GroupSpec&) {
+            return GroupComms{c1.get(), c2.get()};
+          },
+          *c3, o);
+      Stream& cs = *st.compute;
+      std::vector<std::vector<float>> want;
+      for (int g : {0, 1, 2}) want.push_back(eng.full_params_host(g));
+      const uint64_t before = eng.counters().gathers;
+      const std::vector<int> set = {2, 0, 1};
+      eng.prefetch_set(set, cs, ParamProvider::FetchReason::Needed);
+      EXPECT_EQ(eng.counters().gathers - before, c.gathers);
+      EXPECT_GT(eng.fetch_ticket(2), 0u);
+      EXPECT_EQ(eng.fetch_ticket(3), 0u);  // not fetched
+      if (c.gathers == 1) {
+        EXPECT_EQ(eng.fetch_ticket(2), eng.fetch_ticket(0));
+      }
+      if (c.gathers == 3) {
+        EXPECT_LT(eng.fetch_ticket(2), eng.fetch_ticket(0));
+      }
+      EXPECT_EQ(eng.needs_fetch(1), !c.block0_in_flight);
+      EXPECT_FALSE(eng.needs_fetch(2));
+      eng.prefetch_set(set, cs, ParamProvider::FetchReason::Needed);  // in flight: left out
+      EXPECT_EQ(eng.counters().gathers - before, c.gathers);
+      for (int g : {0, 1, 2}) {
+        Tensor p = eng.acquire(g, cs);
+        std::vector<float> got(want[size_t(g)].size());
+        dev.memcpy_async(got.data(), p.data(), got.size() * 4, cs);
+        cs.synchronize();
+        EXPECT_EQ(got, want[size_t(g)]) << "group " << g;
+        eng.release(g, cs);
+      }
+    });
+  }
+}
+
 TEST(ZeroEngine, IllegalTransitionsAreErrors) {
   comm::World::run(1, [](comm::RankContext& ctx) {
     Device& dev = *ctx.device;
