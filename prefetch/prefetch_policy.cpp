@@ -1,4 +1,4 @@
-// prefetch/prefetch_policy.cpp — none / all / frequency plans and the backward order.
+// prefetch/prefetch_policy.cpp — none / all / frequency / cost plans and the backward order.
 #include "prefetch/prefetch_policy.h"
 
 #include <algorithm>
@@ -30,12 +30,38 @@ std::vector<std::pair<int, uint64_t>> checked_candidates(int experts, std::span<
   return out;
 }
 
+struct Ranked {
+  double p;
+  int id;
+  uint64_t bytes;
+};
+
+// Whether the cost policy takes `r`, given the link's free time left (consumed when taken).
+bool pays_for_itself(const Ranked& r, const PrefetchCosts& costs, double& free_left_ns) {
+  const double t = costs.gather_latency_ns + double(r.bytes) * costs.link_ns_per_byte;
+  const double paid = std::max(0.0, t - free_left_ns);
+  if (!(r.p * t > (1.0 - r.p) * paid)) return false;
+  free_left_ns = std::max(0.0, free_left_ns - t);
+  return true;
+}
+
 }  // namespace
+
+PrefetchCosts link_costs(double link_gbps, double latency_us, int group_size) {
+  MOEZERO_CHECK(group_size >= 1 && link_gbps >= 0.0 && latency_us >= 0.0, "link_costs: group_size ",
+                group_size, ", link_gbps ", link_gbps, ", latency_us ", latency_us);
+  PrefetchCosts c;
+  const double n = double(group_size);
+  if (link_gbps > 0.0) c.link_ns_per_byte = 8.0 / link_gbps * (n - 1.0) / n;  // bits / (Gbit/s)
+  c.gather_latency_ns = latency_us * 1e3 * (n - 1.0);
+  return c;
+}
 
 std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& model, int layer,
                                std::span<const int> candidate_experts,
                                std::span<const uint64_t> expert_bytes,
-                               const std::vector<char>* prev_layer_active) {
+                               const std::vector<char>* prev_layer_active,
+                               const PrefetchCosts& costs) {
   MOEZERO_CHECK(layer >= 0 && layer < model.layers(), "plan_prefetch: layer ", layer,
                 " out of range [0, ", model.layers(), ")");
   if (prev_layer_active != nullptr) {
@@ -52,13 +78,9 @@ std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& 
     case PrefetchPolicy::All:
       for (const auto& c : cands) plan.push_back(c.first);
       return plan;
-    case PrefetchPolicy::Frequency: break;
+    case PrefetchPolicy::Frequency:
+    case PrefetchPolicy::Cost: break;
   }
-  struct Ranked {
-    double p;
-    int id;
-    uint64_t bytes;
-  };
   std::vector<Ranked> ranked;
   for (const auto& c : cands) {
     const double p = model.predicted(layer, c.first, prev_layer_active);
@@ -67,9 +89,12 @@ std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& 
   // Strict weak order with no ties left: probability descending, then id ascending.
   std::sort(ranked.begin(), ranked.end(),
             [](const Ranked& a, const Ranked& b) { return a.p != b.p ? a.p > b.p : a.id < b.id; });
+  const bool costed = cfg.policy == PrefetchPolicy::Cost && costs.known();
+  double free_left_ns = costs.free_link_ns;
   uint64_t used_bytes = 0;
   for (const Ranked& r : ranked) {
     if (r.bytes > cfg.budget_bytes - used_bytes) break;  // stop, never skip (monotone)
+    if (costed && !pays_for_itself(r, costs, free_left_ns)) break;
     used_bytes += r.bytes;
     plan.push_back(r.id);
   }
