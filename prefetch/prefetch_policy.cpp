@@ -2,6 +2,7 @@
 #include "prefetch/prefetch_policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -36,11 +37,23 @@ struct Ranked {
   uint64_t bytes;
 };
 
-// Whether the cost policy takes `r`, given the link's free time left (consumed when taken).
-bool pays_for_itself(const Ranked& r, const PrefetchCosts& costs, double& free_left_ns) {
+// The prediction without the cold prior's weight: the EMAs start at 1.0 and keep d^n of it
+// after n updates, so (p - d^n) / (1 - d^n) is the evidence alone (Adam's bias correction;
+// exact for the marginal, the prior's share of the shrunk conditional for co-activation).
+// Before any update there is no evidence: the prior, 1.
+double evidence(double p, const FrequencyModel& model, int layer) {
+  const int64_t n = model.updates(layer);
+  if (n == 0) return 1.0;
+  const double prior = std::pow(model.ema_decay(), double(n));
+  return std::clamp((p - prior) / (1.0 - prior), 0.0, 1.0);
+}
+
+// Whether the cost policy takes `r` (p: its evidence-only probability), given the link's free
+// time left (consumed when taken).
+bool pays_for_itself(const Ranked& r, double p, const PrefetchCosts& costs, double& free_left_ns) {
   const double t = costs.gather_latency_ns + double(r.bytes) * costs.link_ns_per_byte;
   const double paid = std::max(0.0, t - free_left_ns);
-  if (!(r.p * t > (1.0 - r.p) * paid)) return false;
+  if (!(p * t > (1.0 - p) * paid)) return false;
   free_left_ns = std::max(0.0, free_left_ns - t);
   return true;
 }
@@ -94,7 +107,10 @@ std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& 
   uint64_t used_bytes = 0;
   for (const Ranked& r : ranked) {
     if (r.bytes > cfg.budget_bytes - used_bytes) break;  // stop, never skip (monotone)
-    if (costed && !pays_for_itself(r, costs, free_left_ns)) break;
+    // Priced at min(prediction, marginal): the max over active predecessors of conditionals
+    // seen a few times each overstates p (measured on the sparse preset).
+    const double p = std::min(r.p, model.probability(layer, r.id));
+    if (costed && !pays_for_itself(r, evidence(p, model, layer), costs, free_left_ns)) break;
     used_bytes += r.bytes;
     plan.push_back(r.id);
   }

@@ -178,7 +178,8 @@ TEST(PrefetchPolicy, BackwardOrderIsTheForwardActiveSetAscending) {
 }
 
 // Cost: p * t > (1 - p) * max(0, t - free_left), walking the frequency ranking, stopping at the
-// first rejection. graded_model: p = {1, 0.5, 0.25, 0.125}, 10 bytes each, 1 ns per byte.
+// first rejection. graded_model: p = {1, 0.5, 0.25, 0.125} after 3 updates at d = 0.5; without
+// the prior's d^3 = 1/8: {1, 3/7, 1/7, 0}. 10 bytes each, 1 ns per byte.
 TEST(PrefetchPolicy, CostTakesWhatPaysForItself) {
   const FrequencyModel m = graded_model();
   const PrefetchConfig c = config(PrefetchPolicy::Cost, 0.0, 1000);
@@ -187,8 +188,12 @@ TEST(PrefetchPolicy, CostTakesWhatPaysForItself) {
   };
   EXPECT_EQ(plan(0.0), (Ids{0}));         // link-bound: p = 0.5 ties (5 > 5 is false), rejected
   EXPECT_EQ(plan(20.0), (Ids{0, 1}));     // 0 and 1 ride in the free link time
-  EXPECT_EQ(plan(35.0), (Ids{0, 1, 2}));  // 2 pays 0; 3: 1.25 > 0.875 * 5 is false
-  EXPECT_EQ(plan(1e9), (Ids{0, 1, 2, 3}));
+  EXPECT_EQ(plan(35.0), (Ids{0, 1, 2}));  // 2 pays 0; 3: p = 0 saves nothing
+  EXPECT_EQ(plan(1e9), (Ids{0, 1, 2}));   // never seen active: never speculated
+  // A cold model (no update) has no evidence: the prior, every expert.
+  EXPECT_EQ(plan_prefetch(c, FrequencyModel(1, 4, 0.5), 0, kShuffled, kTenEach, nullptr,
+                          PrefetchCosts{1.0, 0.0, 0.0}),
+            (Ids{0, 1, 2, 3}));
   // Latency counts as link time: a saved gather saves it, a wasted one pays it.
   EXPECT_EQ(plan_prefetch(c, m, 0, kShuffled, kTenEach, nullptr, PrefetchCosts{0.0, 10.0, 20.0}),
             (Ids{0, 1}));
