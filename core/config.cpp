@@ -378,7 +378,8 @@ void visit_prefetch(V& v, auto& c) {
   v.choice("policy", c.policy,
            Choices<PrefetchPolicy>{{"none", PrefetchPolicy::None},
                                    {"all", PrefetchPolicy::All},
-                                   {"frequency", PrefetchPolicy::Frequency}},
+                                   {"frequency", PrefetchPolicy::Frequency},
+                                   {"cost", PrefetchPolicy::Cost}},
            "expert prefetch policy");
   v.field("ema_decay", c.ema_decay, "decay of the per-expert activation frequency average",
           below(0.0, 1.0));
@@ -390,6 +391,10 @@ void visit_prefetch(V& v, auto& c) {
           "while its attention block runs, and those of the next n - 1 layers ahead of time (from "
           "marginal statistics)",
           in_range<int64_t>(0, 64));
+  v.field("link_gbps", c.link_gbps,
+          "link bandwidth in Gbit/s the cost policy prices a gathered byte at (0: "
+          "comm_emulation.link_gbps; both 0: the cost policy is frequency)",
+          at_least(0.0));
 }
 
 template <class V>

@@ -98,14 +98,15 @@ struct MoeConfig {
   bool normalize_top_k = true;   // Mixtral: renormalise the top-k weights; false: raw probs
 };
 
-enum class PrefetchPolicy : uint8_t { None, All, Frequency };
+enum class PrefetchPolicy : uint8_t { None, All, Frequency, Cost };
 
 struct PrefetchConfig {
-  PrefetchPolicy policy = PrefetchPolicy::Frequency;
+  PrefetchPolicy policy = PrefetchPolicy::Cost;
   double ema_decay = 0.9;
   double min_probability = 0.1;
   uint64_t budget_bytes = 64ull << 20;
   int64_t lookahead_layers = 1;
+  double link_gbps = 0.0;  // the cost policy's link in Gbit/s; 0: comm_emulation.link_gbps
 };
 
 enum class EvictionPolicy : uint8_t { Lfu, Lru };

@@ -89,8 +89,8 @@ void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Pr
   plan_p_.resize(static_cast<size_t>(cfg_.num_experts));
   for (int64_t e = 0; e < cfg_.num_experts; ++e)
     plan_p_[static_cast<size_t>(e)] = rt_.frequency->probability(moe_index_, static_cast<int>(e));
-  planned_ =
-      prefetch::plan_prefetch(rt_.prefetch, *rt_.frequency, moe_index_, candidates, bytes, prev);
+  planned_ = prefetch::plan_prefetch(rt_.prefetch, *rt_.frequency, moe_index_, candidates, bytes,
+                                     prev, rt_.prefetch_costs);
   std::vector<int> groups;  // in plan order, coalesced
   for (int e : planned_) groups.push_back(experts_.group(e - experts_.expert(0)));
   params.prefetch_set(groups, ctx.s());

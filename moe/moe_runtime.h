@@ -9,6 +9,7 @@
 #include "core/communicator.h"
 #include "core/config.h"
 #include "prefetch/frequency_model.h"
+#include "prefetch/prefetch_policy.h"
 
 namespace moezero {
 class TraceRecorder;
@@ -95,6 +96,9 @@ struct MoeRuntime {
   // from the agreed counts, so it is identical on every rank; the plans made from it are too.
   prefetch::FrequencyModel* frequency = nullptr;
   PrefetchConfig prefetch;
+  // The cost policy's link model: from config and the EDP group's size, so identical on every
+  // rank of the group (never a rank's own clock).
+  prefetch::PrefetchCosts prefetch_costs;
   // How the local experts are gathered (zero.moe_gather). Leaf and Fsdp gather the block as
   // one coalesced collective and ignore `frequency`'s plans and `prefetch` for experts.
   MoeGather gather = MoeGather::Experts;

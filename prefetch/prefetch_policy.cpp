@@ -1,7 +1,8 @@
-// prefetch/prefetch_policy.cpp — none / all / frequency plans and the backward order.
+// prefetch/prefetch_policy.cpp — none / all / frequency / cost plans and the backward order.
 #include "prefetch/prefetch_policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -30,12 +31,50 @@ std::vector<std::pair<int, uint64_t>> checked_candidates(int experts, std::span<
   return out;
 }
 
+struct Ranked {
+  double p;
+  int id;
+  uint64_t bytes;
+};
+
+// The prediction without the cold prior's weight: the EMAs start at 1.0 and keep d^n of it
+// after n updates, so (p - d^n) / (1 - d^n) is the evidence alone (Adam's bias correction;
+// exact for the marginal, the prior's share of the shrunk conditional for co-activation).
+// Before any update there is no evidence: the prior, 1.
+double evidence(double p, const FrequencyModel& model, int layer) {
+  const int64_t n = model.updates(layer);
+  if (n == 0) return 1.0;
+  const double prior = std::pow(model.ema_decay(), double(n));
+  return std::clamp((p - prior) / (1.0 - prior), 0.0, 1.0);
+}
+
+// Whether the cost policy takes `r` (p: its evidence-only probability), given the link's free
+// time left (consumed when taken).
+bool pays_for_itself(const Ranked& r, double p, const PrefetchCosts& costs, double& free_left_ns) {
+  const double t = costs.gather_latency_ns + double(r.bytes) * costs.link_ns_per_byte;
+  const double paid = std::max(0.0, t - free_left_ns);
+  if (!(p * t > (1.0 - p) * paid)) return false;
+  free_left_ns = std::max(0.0, free_left_ns - t);
+  return true;
+}
+
 }  // namespace
+
+PrefetchCosts link_costs(double link_gbps, double latency_us, int group_size) {
+  MOEZERO_CHECK(group_size >= 1 && link_gbps >= 0.0 && latency_us >= 0.0, "link_costs: group_size ",
+                group_size, ", link_gbps ", link_gbps, ", latency_us ", latency_us);
+  PrefetchCosts c;
+  const double n = double(group_size);
+  if (link_gbps > 0.0) c.link_ns_per_byte = 8.0 / link_gbps * (n - 1.0) / n;  // bits / (Gbit/s)
+  c.gather_latency_ns = latency_us * 1e3 * (n - 1.0);
+  return c;
+}
 
 std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& model, int layer,
                                std::span<const int> candidate_experts,
                                std::span<const uint64_t> expert_bytes,
-                               const std::vector<char>* prev_layer_active) {
+                               const std::vector<char>* prev_layer_active,
+                               const PrefetchCosts& costs) {
   MOEZERO_CHECK(layer >= 0 && layer < model.layers(), "plan_prefetch: layer ", layer,
                 " out of range [0, ", model.layers(), ")");
   if (prev_layer_active != nullptr) {
@@ -52,13 +91,9 @@ std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& 
     case PrefetchPolicy::All:
       for (const auto& c : cands) plan.push_back(c.first);
       return plan;
-    case PrefetchPolicy::Frequency: break;
+    case PrefetchPolicy::Frequency:
+    case PrefetchPolicy::Cost: break;
   }
-  struct Ranked {
-    double p;
-    int id;
-    uint64_t bytes;
-  };
   std::vector<Ranked> ranked;
   for (const auto& c : cands) {
     const double p = model.predicted(layer, c.first, prev_layer_active);
@@ -67,9 +102,15 @@ std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& 
   // Strict weak order with no ties left: probability descending, then id ascending.
   std::sort(ranked.begin(), ranked.end(),
             [](const Ranked& a, const Ranked& b) { return a.p != b.p ? a.p > b.p : a.id < b.id; });
+  const bool costed = cfg.policy == PrefetchPolicy::Cost && costs.known();
+  double free_left_ns = costs.free_link_ns;
   uint64_t used_bytes = 0;
   for (const Ranked& r : ranked) {
     if (r.bytes > cfg.budget_bytes - used_bytes) break;  // stop, never skip (monotone)
+    // Priced at min(prediction, marginal): the max over active predecessors of conditionals
+    // seen a few times each overstates p (measured on the sparse preset).
+    const double p = std::min(r.p, model.probability(layer, r.id));
+    if (costed && !pays_for_itself(r, evidence(p, model, layer), costs, free_left_ns)) break;
     used_bytes += r.bytes;
     plan.push_back(r.id);
   }

@@ -17,6 +17,23 @@
 //              not fit (it does not skip it to try smaller ones): the plan is then a prefix of
 //              one ranking, so a larger budget or a lower threshold only ever extends it
 //              (monotone), and a likelier expert is never displaced by a less likely one.
+//   cost       (the default) the frequency ranking and budget, but each candidate must also pay
+//              for itself: with t(e) = gather_latency_ns + bytes(e) * link_ns_per_byte the link
+//              time of e's all-gather (PrefetchCosts) and p the prediction without the cold
+//              prior's weight ((p - d^n) / (1 - d^n) after n updates; 1 before any), prefetching
+//              e saves, with probability p,
+//              the stall of an on-demand gather after routing (t(e): nothing of the layer's
+//              compute is left to hide it) and costs, with probability 1 - p, the link time of
+//              bytes nobody uses, except the part that fits in the link's free time
+//              (free_link_ns, consumed in ranking order):
+//                prefetch e  iff  p * t(e) > (1 - p) * max(0, t(e) - free_left)
+//              min_probability stays a floor. The walk stops at the first candidate rejected
+//              (monotone, as frequency). With no free link time this is p > 1/2: on a link-bound
+//              step a wasted byte costs as much as a saved one. With no link model
+//              (PrefetchCosts::known() false: no bandwidth configured) it is frequency.
+//              Every input is identical on all ranks of the group (the rule): the frequency
+//              model, the byte sizes and PrefetchCosts, which comes from config and the group
+//              size (never from one rank's clock).
 //
 // Layers ahead (prefetch.lookahead_layers): plan_prefetch plans one layer against
 // budget_bytes, which is a per-layer budget (config doc). Beyond the next layer the previous
@@ -32,6 +49,20 @@
 
 namespace moezero::prefetch {
 
+// The link model of the cost policy. Identical on every rank of the gather group: derived from
+// config and the group's size (link_costs), or from values agreed at a step boundary.
+struct PrefetchCosts {
+  double link_ns_per_byte = 0.0;   // ns of the rank's link per byte of a gathered group
+  double gather_latency_ns = 0.0;  // fixed link time of one all-gather (latency steps)
+  double free_link_ns = 0.0;       // link time per layer prefetches may take for free (0: bound)
+  bool known() const { return link_ns_per_byte > 0.0 || gather_latency_ns > 0.0; }
+};
+
+// The link model of a ring all-gather over `group_size` ranks sharing one NIC each: every rank
+// receives (n-1)/n of the group's bytes and pays n-1 latency steps.
+// [in] link_gbps: Gbit/s (10^9 bit/s), 0: unknown. [in] latency_us: per step, microseconds.
+PrefetchCosts link_costs(double link_gbps, double latency_us, int group_size);
+
 // The experts of `layer` to gather ahead, in the order to issue the gathers.
 // [in] cfg: policy, min_probability, budget_bytes (ema_decay/lookahead are not read here).
 // [in] model: the frequency model (layer indexes its MoE layers).
@@ -41,12 +72,14 @@ namespace moezero::prefetch {
 // [in] expert_bytes: parallel to candidate_experts: bytes of each candidate's gathered group.
 // [in] prev_layer_active: optional (nullptr: none). The agreed active flags (model.experts()) of
 //      MoE layer `layer - 1` in the current micro-batch; only valid for layer >= 1.
+// [in] costs: the link model (policy cost only; default: unknown, the cost policy is frequency).
 // [out] the chosen expert ids (a subset of candidate_experts).
 // Throws moezero::Error on bad arguments (sizes, ranges, duplicates, prev flags for layer 0).
 std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& model, int layer,
                                std::span<const int> candidate_experts,
                                std::span<const uint64_t> expert_bytes,
-                               const std::vector<char>* prev_layer_active);
+                               const std::vector<char>* prev_layer_active,
+                               const PrefetchCosts& costs = {});
 
 // Backward is exact: the experts a layer needs are its forward's agreed active set. This is the
 // single definition of the order they are gathered and run in backward: ascending expert id,

@@ -222,6 +222,10 @@ void RankSession::build_model() {
     rt_.frequency = frequency_.get();
   }
   rt_.prefetch = cfg_.prefetch;
+  const double gbps =
+      cfg_.prefetch.link_gbps > 0.0 ? cfg_.prefetch.link_gbps : cfg_.comm_emulation.link_gbps;
+  rt_.prefetch_costs =
+      prefetch::link_costs(gbps, cfg_.comm_emulation.latency_us, comms_.edp_gather->size());
   rt_.gather = cfg_.zero.moe_gather;
   model_ = std::make_unique<Transformer>(cfg_.model, &rt_);
 }

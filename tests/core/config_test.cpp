@@ -1,12 +1,13 @@
 // Config parsing: defaults, every kind of bad input rejected with the key path and reason,
 // --set overrides, byte counts with units, the JSON round trip, and the README documenting
 // every key.
+#include "core/config.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
-#include "core/config.h"
 #include "core/error.h"
 
 namespace moezero {
@@ -29,7 +30,7 @@ TEST(Config, EmptyObjectGivesDefaults) {
   Config c = parse_config("{}", "cfg.json");
   EXPECT_EQ(c.model.vocab_size, 256);
   EXPECT_EQ(c.zero.stage, 3);
-  EXPECT_EQ(c.prefetch.policy, PrefetchPolicy::Frequency);
+  EXPECT_EQ(c.prefetch.policy, PrefetchPolicy::Cost);
   EXPECT_EQ(c.shard_cache.eviction, EvictionPolicy::Lfu);
   EXPECT_EQ(c.train.dtype, DType::F32);
 }
@@ -42,7 +43,8 @@ TEST(Config, ReadsValuesOfEveryKind) {
     "zero": {"stage": 2, "max_live_parameters": "2MiB", "reduce_bucket_size": 5e5},
     "moe": {"normalize_top_k": false},
     "parallel": {"world_size": 4, "ep_size": 2}
-  })", "cfg.json");
+  })",
+                          "cfg.json");
   EXPECT_EQ(c.model.d_model, 64);
   EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
   EXPECT_EQ(c.train.dtype, DType::BF16);
@@ -56,7 +58,8 @@ TEST(Config, ReadsValuesOfEveryKind) {
 }
 
 TEST(Config, RejectsUnknownKeysWithPathAndHint) {
-  expect_rejected(R"({"train": {"lrr": 0.1}})", {"cfg.json", "unknown key 'train.lrr'", "did you mean 'train.lr'"});
+  expect_rejected(R"({"train": {"lrr": 0.1}})",
+                  {"cfg.json", "unknown key 'train.lrr'", "did you mean 'train.lr'"});
   expect_rejected(R"({"trian": {}})", {"unknown section 'trian'"});
 }
 
@@ -65,27 +68,37 @@ TEST(Config, RejectsWrongTypesAndValues) {
   expect_rejected(R"({"train": {"lr": -0.1}})", {"train.lr", "must be > 0", "-0.1"});
   expect_rejected(R"({"train": {"steps": 1.5}})", {"train.steps", "expected an integer"});
   expect_rejected(R"({"zero": {"stage": 4}})", {"zero.stage", "must be in [0, 3]", "4"});
-  expect_rejected(R"({"prefetch": {"policy": "magic"}})", {"prefetch.policy", "none, all, frequency", "magic"});
+  expect_rejected(R"({"prefetch": {"policy": "magic"}})",
+                  {"prefetch.policy", "none, all, frequency, cost", "magic"});
   expect_rejected(R"({"moe": {"normalize_top_k": 1}})", {"moe.normalize_top_k", "true or false"});
-  expect_rejected(R"({"zero": {"max_live_parameters": "12 parsecs"}})", {"zero.max_live_parameters", "unknown unit 'parsecs'"});
-  expect_rejected(R"({"zero": {"max_live_parameters": -5}})", {"zero.max_live_parameters", "non-negative"});
+  expect_rejected(R"({"zero": {"max_live_parameters": "12 parsecs"}})",
+                  {"zero.max_live_parameters", "unknown unit 'parsecs'"});
+  expect_rejected(R"({"zero": {"max_live_parameters": -5}})",
+                  {"zero.max_live_parameters", "non-negative"});
   expect_rejected(R"({"train": []})", {"section 'train' must be an object"});
   expect_rejected(R"([1, 2])", {"top level must be a JSON object"});
   expect_rejected(R"({"train": {)", {"cfg.json", "not valid JSON"});
 }
 
 TEST(Config, RejectsInconsistentCombinations) {
-  expect_rejected(R"({"model": {"d_model": 100, "n_heads": 3}})", {"model.d_model (100)", "model.n_heads (3)"});
+  expect_rejected(R"({"model": {"d_model": 100, "n_heads": 3}})",
+                  {"model.d_model (100)", "model.n_heads (3)"});
   expect_rejected(R"({"model": {"n_heads": 4, "n_kv_heads": 3}})", {"model.n_kv_heads (3)"});
-  expect_rejected(R"({"model": {"d_model": 12, "n_heads": 4, "n_kv_heads": 2}})", {"head dim 3", "even"});
-  expect_rejected(R"({"parallel": {"world_size": 6, "ep_size": 4}})", {"parallel.ep_size (4)", "parallel.world_size (6)"});
-  expect_rejected(R"({"model": {"num_experts": 6}, "parallel": {"world_size": 4, "ep_size": 4}})", {"model.num_experts (6)", "parallel.ep_size (4)"});
+  expect_rejected(R"({"model": {"d_model": 12, "n_heads": 4, "n_kv_heads": 2}})",
+                  {"head dim 3", "even"});
+  expect_rejected(R"({"parallel": {"world_size": 6, "ep_size": 4}})",
+                  {"parallel.ep_size (4)", "parallel.world_size (6)"});
+  expect_rejected(R"({"model": {"num_experts": 6}, "parallel": {"world_size": 4, "ep_size": 4}})",
+                  {"model.num_experts (6)", "parallel.ep_size (4)"});
   expect_rejected(R"({"model": {"num_experts": 2, "top_k": 3}})", {"model.top_k (3)"});
-  expect_rejected(R"({"train": {"micro_batch_size": 10}, "parallel": {"world_size": 4}})", {"train.micro_batch_size (10)", "parallel.world_size (4)"});
+  expect_rejected(R"({"train": {"micro_batch_size": 10}, "parallel": {"world_size": 4}})",
+                  {"train.micro_batch_size (10)", "parallel.world_size (4)"});
 }
 
 TEST(Config, OverridesApplyBeforeChecks) {
-  Config c = parse_config("{}", "cfg.json", {"train.lr=0.5", "train.dtype=bf16", "zero.stage=1", "train.metrics_file=out.jsonl"});
+  Config c = parse_config(
+      "{}", "cfg.json",
+      {"train.lr=0.5", "train.dtype=bf16", "zero.stage=1", "train.metrics_file=out.jsonl"});
   EXPECT_DOUBLE_EQ(c.train.lr, 0.5);
   EXPECT_EQ(c.train.dtype, DType::BF16);
   EXPECT_EQ(c.zero.stage, 1);
@@ -106,7 +119,8 @@ TEST(Config, ByteCounts) {
 }
 
 TEST(Config, JsonRoundTripIsExact) {
-  Config a = parse_config(R"({"train": {"lr": 0.00123, "dtype": "bf16"}, "shard_cache": {"eviction": "lru"}})", "a");
+  Config a = parse_config(
+      R"({"train": {"lr": 0.00123, "dtype": "bf16"}, "shard_cache": {"eviction": "lru"}})", "a");
   Config b = parse_config(config_to_json(a), "b");
   EXPECT_EQ(config_to_json(a), config_to_json(b));
   EXPECT_EQ(b.shard_cache.eviction, EvictionPolicy::Lru);

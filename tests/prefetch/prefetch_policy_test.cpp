@@ -1,4 +1,4 @@
-// tests/prefetch/prefetch_policy_test.cpp — none / all / frequency plans on crafted models:
+// tests/prefetch/prefetch_policy_test.cpp — none / all / frequency / cost plans on crafted models:
 // ordering, threshold, budget (stop, never skip; monotone), ties by id, co-activation changing
 // the plan, argument checks; backward_order.
 #include "prefetch/prefetch_policy.h"
@@ -175,6 +175,86 @@ TEST(PrefetchPolicy, BackwardOrderIsTheForwardActiveSetAscending) {
   EXPECT_EQ(backward_order(Ids{0, 3, 4}, active), Ids{});
   EXPECT_THROW(backward_order(Ids{8}, active), Error);
   EXPECT_THROW(backward_order(Ids{2, 2}, active), Error);
+}
+
+// Cost: p * t > (1 - p) * max(0, t - free_left), walking the frequency ranking, stopping at the
+// first rejection. graded_model: p = {1, 0.5, 0.25, 0.125} after 3 updates at d = 0.5; without
+// the prior's d^3 = 1/8: {1, 3/7, 1/7, 0}. 10 bytes each, 1 ns per byte.
+TEST(PrefetchPolicy, CostTakesWhatPaysForItself) {
+  const FrequencyModel m = graded_model();
+  const PrefetchConfig c = config(PrefetchPolicy::Cost, 0.0, 1000);
+  auto plan = [&](double free_ns) {
+    return plan_prefetch(c, m, 0, kShuffled, kTenEach, nullptr, PrefetchCosts{1.0, 0.0, free_ns});
+  };
+  EXPECT_EQ(plan(0.0), (Ids{0}));         // link-bound: p = 0.5 ties (5 > 5 is false), rejected
+  EXPECT_EQ(plan(20.0), (Ids{0, 1}));     // 0 and 1 ride in the free link time
+  EXPECT_EQ(plan(35.0), (Ids{0, 1, 2}));  // 2 pays 0; 3: p = 0 saves nothing
+  EXPECT_EQ(plan(1e9), (Ids{0, 1, 2}));   // never seen active: never speculated
+  // A cold model (no update) has no evidence: the prior, every expert.
+  EXPECT_EQ(plan_prefetch(c, FrequencyModel(1, 4, 0.5), 0, kShuffled, kTenEach, nullptr,
+                          PrefetchCosts{1.0, 0.0, 0.0}),
+            (Ids{0, 1, 2, 3}));
+  // Latency counts as link time: a saved gather saves it, a wasted one pays it.
+  EXPECT_EQ(plan_prefetch(c, m, 0, kShuffled, kTenEach, nullptr, PrefetchCosts{0.0, 10.0, 20.0}),
+            (Ids{0, 1}));
+}
+
+TEST(PrefetchPolicy, CostKeepsFloorAndBudgetAndFallsBackWithoutALink) {
+  const FrequencyModel m = graded_model();
+  const PrefetchCosts free_link{1.0, 0.0, 1e9};
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Cost, 0.3, 1000), m, 0, kShuffled, kTenEach,
+                          nullptr, free_link),
+            (Ids{0, 1}));  // min_probability is a floor
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Cost, 0.0, 15), m, 0, kShuffled, kTenEach, nullptr,
+                          free_link),
+            (Ids{0}));  // budget_bytes caps memory
+  // No link model: the cost policy is frequency.
+  for (double floor : {0.0, 0.2, 0.6})
+    EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Cost, floor, 25), m, 0, kShuffled, kTenEach,
+                            nullptr, PrefetchCosts{}),
+              plan_prefetch(config(PrefetchPolicy::Frequency, floor, 25), m, 0, kShuffled, kTenEach,
+                            nullptr));
+}
+
+TEST(PrefetchPolicy, LinkCostsOfARingAllGather) {
+  const PrefetchCosts c = link_costs(8.0, 2.0, 4);  // 1 ns per byte on the wire, 3/4 received
+  EXPECT_DOUBLE_EQ(c.link_ns_per_byte, 0.75);
+  EXPECT_DOUBLE_EQ(c.gather_latency_ns, 6000.0);
+  EXPECT_DOUBLE_EQ(c.free_link_ns, 0.0);
+  EXPECT_TRUE(c.known());
+  EXPECT_FALSE(link_costs(0.0, 0.0, 4).known());
+  EXPECT_FALSE(link_costs(8.0, 2.0, 1).known());  // one rank: nothing crosses a link
+  EXPECT_THROW(link_costs(8.0, 2.0, 0), Error);
+  EXPECT_THROW(link_costs(-1.0, 2.0, 2), Error);
+}
+
+// Identical inputs give identical plans (what keeps the group's collectives matched), and more
+// free link time only ever extends a plan (a prefix of one ranking).
+TEST(PrefetchPolicy, CostPlansAreDeterministicAndMonotoneInFreeLinkTime) {
+  const uint64_t seed = 20240613;
+  std::mt19937_64 rng(seed);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  FrequencyModel a(2, 8, 0.8), b(2, 8, 0.8);
+  for (int mb = 0; mb < 30; ++mb)
+    for (int l = 0; l < 2; ++l) {
+      Counts counts(8);
+      for (auto& n : counts) n = int64_t(rng() % 3);
+      a.update(l, counts);
+      b.update(l, counts);
+    }
+  const Ids ids = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<uint64_t> bytes(8);
+  for (auto& x : bytes) x = 100 + rng() % 900;
+  const PrefetchConfig c = config(PrefetchPolicy::Cost, 0.0, 1ull << 20);
+  Ids prev;
+  for (double free_ns = 0.0; free_ns < 20000.0; free_ns += 250.0) {
+    const PrefetchCosts costs{2.0, 500.0, free_ns};
+    const Ids pa = plan_prefetch(c, a, 1, ids, bytes, &a.last_active(0), costs);
+    EXPECT_EQ(pa, plan_prefetch(c, b, 1, ids, bytes, &b.last_active(0), costs));
+    ASSERT_GE(pa.size(), prev.size());
+    EXPECT_TRUE(std::equal(prev.begin(), prev.end(), pa.begin())) << "free " << free_ns;
+    prev = pa;
+  }
 }
 
 }  // namespace

@@ -297,13 +297,14 @@ TEST(TrainerPrefetch, EveryPolicyAndCacheSizeGivesIdenticalLosses) {
     return run(tiny_moe(o));
   };
   const TrainResult ref = with({"prefetch.policy=none", "shard_cache.capacity_bytes=0"});
-  for (const char* policy : {"none", "all", "frequency"})
+  for (const char* policy : {"none", "all", "frequency", "cost"})
     for (const char* cache : {"0", "40000", "64MiB"}) {
       // An expert group of this model is 3 x 48 x 32 f32 = 18 KiB: 40000 bytes hold two of the
       // four, so the cache churns (evictions); 64 MiB holds all.
       const TrainResult r = with({std::string("prefetch.policy=") + policy,
                                   std::string("shard_cache.capacity_bytes=") + cache,
-                                  "prefetch.min_probability=0.5", "prefetch.budget_bytes=8000"});
+                                  "prefetch.min_probability=0.5", "prefetch.budget_bytes=8000",
+                                  "prefetch.link_gbps=1"});  // cost: a link model to price
       ASSERT_EQ(r.steps.size(), ref.steps.size());
       for (size_t s = 0; s < r.steps.size(); ++s)
         EXPECT_EQ(r.steps[s].loss, ref.steps[s].loss)
