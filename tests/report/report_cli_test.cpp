@@ -39,7 +39,13 @@ int run(const std::string& cmd, const fs::path& log) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-const fs::path kWork = MOEZERO_WORK_DIR;
+// One scratch folder per CTest entry (report_cli and report_screenshot run this executable with
+// different filters, possibly at once under ctest -j): MOEZERO_TEST_SCRATCH names it.
+fs::path work_dir() {
+  const char* sub = std::getenv("MOEZERO_TEST_SCRATCH");
+  return fs::path(MOEZERO_WORK_DIR) / (sub && *sub ? sub : "default");
+}
+const fs::path kWork = work_dir();
 
 // Trains 6 steps of the tiny config once and reports it; every test reads the outputs.
 class ReportCli : public ::testing::Test {
