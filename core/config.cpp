@@ -358,6 +358,9 @@ void visit_zero(V& v, auto& c) {
       "stage-3 expert gathers: experts (active ones, prefetch policy, shard cache), leaf "
       "(DeepSpeed leaf module: the block's experts coalesced, every pass), fsdp (coalesced, "
       "kept from forward to backward)");
+  v.field("reshard_after_forward", c.reshard_after_forward,
+          "moe_gather=experts: release an active expert after forward (true) or keep it until "
+          "its backward in the same micro-batch (false)");
 }
 
 template <class V>

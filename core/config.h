@@ -88,6 +88,10 @@ struct ZeroConfig {
   uint64_t max_live_parameters = 1ull << 30;    // bytes of full parameters alive at once
   uint64_t reduce_bucket_size = 64ull << 20;    // bytes per reduce-scatter bucket
   MoeGather moe_gather = MoeGather::Experts;
+  // moe_gather=experts: false keeps each active expert acquired in forward (full parameters)
+  // until its backward in the same micro-batch (FSDP2's reshard_after_forward=False, per
+  // expert); true releases it after forward and gathers it again in backward.
+  bool reshard_after_forward = true;
 };
 
 struct MoeConfig {

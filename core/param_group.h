@@ -154,6 +154,14 @@ class ParamProvider {
   // in the same order, so ordering work by ticket needs no host synchronisation and agrees
   // across ranks. Groups of one coalesced transfer share a ticket.
   virtual uint64_t fetch_ticket(int group) const { return 0; }
+  // Holding an acquired group past its use (e.g. an expert from forward to its backward):
+  // may_hold(group) is true when `group`, acquired now, may stay acquired without its
+  // gathered bytes exceeding the live-parameter limit of its gather communicator (state that
+  // is identical on every rank of the group, so every rank decides the same); otherwise the
+  // caller releases it. use_held(group) records a use of a held group without an acquire
+  // (counters only: neither a gather nor a cache hit or miss).
+  virtual bool may_hold(int group) const { return true; }
+  virtual void use_held(int group) {}
 };
 
 }  // namespace moezero

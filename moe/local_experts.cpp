@@ -150,11 +150,19 @@ TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& para
     return y;
   }
   const RunOrder order = run_order(ctx, params, active, ParamProvider::FetchReason::Needed);
+  const bool keep = !rt_.reshard_after_forward;
+  held.assign(keep ? static_cast<size_t>(experts_per_rank_) : 0, Tensor());
   auto run = [&](int j) {
     const Tensor w = params.acquire(group(j), s);  // waits for this expert's gather only
     forward_expert(ctx, rows, j, params.layout(group(j)), w, x, gate, up, act, y);
+    if (keep) held[static_cast<size_t>(j)] = w;
   };
-  execute(order, run, [&](int j) { params.release(group(j), s); });
+  // Finished in an order that is the same on every rank; may_hold reads agreed state only.
+  execute(order, run, [&](int j) {
+    if (keep && params.may_hold(group(j))) return;  // kept until this expert's backward
+    if (keep) held[static_cast<size_t>(j)] = Tensor();
+    params.release(group(j), s);
+  });
   act.reset();
   return y;
 }
@@ -213,13 +221,30 @@ TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& par
   // Backward prefetch is exact: the routing is known, so every needed expert's gather starts
   // now, in the order they will run (cached ones are resident already; the provider keeps
   // within its live-parameter limit).
-  const RunOrder order = run_order(ctx, params, active, ParamProvider::FetchReason::Exact);
+  const auto is_held = [&](int j) {
+    return static_cast<size_t>(j) < held.size() && held[static_cast<size_t>(j)].defined();
+  };
+  std::vector<char> rest = active;  // the active experts not held since forward
+  std::vector<int> kept;
+  for (int j = 0; j < experts_per_rank_; ++j)
+    if (active[static_cast<size_t>(j)] && is_held(j)) {
+      rest[static_cast<size_t>(j)] = 0;
+      kept.push_back(j);
+    }
+  RunOrder order = run_order(ctx, params, rest, ParamProvider::FetchReason::Exact);
+  order.first.insert(order.first.begin(), kept.begin(), kept.end());  // ready now, id order
   execute(
-      order, [&](int j) { run_with(j, params.acquire(group(j), s)); },
+      order,
+      [&](int j) {
+        if (!is_held(j)) return run_with(j, params.acquire(group(j), s));
+        params.use_held(group(j));  // no gather, no cache lookup
+        run_with(j, held[static_cast<size_t>(j)]);
+      },
       [&](int j) {
         params.grad_ready(group(j), s);
         params.release(group(j), s);
       });
+  held.clear();
   return dx;
 }
 

@@ -14,6 +14,11 @@
 // pass (forward and backward gather again); fsdp keeps forward's parameters (`held`) until the
 // backward of the same micro-batch releases them. Routing, compute and reductions are the same.
 //
+// moe_gather=experts with zero.reshard_after_forward=false: forward keeps each active expert it
+// acquired (`held`, slot j) instead of releasing it, while ParamProvider::may_hold allows (the
+// live limit); backward runs the held ones without a gather (ParamProvider::use_held), among the
+// first ones, and releases every expert after its gradient, in the same order as before.
+//
 // Expert group j (provider index first_group + j): "layers.l.experts.e", e = ep_rank·Epr + j,
 // {...experts.e.w1.weight (F, C) (gate), w2 (C, F) (down), w3 (F, C) (up)} (GroupKind::Expert).
 #pragma once
@@ -47,7 +52,8 @@ class LocalExperts {
   // [out] gate, up (R, F): pre-activations, allocated here (kept for backward);
   // returns y (R, C) `=` the expert outputs (rows of inactive experts: unwritten; there are none).
   // [in,out] held (Epr or empty): fsdp: forward fills it with the acquired experts, backward
-  // takes and releases them; empty otherwise.
+  // takes and releases them; experts with reshard_after_forward=false: slot j holds expert j
+  // when it was kept (undefined Tensor otherwise); empty otherwise.
   TensorBuffer forward(const ModuleContext& ctx, ParamProvider& params, const DispatchState& rows,
                        const std::vector<char>& active, const Tensor& x, TensorBuffer& gate,
                        TensorBuffer& up, std::vector<Tensor>& held) const;

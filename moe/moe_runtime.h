@@ -102,6 +102,9 @@ struct MoeRuntime {
   // How the local experts are gathered (zero.moe_gather). Leaf and Fsdp gather the block as
   // one coalesced collective and ignore `frequency`'s plans and `prefetch` for experts.
   MoeGather gather = MoeGather::Experts;
+  // zero.reshard_after_forward (gather == Experts only): false keeps an active expert acquired
+  // in forward until its backward (ParamProvider::may_hold decides within the live limit).
+  bool reshard_after_forward = true;
 };
 
 // Where one micro-batch sits in the global batch (for world-size independent router noise and

@@ -227,6 +227,7 @@ void RankSession::build_model() {
   rt_.prefetch_costs =
       prefetch::link_costs(gbps, cfg_.comm_emulation.latency_us, comms_.edp_gather->size());
   rt_.gather = cfg_.zero.moe_gather;
+  rt_.reshard_after_forward = cfg_.zero.reshard_after_forward;
   model_ = std::make_unique<Transformer>(cfg_.model, &rt_);
 }
 

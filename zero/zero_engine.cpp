@@ -83,6 +83,19 @@ bool ZeroEngine::needs_fetch(int group) const {
   const auto& st = *impl_->groups.at(static_cast<size_t>(group));
   return st.params_sharded && st.state == zero_detail::GroupState::Sharded;
 }
+bool ZeroEngine::may_hold(int group) const {
+  const auto& st = *impl_->groups.at(static_cast<size_t>(group));
+  if (!st.params_sharded || st.state != zero_detail::GroupState::Full) return true;
+  if (impl_->cache && impl_->cache->contains(group)) return true;  // resident anyway: free
+  // Its bytes are counted live already: holding keeps them so, within the limit.
+  return impl_->live_bytes_of(st.comms.gather) <= impl_->live_limit_per_comm;
+}
+void ZeroEngine::use_held(int group) {
+  const auto& st = *impl_->groups.at(static_cast<size_t>(group));
+  MOEZERO_CHECK(!st.params_sharded || st.state == zero_detail::GroupState::Full,
+                "use_held of parameter group '", st.layout.spec().name, "', which is not held");
+  if (st.expert) impl_->counters.needed_expert_bytes += st.full_bytes(options_.compute_dtype);
+}
 void ZeroEngine::finish_backward() {
   impl_->flush_buckets();
   impl_->micro_batch += 1;

@@ -216,6 +216,8 @@ class ZeroEngine final : public ParamProvider {
   bool needs_fetch(int group) const override;
   bool cached(int group) const override;
   uint64_t fetch_ticket(int group) const override;
+  bool may_hold(int group) const override;
+  void use_held(int group) override;
 
   // Ends a micro-batch's backward: flushes the pending reduce bucket.
   void finish_backward();
