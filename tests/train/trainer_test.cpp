@@ -297,20 +297,55 @@ TEST(TrainerPrefetch, EveryPolicyAndCacheSizeGivesIdenticalLosses) {
     return run(tiny_moe(o));
   };
   const TrainResult ref = with({"prefetch.policy=none", "shard_cache.capacity_bytes=0"});
-  for (const char* policy : {"none", "all", "frequency", "cost"})
-    for (const char* cache : {"0", "40000", "64MiB"}) {
-      // An expert group of this model is 3 x 48 x 32 f32 = 18 KiB: 40000 bytes hold two of the
-      // four, so the cache churns (evictions); 64 MiB holds all.
-      const TrainResult r = with({std::string("prefetch.policy=") + policy,
-                                  std::string("shard_cache.capacity_bytes=") + cache,
-                                  "prefetch.min_probability=0.5", "prefetch.budget_bytes=8000",
-                                  "prefetch.link_gbps=1"});  // cost: a link model to price
-      ASSERT_EQ(r.steps.size(), ref.steps.size());
-      for (size_t s = 0; s < r.steps.size(); ++s)
-        EXPECT_EQ(r.steps[s].loss, ref.steps[s].loss)
-            << policy << " cache " << cache << " step " << s + 1;
-      for (size_t g = 0; g < r.params.size(); ++g)
-        EXPECT_EQ(r.params[g], ref.params[g]) << policy << " cache " << cache << " group " << g;
+  for (const char* reshard : {"true", "false"})
+    for (const char* policy : {"none", "all", "frequency", "cost"})
+      for (const char* cache : {"0", "40000", "64MiB"}) {
+        // An expert group of this model is 3 x 48 x 32 f32 = 18 KiB: 40000 bytes hold two of
+        // the four, so the cache churns (evictions); 64 MiB holds all.
+        const TrainResult r = with({std::string("prefetch.policy=") + policy,
+                                    std::string("shard_cache.capacity_bytes=") + cache,
+                                    std::string("zero.reshard_after_forward=") + reshard,
+                                    "prefetch.min_probability=0.5", "prefetch.budget_bytes=8000",
+                                    "prefetch.link_gbps=1"});  // cost: a link model to price
+        const std::string what =
+            std::string(policy) + " cache " + cache + " reshard_after_forward " + reshard;
+        ASSERT_EQ(r.steps.size(), ref.steps.size());
+        for (size_t s = 0; s < r.steps.size(); ++s)
+          EXPECT_EQ(r.steps[s].loss, ref.steps[s].loss) << what << " step " << s + 1;
+        for (size_t g = 0; g < r.params.size(); ++g)
+          EXPECT_EQ(r.params[g], ref.params[g]) << what << " group " << g;
+      }
+}
+
+// zero.reshard_after_forward=false without a cache: each active expert is gathered once per
+// micro-batch (forward) and kept for its backward, not gathered again; the backward's use is
+// still needed bytes, but neither a gather, a cache lookup nor a miss. Multi-rank (world 4,
+// EP 1: every rank holds every expert, so the agreed active set is this rank's).
+TEST(TrainerPrefetch, KeptExpertsAreGatheredOncePerMicroBatch) {
+  auto cfg = [](const std::string& reshard) {
+    return tiny_moe({"parallel.world_size=4", "parallel.ep_size=1", "model.num_experts=8",
+                     "train.steps=3", "train.grad_accum_steps=3", "prefetch.policy=none",
+                     "shard_cache.capacity_bytes=0", "zero.param_persistence_threshold=0",
+                     "zero.reshard_after_forward=" + reshard});
+  };
+  const Config c = cfg("false");
+  EXPECT_FALSE(c.zero.reshard_after_forward);
+  const TrainResult keep = train(c, {}), again = train(cfg("true"), {});
+  const uint64_t expert_bytes = 3 * uint64_t(c.model.d_ff * c.model.d_model) * 4;  // f32
+  ASSERT_EQ(keep.steps.size(), again.steps.size());
+  for (size_t s = 0; s < keep.steps.size(); ++s)
+    for (size_t r = 0; r < 4; ++r) {
+      const RankStepStats& k = keep.steps[s].ranks[r];
+      const RankStepStats& a = again.steps[s].ranks[r];
+      const std::string what = "step " + std::to_string(s + 1) + " rank " + std::to_string(r);
+      ASSERT_GT(k.active_layer_experts, 0u) << what;
+      EXPECT_EQ(k.gathered_expert_bytes, k.active_layer_experts * expert_bytes) << what;
+      EXPECT_EQ(a.gathered_expert_bytes, 2 * a.active_layer_experts * expert_bytes) << what;
+      EXPECT_EQ(k.needed_expert_bytes, 2 * k.gathered_expert_bytes) << what;
+      EXPECT_EQ(k.prefetch_misses, k.active_layer_experts) << what << ": forward's only";
+      EXPECT_EQ(k.exact_prefetches, 0u) << what;
+      EXPECT_EQ(k.cache_hits + k.cache_misses, 0u) << what;
+      EXPECT_EQ(keep.steps[s].loss, again.steps[s].loss) << what;
     }
 }
 
