@@ -44,6 +44,35 @@
   X(comm_ms, Ms, Timing)                   \
   X(exposed_comm_ms, Ms, Timing)
 
+// MOEZERO_EXPERT_STEP_COUNTERS(X) calls X(name, type, combine, source) once per per-expert
+// counter of an MoE layer: one step's vector of E values, an entry of a metrics line's
+// "moe_layers[l]" (README, metrics file). train/ computes and writes them (MoeLayerStats,
+// train/step_stats.h), report/ reads them back (LayerStepCounters) and sums them over steps
+// (ExpertRow). Both visit this list, so a counter is named in one place.
+//   type    the element type train/ keeps (report/ reads a double as double, others as int64_t).
+//   combine Sum: each rank's own value, summed over ranks (and over steps by report/);
+//           Agreed: a global value every rank knows alike, taken from rank 0 (report/ treats it
+//           beside the sums: tokens comes from "tokens_per_expert", predicted is averaged).
+//   source  Group: the step's delta of the GroupCounters field of the same name (the expert's
+//           parameter group, zero/zero_engine.h); Moe: the MoeStats field of the same name,
+//           already per step; Routing: MoeStats::tokens_per_expert; Plan: the frequency model's
+//           P(active) used for the step's first plan (0 without a model).
+// The prediction quality fields of a layer (brier_sum, brier_count, calibration_count,
+// calibration_active) are not per-expert counters and are handled beside this list.
+#define MOEZERO_EXPERT_STEP_COUNTERS(X)    \
+  X(tokens, int64_t, Agreed, Routing)      \
+  X(gathers, uint64_t, Sum, Group)         \
+  X(gathered_bytes, uint64_t, Sum, Group)  \
+  X(gather_ms, double, Sum, Group)         \
+  X(cache_hits, uint64_t, Sum, Group)      \
+  X(cache_misses, uint64_t, Sum, Group)    \
+  X(prefetch_hits, uint64_t, Sum, Group)   \
+  X(prefetch_misses, uint64_t, Sum, Group) \
+  X(wasted_bytes, uint64_t, Sum, Group)    \
+  X(a2a_tokens_in, int64_t, Sum, Moe)      \
+  X(a2a_tokens_out, int64_t, Sum, Moe)     \
+  X(predicted, double, Agreed, Plan)
+
 namespace moezero {
 
 #define MOEZERO_STEP_COUNTER_ONE(name, unit, source) +1

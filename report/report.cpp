@@ -70,16 +70,13 @@ void add_experts(Report& r, const RunInput& in) {
         if (t > 0) ++x.active_steps;
         if (!s.has_moe_layers) continue;
         const LayerStepCounters& c = s.moe_layers[l];
-        x.gathers += c.gathers[e];
-        x.gathered_bytes += c.gathered_bytes[e];
-        x.gather_ms += c.gather_ms[e];
-        x.cache_hits += c.cache_hits[e];
-        x.cache_misses += c.cache_misses[e];
-        x.prefetch_hits += c.prefetch_hits[e];
-        x.prefetch_misses += c.prefetch_misses[e];
-        x.wasted_bytes += c.wasted_bytes[e];
-        x.a2a_tokens_in += c.a2a_tokens_in[e];
-        x.a2a_tokens_out += c.a2a_tokens_out[e];
+#define MOEZERO_ADD_Sum(name) x.name += c.name[e];
+#define MOEZERO_ADD_Agreed(name)
+#define MOEZERO_ADD(name, type, combine, source) MOEZERO_ADD_##combine(name)
+        MOEZERO_EXPERT_STEP_COUNTERS(MOEZERO_ADD)
+#undef MOEZERO_ADD
+#undef MOEZERO_ADD_Agreed
+#undef MOEZERO_ADD_Sum
         predicted_sum[e] += c.predicted[e];
       }
     }
@@ -258,12 +255,14 @@ using nlohmann::json;
 
 template <typename V>
 void fields(V& v, ExpertRow& x) {
-  v("layer", x.layer), v("expert", x.expert), v("tokens", x.tokens), v("gathers", x.gathers);
-  v("gathered_bytes", x.gathered_bytes), v("gather_ms", x.gather_ms);
-  v("cache_hits", x.cache_hits), v("cache_misses", x.cache_misses);
-  v("prefetch_hits", x.prefetch_hits), v("prefetch_misses", x.prefetch_misses);
-  v("wasted_bytes", x.wasted_bytes);
-  v("a2a_tokens_in", x.a2a_tokens_in), v("a2a_tokens_out", x.a2a_tokens_out);
+  v("layer", x.layer), v("expert", x.expert), v("tokens", x.tokens);
+#define MOEZERO_VISIT_Sum(name) v(#name, x.name);
+#define MOEZERO_VISIT_Agreed(name)
+#define MOEZERO_VISIT(name, type, combine, source) MOEZERO_VISIT_##combine(name)
+  MOEZERO_EXPERT_STEP_COUNTERS(MOEZERO_VISIT)
+#undef MOEZERO_VISIT
+#undef MOEZERO_VISIT_Agreed
+#undef MOEZERO_VISIT_Sum
   v("token_share", x.token_share), v("active_steps", x.active_steps);
   v("active_fraction", x.active_fraction), v("predicted", x.predicted);
 }

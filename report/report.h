@@ -45,10 +45,15 @@ namespace moezero::report {
 struct ExpertRow {
   int64_t layer = 0;  // model layer index
   int64_t expert = 0;
-  int64_t tokens = 0, gathers = 0, gathered_bytes = 0, cache_hits = 0, cache_misses = 0,
-          prefetch_hits = 0, prefetch_misses = 0, wasted_bytes = 0, a2a_tokens_in = 0,
-          a2a_tokens_out = 0;
-  double gather_ms = 0.0;
+  int64_t tokens = 0;  // sum of "tokens_per_expert"
+  // The Sum counters of MOEZERO_EXPERT_STEP_COUNTERS (core/step_counters.h), summed over steps.
+#define MOEZERO_DECLARE_Sum(name, type) ExpertCounterType<type> name = 0;
+#define MOEZERO_DECLARE_Agreed(name, type)
+#define MOEZERO_DECLARE(name, type, combine, source) MOEZERO_DECLARE_##combine(name, type)
+  MOEZERO_EXPERT_STEP_COUNTERS(MOEZERO_DECLARE)
+#undef MOEZERO_DECLARE
+#undef MOEZERO_DECLARE_Agreed
+#undef MOEZERO_DECLARE_Sum
   double token_share = 0.0;
   int64_t active_steps = 0;
   double active_fraction = 0.0;

@@ -150,18 +150,10 @@ LayerStepCounters parse_layer(const json& lj, const At& at, const std::vector<in
   c.layer = int_field(lj, "layer", at);
   const size_t e = tokens.size();
   const std::string src = "tokens_per_expert[" + std::to_string(l) + "]";
-  c.tokens = array_field<int64_t>(lj, "tokens", at, e, src);
-  c.gathers = array_field<int64_t>(lj, "gathers", at, e, src);
-  c.gathered_bytes = array_field<int64_t>(lj, "gathered_bytes", at, e, src);
-  c.gather_ms = array_field<double>(lj, "gather_ms", at, e, src);
-  c.cache_hits = array_field<int64_t>(lj, "cache_hits", at, e, src);
-  c.cache_misses = array_field<int64_t>(lj, "cache_misses", at, e, src);
-  c.prefetch_hits = array_field<int64_t>(lj, "prefetch_hits", at, e, src);
-  c.prefetch_misses = array_field<int64_t>(lj, "prefetch_misses", at, e, src);
-  c.wasted_bytes = array_field<int64_t>(lj, "wasted_bytes", at, e, src);
-  c.a2a_tokens_in = array_field<int64_t>(lj, "a2a_tokens_in", at, e, src);
-  c.a2a_tokens_out = array_field<int64_t>(lj, "a2a_tokens_out", at, e, src);
-  c.predicted = array_field<double>(lj, "predicted", at, e, src);
+#define MOEZERO_READ(name, type, combine, source) \
+  c.name = array_field<ExpertCounterType<type>>(lj, #name, at, e, src);
+  MOEZERO_EXPERT_STEP_COUNTERS(MOEZERO_READ)
+#undef MOEZERO_READ
   for (size_t i = 0; i < e; ++i)
     if (!(c.predicted[i] >= 0.0 && c.predicted[i] <= 1.0))
       at.field("predicted")

@@ -21,8 +21,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "core/step_counters.h"
 
 namespace moezero::report {
 
@@ -37,14 +40,20 @@ struct PredictionCounts {
   std::vector<int64_t> calibration_count, calibration_active;  // (n)
 };
 
+// The type report/ keeps a per-expert counter of element type T in: double or int64_t.
+template <typename T>
+using ExpertCounterType = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+
 // One MoE layer's per-expert counters of one step (metrics "moe_layers"), summed over ranks.
 // Every vector has E entries (E = experts of the layer).
 struct LayerStepCounters {
   int64_t layer = 0;  // model layer index
-  std::vector<int64_t> tokens, gathers, gathered_bytes, cache_hits, cache_misses, prefetch_hits,
-      prefetch_misses, wasted_bytes, a2a_tokens_in, a2a_tokens_out;
-  std::vector<double> gather_ms;  // ms on the gather streams, all ranks
-  std::vector<double> predicted;  // frequency model's P(active) used for the step's first plan
+  // The counters of MOEZERO_EXPERT_STEP_COUNTERS (core/step_counters.h), in list order: a
+  // double stays double (gather_ms: ms on the gather streams, all ranks; predicted: the
+  // frequency model's P(active) used for the step's first plan), the others are int64_t.
+#define MOEZERO_DECLARE(name, type, combine, source) std::vector<ExpertCounterType<type>> name;
+  MOEZERO_EXPERT_STEP_COUNTERS(MOEZERO_DECLARE)
+#undef MOEZERO_DECLARE
   std::optional<PredictionCounts> prediction;  // absent in files older than these fields
 };
 

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "core/error.h"
 #include "model/transformer.h"
@@ -14,24 +15,35 @@ namespace moezero::moe {
 
 namespace {
 
-// Word layout of one rank: [comm_ms, exposed_comm_ms], then per MoE layer, per field, E values.
-enum Field : size_t {
-  kGathers,
-  kGatheredBytes,
-  kGatherMs,  // double bits
-  kCacheHits,
-  kCacheMisses,
-  kPrefetchHits,
-  kPrefetchMisses,
-  kWastedBytes,
-  kA2aIn,
-  kA2aOut,
-  kFieldCount
-};
+// Word layout of one rank: [comm_ms, exposed_comm_ms], then per MoE layer, per Sum field of
+// MOEZERO_EXPERT_STEP_COUNTERS (in list order), E values (a double as its bits).
+#define MOEZERO_FIELD_Sum(name) k_##name,
+#define MOEZERO_FIELD_Agreed(name)
+#define MOEZERO_FIELD(name, type, combine, source) MOEZERO_FIELD_##combine(name)
+enum Field : size_t { MOEZERO_EXPERT_STEP_COUNTERS(MOEZERO_FIELD) kFieldCount };
+#undef MOEZERO_FIELD
+#undef MOEZERO_FIELD_Agreed
+#undef MOEZERO_FIELD_Sum
 constexpr size_t kHeaderWords = 2;
 
 uint64_t bits(double v) { return std::bit_cast<uint64_t>(v); }
 double from_bits(uint64_t w) { return std::bit_cast<double>(w); }
+
+// Adds v to the word w holding a T (a double as its bits), and reads a T back from a word.
+template <typename T>
+void add_to_word(uint64_t& w, T v) {
+  if constexpr (std::is_floating_point_v<T>)
+    w = bits(from_bits(w) + static_cast<double>(v));
+  else
+    w += static_cast<uint64_t>(v);
+}
+template <typename T>
+T from_word(uint64_t w) {
+  if constexpr (std::is_floating_point_v<T>)
+    return static_cast<T>(from_bits(w));
+  else
+    return static_cast<T>(w);
+}
 
 }  // namespace
 
@@ -129,23 +141,35 @@ std::vector<uint64_t> StepStatsCollector::rank_words(const ZeroEngine& engine,
       const size_t e = static_cast<size_t>(spec.expert);
       MOEZERO_CHECK(spec.expert >= 0 && e < E, "expert group '", spec.name, "' has expert id ",
                     spec.expert, " outside [0, ", E, ")");
-      at(m, kGathers, e) += now.gathers - was.gathers;
-      at(m, kGatheredBytes, e) += now.gathered_bytes - was.gathered_bytes;
-      at(m, kGatherMs, e) = bits(from_bits(at(m, kGatherMs, e)) + (now.gather_ms - was.gather_ms));
-      at(m, kCacheHits, e) += now.cache_hits - was.cache_hits;
-      at(m, kCacheMisses, e) += now.cache_misses - was.cache_misses;
-      at(m, kPrefetchHits, e) += now.prefetch_hits - was.prefetch_hits;
-      at(m, kPrefetchMisses, e) += now.prefetch_misses - was.prefetch_misses;
-      at(m, kWastedBytes, e) += now.wasted_bytes - was.wasted_bytes;
+#define MOEZERO_DELTA_Group(name, type) add_to_word<type>(at(m, k_##name, e), now.name - was.name);
+#define MOEZERO_DELTA_Moe(name, type)
+#define MOEZERO_DELTA_Routing(name, type)
+#define MOEZERO_DELTA_Plan(name, type)
+#define MOEZERO_DELTA(name, type, combine, source) MOEZERO_DELTA_##source(name, type)
+      MOEZERO_EXPERT_STEP_COUNTERS(MOEZERO_DELTA)
+#undef MOEZERO_DELTA
+#undef MOEZERO_DELTA_Plan
+#undef MOEZERO_DELTA_Routing
+#undef MOEZERO_DELTA_Moe
+#undef MOEZERO_DELTA_Group
     }
     was = now;
   }
   for (size_t m = 0; m < moe_layers_.size(); ++m)
     for (size_t e = 0; e < E; ++e) {
-      if (m < stats.a2a_tokens_in.size() && e < stats.a2a_tokens_in[m].size())
-        at(m, kA2aIn, e) = static_cast<uint64_t>(stats.a2a_tokens_in[m][e]);
-      if (m < stats.a2a_tokens_out.size() && e < stats.a2a_tokens_out[m].size())
-        at(m, kA2aOut, e) = static_cast<uint64_t>(stats.a2a_tokens_out[m][e]);
+#define MOEZERO_STEP_Group(name, type)
+#define MOEZERO_STEP_Moe(name, type)                     \
+  if (m < stats.name.size() && e < stats.name[m].size()) \
+    add_to_word<type>(at(m, k_##name, e), stats.name[m][e]);
+#define MOEZERO_STEP_Routing(name, type)
+#define MOEZERO_STEP_Plan(name, type)
+#define MOEZERO_STEP(name, type, combine, source) MOEZERO_STEP_##source(name, type)
+      MOEZERO_EXPERT_STEP_COUNTERS(MOEZERO_STEP)
+#undef MOEZERO_STEP
+#undef MOEZERO_STEP_Plan
+#undef MOEZERO_STEP_Routing
+#undef MOEZERO_STEP_Moe
+#undef MOEZERO_STEP_Group
     }
   return w;
 }
@@ -163,21 +187,26 @@ void StepStatsCollector::sum(const std::vector<uint64_t>& all_words, int world,
   for (size_t m = 0; m < moe_layers_.size(); ++m) {
     MoeLayerStats& L = layers[m];
     L.layer = moe_layers_[m];
-    L.tokens = m < stats.tokens_per_expert.size() ? stats.tokens_per_expert[m]
-                                                  : std::vector<int64_t>(E, 0);
-    L.predicted = m < predicted.size() ? predicted[m] : std::vector<double>(E, 0.0);
+#define MOEZERO_AGREED_Routing(name, type)                                 \
+  L.name = m < stats.tokens_per_expert.size() ? stats.tokens_per_expert[m] \
+                                              : std::vector<type>(E, type{});
+#define MOEZERO_AGREED_Plan(name, type) \
+  L.name = m < predicted.size() ? predicted[m] : std::vector<type>(E, type{});
+#define MOEZERO_INIT_Sum(name, type, source) L.name.assign(E, type{});
+#define MOEZERO_INIT_Agreed(name, type, source) MOEZERO_AGREED_##source(name, type)
+#define MOEZERO_INIT(name, type, combine, source) MOEZERO_INIT_##combine(name, type, source)
+    MOEZERO_EXPERT_STEP_COUNTERS(MOEZERO_INIT)
+#undef MOEZERO_INIT
+#undef MOEZERO_INIT_Agreed
+#undef MOEZERO_INIT_Sum
+#undef MOEZERO_AGREED_Plan
+#undef MOEZERO_AGREED_Routing
     if (m < stats.brier_sum.size()) {
       L.brier_sum = stats.brier_sum[m];
       L.brier_count = stats.brier_count[m];
       L.calibration_count = stats.calibration_count[m];
       L.calibration_active = stats.calibration_active[m];
     }
-    for (auto* v : {&L.gathers, &L.gathered_bytes, &L.cache_hits, &L.cache_misses, &L.prefetch_hits,
-                    &L.prefetch_misses, &L.wasted_bytes})
-      v->assign(E, 0);
-    L.gather_ms.assign(E, 0.0);
-    L.a2a_tokens_in.assign(E, 0);
-    L.a2a_tokens_out.assign(E, 0);
   }
   for (int r = 0; r < world; ++r) {
     const uint64_t* w = all_words.data() + static_cast<size_t>(r) * per_rank;
@@ -189,16 +218,13 @@ void StepStatsCollector::sum(const std::vector<uint64_t>& all_words, int world,
         return w[kHeaderWords + (m * kFieldCount + field) * E + e];
       };
       for (size_t e = 0; e < E; ++e) {
-        L.gathers[e] += f(kGathers, e);
-        L.gathered_bytes[e] += f(kGatheredBytes, e);
-        L.gather_ms[e] += from_bits(f(kGatherMs, e));
-        L.cache_hits[e] += f(kCacheHits, e);
-        L.cache_misses[e] += f(kCacheMisses, e);
-        L.prefetch_hits[e] += f(kPrefetchHits, e);
-        L.prefetch_misses[e] += f(kPrefetchMisses, e);
-        L.wasted_bytes[e] += f(kWastedBytes, e);
-        L.a2a_tokens_in[e] += static_cast<int64_t>(f(kA2aIn, e));
-        L.a2a_tokens_out[e] += static_cast<int64_t>(f(kA2aOut, e));
+#define MOEZERO_SUM_Sum(name, type) L.name[e] += from_word<type>(f(k_##name, e));
+#define MOEZERO_SUM_Agreed(name, type)
+#define MOEZERO_SUM(name, type, combine, source) MOEZERO_SUM_##combine(name, type)
+        MOEZERO_EXPERT_STEP_COUNTERS(MOEZERO_SUM)
+#undef MOEZERO_SUM
+#undef MOEZERO_SUM_Agreed
+#undef MOEZERO_SUM_Sum
       }
     }
   }
@@ -207,24 +233,18 @@ void StepStatsCollector::sum(const std::vector<uint64_t>& all_words, int world,
 void add_step_stats_json(nlohmann::json& j, const std::vector<MoeLayerStats>& layers,
                          const CommStepStats& comm) {
   auto arr = nlohmann::json::array();
-  for (const MoeLayerStats& L : layers)
-    arr.push_back({{"layer", L.layer},
-                   {"tokens", L.tokens},
-                   {"gathers", L.gathers},
-                   {"gathered_bytes", L.gathered_bytes},
-                   {"gather_ms", L.gather_ms},
-                   {"cache_hits", L.cache_hits},
-                   {"cache_misses", L.cache_misses},
-                   {"prefetch_hits", L.prefetch_hits},
-                   {"prefetch_misses", L.prefetch_misses},
-                   {"wasted_bytes", L.wasted_bytes},
-                   {"a2a_tokens_in", L.a2a_tokens_in},
-                   {"a2a_tokens_out", L.a2a_tokens_out},
-                   {"predicted", L.predicted},
-                   {"brier_sum", L.brier_sum},
-                   {"brier_count", L.brier_count},
-                   {"calibration_count", L.calibration_count},
-                   {"calibration_active", L.calibration_active}});
+  for (const MoeLayerStats& L : layers) {
+    nlohmann::json o;
+    o["layer"] = L.layer;
+#define MOEZERO_PUT(name, type, combine, source) o[#name] = L.name;
+    MOEZERO_EXPERT_STEP_COUNTERS(MOEZERO_PUT)
+#undef MOEZERO_PUT
+    o["brier_sum"] = L.brier_sum;
+    o["brier_count"] = L.brier_count;
+    o["calibration_count"] = L.calibration_count;
+    o["calibration_active"] = L.calibration_active;
+    arr.push_back(std::move(o));
+  }
   j["moe_layers"] = std::move(arr);
   j["comm_ms"] = comm.comm_ms;
   j["exposed_comm_ms"] = comm.exposed_comm_ms;

@@ -73,14 +73,11 @@ nlohmann::json rank_step_json(const RankStepStats& s);
 
 struct MoeLayerStats {
   int layer = -1;  // model layer index
-  // Each (E), summed over all ranks.
-  std::vector<int64_t> tokens;
-  std::vector<uint64_t> gathers, gathered_bytes;
-  std::vector<double> gather_ms;
-  std::vector<uint64_t> cache_hits, cache_misses;
-  std::vector<uint64_t> prefetch_hits, prefetch_misses, wasted_bytes;
-  std::vector<int64_t> a2a_tokens_in, a2a_tokens_out;
-  std::vector<double> predicted;
+  // Each (E): the counters of MOEZERO_EXPERT_STEP_COUNTERS (core/step_counters.h), Sum ones
+  // summed over all ranks, Agreed ones rank 0's.
+#define MOEZERO_DECLARE(name, type, combine, source) std::vector<type> name;
+  MOEZERO_EXPERT_STEP_COUNTERS(MOEZERO_DECLARE)
+#undef MOEZERO_DECLARE
   // Prediction quality of the step (MoeStats: agreed, so rank 0's own): sum of (p - y)^2 over
   // (expert, micro-batch) pairs a plan before routing covered, their count, and per
   // probability bucket (MoeStats::kCalibrationBuckets of [0, 1]) pairs and active pairs.
