@@ -537,7 +537,9 @@ TEST(Report, BrierAndCalibrationFromHandMadeFixture) {
     EXPECT_EQ(r.brier_cells[i].layer, cells[i].layer);
     EXPECT_EQ(r.brier_cells[i].pairs, cells[i].pairs);
     ASSERT_EQ(r.brier_cells[i].brier.has_value(), cells[i].brier.has_value());
-    if (cells[i].brier) EXPECT_DOUBLE_EQ(*r.brier_cells[i].brier, *cells[i].brier);
+    if (cells[i].brier) {
+      EXPECT_DOUBLE_EQ(*r.brier_cells[i].brier, *cells[i].brier);
+    }
   }
   // Per layer: pooled over steps, (0.5 + 0.3) / 6 and 1.0 / 4.
   ASSERT_EQ(r.layers.size(), 2u);
@@ -567,7 +569,9 @@ TEST(Report, BrierAndCalibrationFromHandMadeFixture) {
     EXPECT_EQ(c.pairs, w.pairs);
     EXPECT_EQ(c.active, w.active);
     ASSERT_EQ(c.observed_rate.has_value(), w.rate.has_value());
-    if (w.rate) EXPECT_DOUBLE_EQ(*c.observed_rate, *w.rate);
+    if (w.rate) {
+      EXPECT_DOUBLE_EQ(*c.observed_rate, *w.rate);
+    }
   }
   // JSON round trip keeps every cell and row.
   EXPECT_EQ(report_from_json(report_to_json(r), "r.json"), r);
