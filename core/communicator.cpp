@@ -42,12 +42,6 @@ double bus_factor(CollectiveOp op, int n) {
   return 0.0;
 }
 
-std::chrono::nanoseconds CommEmulation::duration(double bus_bytes) const {
-  double ns = latency_us * 1e3;
-  if (link_gbps > 0.0) ns += bus_bytes * 8.0 / link_gbps;  // bits / (Gbit/s) = ns
-  return std::chrono::nanoseconds(static_cast<int64_t>(std::ceil(ns)));
-}
-
 CommOptions make_comm_options(const CommEmulationConfig& emulation, const CommConfig& comm) {
   CommOptions o;
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(comm.timeout_s * 1e3)));

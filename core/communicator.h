@@ -78,7 +78,6 @@ struct CommEmulation {
     return link_gbps > 0.0 || latency_us > 0.0 ||
            (ranks_per_node > 0 && (intra_node_gbps > 0.0 || intra_node_latency_us > 0.0));
   }
-  std::chrono::nanoseconds duration(double bus_bytes) const;
 };
 
 enum class CallCheck : uint8_t {

@@ -137,10 +137,6 @@ class ParamProvider {
   // How valuable keeping `group` resident is (e.g. its predicted activation probability);
   // used by caches that evict the least valuable entry first.
   virtual void set_keep_score(int group, double score) {}
-  // True when acquire(group) would neither start a transfer nor wait for one (the parameters
-  // are resident or their gather has completed). A host-side query, no collective: callers
-  // may use it to run work in the order parameters become ready.
-  virtual bool ready(int group) const { return true; }
   // True when the group is held by a residency cache: acquiring it updates that cache's
   // bookkeeping (recency), so such acquires must stay in an order that is the same on every
   // rank of the group.

@@ -62,16 +62,6 @@ void ZeroEngine::set_keep_score(int group, double score) {
   st.keep_score = score;
   if (impl_->cache && impl_->cache->contains(group)) impl_->cache->set_score(group, score);
 }
-bool ZeroEngine::ready(int group) const {
-  const auto& st = *impl_->groups.at(static_cast<size_t>(group));
-  if (!st.params_sharded) return true;
-  if (st.state == zero_detail::GroupState::Sharded) return false;
-  try {
-    return st.gathered->query();
-  } catch (...) {
-    return true;  // a failed gather: acquire() will surface the error
-  }
-}
 uint64_t ZeroEngine::fetch_ticket(int group) const {
   const auto& st = *impl_->groups.at(static_cast<size_t>(group));
   return st.state == zero_detail::GroupState::Gathering ? st.ticket : 0;

@@ -212,7 +212,6 @@ class ZeroEngine final : public ParamProvider {
                     FetchReason reason = FetchReason::Predicted) override;
   void discard_prefetch(int group) override;
   void set_keep_score(int group, double score) override;
-  bool ready(int group) const override;
   bool needs_fetch(int group) const override;
   bool cached(int group) const override;
   uint64_t fetch_ticket(int group) const override;

@@ -151,9 +151,8 @@ TEST(CommConcurrency, ConcurrentCollectivesShareTheLink) {
       opts);
 }
 
-TEST(CommEmulation, DurationAndBusFactors) {
-  CommEmulation e{8.0, 10.0};  // 1 GB/s, 10 us
-  EXPECT_EQ(e.duration(1e6).count(), 10000 + 1000000);
+TEST(CommEmulation, EnabledAndBusFactors) {
+  EXPECT_TRUE((CommEmulation{8.0, 10.0}.enabled()));
   EXPECT_FALSE(CommEmulation{}.enabled());
   EXPECT_DOUBLE_EQ(bus_factor(CollectiveOp::AllReduce, 4), 1.5);
   EXPECT_DOUBLE_EQ(bus_factor(CollectiveOp::AllGather, 4), 0.75);

@@ -71,6 +71,18 @@ TEST(Config, RejectsWrongTypesAndValues) {
   expect_rejected(R"({"prefetch": {"policy": "magic"}})",
                   {"prefetch.policy", "none, all, frequency, cost", "magic"});
   expect_rejected(R"({"moe": {"normalize_top_k": 1}})", {"moe.normalize_top_k", "true or false"});
+  // Keys of the network model, the baselines and the cost plan (issue 13).
+  expect_rejected(R"({"zero": {"moe_gather": "magic"}})",
+                  {"zero.moe_gather", "experts, leaf, fsdp", "magic"});
+  expect_rejected(R"({"zero": {"reshard_after_forward": "maybe"}})",
+                  {"zero.reshard_after_forward", "true or false"});
+  expect_rejected(R"({"comm_emulation": {"ranks_per_node": -1}})",
+                  {"comm_emulation.ranks_per_node", "must be >= 0", "-1"});
+  expect_rejected(R"({"comm_emulation": {"intra_node_gbps": 10}})",
+                  {"comm_emulation.intra_node_gbps", "ranks_per_node > 0"});
+  expect_rejected(R"({"comm_emulation": {"ranks_per_node": 2, "intra_node_latency_us": -3}})",
+                  {"comm_emulation.intra_node_latency_us", "must be >= 0", "-3"});
+  expect_rejected(R"({"prefetch": {"link_gbps": -1}})", {"prefetch.link_gbps", "must be >= 0"});
   expect_rejected(R"({"zero": {"max_live_parameters": "12 parsecs"}})",
                   {"zero.max_live_parameters", "unknown unit 'parsecs'"});
   expect_rejected(R"({"zero": {"max_live_parameters": -5}})",
