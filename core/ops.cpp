@@ -461,8 +461,8 @@ void Ops::logsumexp(Stream& s, const Tensor& x, const Tensor& out) {
 
 namespace {
 // The (R, C) / (R, k) pair of gather_cols and scatter_add_cols: f32 rows of both, i32 idx (R, k).
-void check_cols(const Check& ck, const char* wide_name, const Tensor& wide,
-                const char* narrow_name, const Tensor& narrow, const Tensor& idx) {
+void check_cols(const Check& ck, const char* wide_name, const Tensor& wide, const char* narrow_name,
+                const Tensor& narrow, const Tensor& idx) {
   ck.rank(wide_name, wide, 2);
   ck.dtype(wide_name, wide, DType::F32);
   ck.rank("idx", idx, 2);

@@ -45,7 +45,8 @@ std::string Shape::str() const {
 }
 
 Tensor Tensor::reshape(Shape s) const {
-  MOEZERO_CHECK(s.numel() == numel(), "reshape of ", str(), " to ", s.str(), ": element counts differ");
+  MOEZERO_CHECK(s.numel() == numel(), "reshape of ", str(), " to ", s.str(),
+                ": element counts differ");
   return Tensor(data_, dtype_, s, device_);
 }
 

@@ -60,14 +60,14 @@ RouterConfig router_config(const ModelConfig& model, const MoeConfig& moe, uint6
 struct Router::State {
   Routing routing;
   int64_t n = 0, c = 0;
-  TensorBuffer stats;    // f32 (3E)
-  TensorBuffer probs;    // f32 (N, E)
-  TensorBuffer ids;      // i32 (N, k)  top-k choices before dropping
-  TensorBuffer vals;     // f32 (N, k)  their probabilities
-  TensorBuffer w_norm;   // f32 (N, k)  renormalised weights before dropping (normalize_top_k)
-  TensorBuffer ones;     // f32 (N)     column sums and row broadcasts
-  TensorBuffer lse;      // f32 (N)     logsumexp of the logits (z_coef > 0)
-  TensorBuffer noise;    // f32 (N, C)  multiplicative jitter noise (training)
+  TensorBuffer stats;   // f32 (3E)
+  TensorBuffer probs;   // f32 (N, E)
+  TensorBuffer ids;     // i32 (N, k)  top-k choices before dropping
+  TensorBuffer vals;    // f32 (N, k)  their probabilities
+  TensorBuffer w_norm;  // f32 (N, k)  renormalised weights before dropping (normalize_top_k)
+  TensorBuffer ones;    // f32 (N)     column sums and row broadcasts
+  TensorBuffer lse;     // f32 (N)     logsumexp of the logits (z_coef > 0)
+  TensorBuffer noise;   // f32 (N, C)  multiplicative jitter noise (training)
   TensorBuffer kept_ids, kept_w, keep;  // capacity: i32 (N*k), f32 (N, k), f32 (N, k) 1/0 mask
   int64_t global_tokens = 0;            // set by finish
   float scale = 1.0f;

@@ -133,8 +133,8 @@ void CpuStream::check() {
 
 void CpuEvent::record(Stream& stream) {
   auto* cpu_stream = dynamic_cast<CpuStream*>(&stream);
-  MOEZERO_CHECK(cpu_stream != nullptr, "a CPU event cannot be recorded on stream '",
-                stream.name(), "' of ", stream.device().name());
+  MOEZERO_CHECK(cpu_stream != nullptr, "a CPU event cannot be recorded on stream '", stream.name(),
+                "' of ", stream.device().name());
   auto state = std::make_shared<EventState>();
   {
     std::lock_guard lock(mu_);

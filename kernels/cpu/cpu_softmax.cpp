@@ -1,6 +1,6 @@
 // kernels/cpu/cpu_softmax.cpp — row softmax forward/backward, logsumexp, top-k, and the
-// cross-entropy loss forward/backward on the CPU. One row per loop index, fp32 arithmetic, rows widened into a
-// per-task scratch row.
+// cross-entropy loss forward/backward on the CPU. One row per loop index, fp32 arithmetic, rows
+// widened into a per-task scratch row.
 #include <algorithm>
 #include <cmath>
 #include <limits>

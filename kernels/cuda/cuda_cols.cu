@@ -32,8 +32,8 @@ __global__ void gather_cols_kernel(const float* x, const int32_t* idx, float* ou
   }
 }
 
-__global__ void scatter_add_cols_kernel(const float* src, const int32_t* idx, float* out,
-                                        int64_t R, int64_t C, int64_t k, KernelErrorSink err) {
+__global__ void scatter_add_cols_kernel(const float* src, const int32_t* idx, float* out, int64_t R,
+                                        int64_t C, int64_t k, KernelErrorSink err) {
   const int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (r >= R) return;
   for (int64_t j = 0; j < k; ++j) {

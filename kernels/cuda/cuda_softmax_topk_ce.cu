@@ -1,8 +1,8 @@
 // kernels/cuda/cuda_softmax_topk_ce.cu — row softmax (forward/backward), logsumexp, top-k,
 // cross-entropy.
 //
-// One block per row for softmax, logsumexp and cross-entropy (fixed-order block reductions, so results
-// are deterministic); every element is read before the same thread overwrites it, so the
+// One block per row for softmax, logsumexp and cross-entropy (fixed-order block reductions, so
+// results are deterministic); every element is read before the same thread overwrites it, so the
 // documented aliases (softmax out = x, dlogits = logits) are safe.
 // topk: one warp per row, k rounds of a warp arg-max under the total order
 // (value descending, index ascending); NaN ranks as -inf (so indices stay in range and
