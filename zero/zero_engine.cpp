@@ -282,7 +282,47 @@ bool ZeroEngine::Impl::offer_to_cache(int g) {
   if (!a.admitted) return false;
   st.full.buffer().retag(MemTag::Cache);
   st.state = GroupState::Cached;
+  alias_shard(g);
   return true;
+}
+
+void ZeroEngine::Impl::alias_shard(int g) {
+  GroupState& st = group(g);
+  if (st.shard_aliased) return;
+  // bf16 mode: the bf16 shard is only the all-gather's source (the fp32 master stays); fp32
+  // mode: the shard is the master itself, whose readers between here and unalias_shard
+  // (state export, full_params_host) go through master_view.
+  TensorBuffer& shard = st.param_shard ? st.param_shard : st.master;
+  // The gather of this group (maybe still in flight) reads it on the gather stream; the last
+  // optimizer step wrote it on the compute stream.
+  shard.buffer().record_stream(*streams.gather);
+  shard.buffer().record_stream(*streams.compute);
+  if (!st.param_shard)
+    st.master_view = st.full.view().view_elems(st.rank * st.shard_elems, Shape{st.shard_elems});
+  shard.reset();
+  st.shard_aliased = true;
+}
+
+void ZeroEngine::Impl::unalias_shard(int g) {
+  GroupState& st = group(g);
+  if (!st.shard_aliased) return;
+  // On the gather stream: after the group's all-gather (FIFO), before the next gathers that
+  // read the shard; the optimizer step's compute waits for the gather stream (drain_passes).
+  Stream& gs = *streams.gather;
+  const DType dt = options.compute_dtype;
+  const bool fp32 = dt == DType::F32;
+  TensorBuffer shard(device, dt, Shape{st.shard_elems}, MemTag::ParamShard, gs,
+                     st.layout.spec().name.c_str());
+  const Tensor mine = st.full.view().view_elems(st.rank * st.shard_elems, Shape{st.shard_elems});
+  device.memcpy_async(shard.view().data(), mine.data(), mine.size_bytes(), gs);
+  shard.buffer().record_stream(*streams.compute);  // the optimizer updates it there
+  if (fp32) {
+    st.master = std::move(shard);
+    st.master_view = st.master.view();
+  } else {
+    st.param_shard = std::move(shard);
+  }
+  st.shard_aliased = false;
 }
 
 void ZeroEngine::Impl::release(int g, Stream& compute) {
@@ -313,6 +353,7 @@ void ZeroEngine::Impl::drop_resident(int g) {
   }
   st.unused = false;
   if (st.state == GroupState::Gathering) count_live(st, -1);
+  unalias_shard(g);
   st.full.reset();
   st.state = GroupState::Sharded;
   st.prefetched = false;

@@ -56,6 +56,9 @@ struct GroupState {
   // completion order); 0 before the first. A function of agreed state like the issue order.
   uint64_t ticket = 0;
   bool unused = false;  // gathered and not acquired since: wasted if freed like this (experts)
+  // Cached (or acquired from the cache) with this rank's compute-dtype shard given back: the
+  // gathered buffer holds the same values (ZeroEngine::Impl::alias_shard).
+  bool shard_aliased = false;
   std::unique_ptr<Event> gathered;  // recorded on the gather stream after the all-gather
 
   size_t full_bytes(DType dt) const { return static_cast<size_t>(padded) * dtype_size_bytes(dt); }
@@ -110,6 +113,14 @@ struct ZeroEngine::Impl {
                     ParamProvider::FetchReason reason);  // zero_block.cpp
   void discard_prefetch(int g);
   void drop_resident(int g);  // a Cached or unused Gathering buffer goes back to the allocator
+  // The shard cache keeps a gathered expert, which holds this rank's shard as its slice
+  // [rank * shard_elems, +shard_elems): the separate compute-dtype shard buffer is given back
+  // while the group stays resident (in fp32 mode master_view points into the gathered buffer)
+  // and rebuilt from that slice when it leaves (unalias_shard, before the optimizer step).
+  // So a cache holding every expert costs what ZeRO-2's replicated experts cost, not that
+  // plus the shards.
+  void alias_shard(int g);
+  void unalias_shard(int g);
   void count_acquire(int g, bool issued_now);  // hit / miss / exact / needed bytes (experts)
   // compute waits for `ready`, the end of communication on another stream: timed by the trace
   // recorder when one is installed (exposed_comm_ms); `name`: its stall span (may be null)

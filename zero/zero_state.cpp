@@ -44,6 +44,8 @@ std::vector<float> ZeroEngine::export_state(int group, StateTensor which) {
   std::vector<float> out(static_cast<size_t>(r.count_elems));
   if (r.count_elems == 0) return out;
   Stream& cs = *impl_->streams.compute;
+  // A cached expert's fp32 master lives in its gathered buffer: after that gather.
+  if (st.shard_aliased && which == StateTensor::Master) cs.wait(*st.gathered);
   const Tensor src =
       state_view(st, which).view_elems(r.begin_elems - st.opt_offset, Shape{r.count_elems});
   impl_->device.memcpy_async(out.data(), src.data(), out.size() * sizeof(float), cs);

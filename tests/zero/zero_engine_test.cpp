@@ -13,20 +13,23 @@
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "prefetch/shard_cache.h"
 
 namespace moezero {
 namespace {
 
-std::vector<GroupSpec> make_groups(int64_t big) {
+// experts: block0 and block1 are expert groups (cacheable) instead of dense ones.
+std::vector<GroupSpec> make_groups(int64_t big, bool experts = false) {
+  const GroupKind block = experts ? GroupKind::Expert : GroupKind::Dense;
   std::vector<GroupSpec> g;
   g.push_back({"embed", GroupKind::Dense, -1, -1, {{"embed.weight", Shape{big / 8, 8}}}});
   g.push_back({"block0",
-               GroupKind::Dense,
+               block,
                0,
-               -1,
+               experts ? 0 : -1,
                {{"block0.norm", Shape{8}, ParamInit::Ones, 0.0f, false},
                 {"block0.w", Shape{big / 16, 16}, ParamInit::Normal, 0.5f}}});
-  g.push_back({"block1", GroupKind::Dense, 1, -1, {{"block1.w", Shape{big + 5}}}});
+  g.push_back({"block1", block, 1, experts ? 1 : -1, {{"block1.w", Shape{big + 5}}}});
   g.push_back({"tiny", GroupKind::Dense, -1, -1, {{"tiny.bias", Shape{7}, ParamInit::Zeros}}});
   return g;
 }
@@ -36,11 +39,14 @@ struct TrainRun {
   std::vector<double> norms;
   EngineCounters counters;
   MemStats mem;
+  MemStats mid;  // rank 0's allocator after the last backward, before the last step
 };
 
 // Trains `steps` steps of loss = (1/K) sum_s 0.5 ||p - t_s||^2 over K = 12 samples per step,
 // samples split evenly over ranks; t_s is a pure function of (step, sample, element).
-TrainRun train(int world, ZeroOptions opt, int steps, int64_t big = 960, int accum = 1) {
+// cache_bytes > 0: block0 and block1 are expert groups behind a shard cache of that capacity.
+TrainRun train(int world, ZeroOptions opt, int steps, int64_t big = 960, int accum = 1,
+               uint64_t cache_bytes = 0) {
   TrainRun out;
   std::mutex mu;
   comm::World::run(world, [&](comm::RankContext& ctx) {
@@ -52,11 +58,12 @@ TrainRun train(int world, ZeroOptions opt, int steps, int64_t big = 960, int acc
     auto reduce = ctx.communicator(wg, "reduce");
     auto misc = ctx.communicator(wg, "misc");
     ZeroEngine eng(
-        dev, st, make_groups(big),
+        dev, st, make_groups(big, cache_bytes > 0),
         [&](const GroupSpec&) {
           return GroupComms{gather.get(), reduce.get()};
         },
-        *misc, opt);
+        *misc, opt,
+        cache_bytes > 0 ? std::make_unique<prefetch::ShardCache>(cache_bytes, EvictionPolicy::Lfu) : nullptr);
     Ops& ops = dev.ops();
     Stream& cs = *st.compute;
     const int K = 12, per_rank = K / world;
@@ -87,6 +94,10 @@ TrainRun train(int world, ZeroOptions opt, int steps, int64_t big = 960, int acc
         }
         eng.finish_backward();
         cs.synchronize();  // host vectors above must outlive their copies
+        if (ctx.rank == 0 && step + 1 == steps && a + 1 == accum) {
+          std::lock_guard lock(mu);
+          out.mid = dev.allocator().stats();
+        }
       }
       StepResult r = eng.step(AdamWHyper{0.05f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f});
       norms.push_back(r.grad_norm);
@@ -180,6 +191,43 @@ TEST(ZeroEngine, ModelStateBytesFollowTheZeroFormula) {
     EXPECT_NEAR(got / formula, 1.0, 0.05)
         << dtype_name(dt) << ": " << got << " bytes vs " << formula;
     EXPECT_EQ(r.mem.current_bytes[size_t(MemTag::FullParam)], 0u) << "gathered params leaked";
+  }
+}
+
+TEST(ZeroEngine, CachedExpertsGiveTheirShardsBack) {
+  // The shard cache at 100 % is the ZeRO-2 end of the dial: a cached expert's gathered buffer
+  // holds this rank's shard, so the separate shard buffer is given back while it is cached and
+  // rebuilt before the optimizer step. Same math, bit for bit, with and without the cache.
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const int world = 4;
+    ZeroOptions o;
+    o.compute_dtype = dt;
+    o.persistence_threshold_elems = 0;
+    const int64_t big = 960;
+    TrainRun none = train(world, o, 3, big, 2, /*cache_bytes=*/0);  // dense groups only
+    // A cache of 1 byte admits nothing: the expert groups without any resident copy.
+    TrainRun uncached = train(world, o, 3, big, 2, /*cache_bytes=*/1);
+    TrainRun cached = train(world, o, 3, big, 2, /*cache_bytes=*/1 << 20);
+    const std::string what(dtype_name(dt));
+    ASSERT_EQ(uncached.params, cached.params) << what << ": the cache changed the math";
+    ASSERT_EQ(none.params, cached.params) << what << ": expert groups changed the math";
+    EXPECT_GT(cached.counters.cache_hits, 0u) << what;
+    EXPECT_EQ(uncached.counters.cache_hits, 0u) << what;
+    uint64_t shards = 0, fulls = 0;  // the two expert groups, this rank's shard and whole
+    for (const GroupSpec& g : make_groups(big, true)) {
+      if (g.kind != GroupKind::Expert) continue;
+      const auto padded = static_cast<uint64_t>(GroupLayout(g).padded_numel(world));
+      fulls += padded * dtype_size_bytes(dt);
+      shards += padded / world * dtype_size_bytes(dt);
+    }
+    const auto at = [](const MemStats& m, MemTag t) { return m.current_bytes[size_t(t)]; };
+    // Mid-step: both experts resident in the cache, their shard buffers given back.
+    EXPECT_EQ(at(cached.mid, MemTag::Cache), fulls) << what;
+    EXPECT_EQ(at(uncached.mid, MemTag::ParamShard) - at(cached.mid, MemTag::ParamShard), shards)
+        << what;
+    // After the step: the cache is empty and every shard is back.
+    EXPECT_EQ(at(cached.mem, MemTag::Cache), 0u) << what;
+    EXPECT_EQ(at(cached.mem, MemTag::ParamShard), at(uncached.mem, MemTag::ParamShard)) << what;
   }
 }
 
