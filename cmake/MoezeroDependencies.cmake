@@ -21,7 +21,11 @@ if(NOT BLAS_FOUND)
   find_package(BLAS QUIET)
 endif()
 moezero_require(BLAS_FOUND "a CBLAS library" libopenblas-dev)
-find_path(MOEZERO_CBLAS_INCLUDE cblas.h PATHS /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas)
+# Debian keeps cblas.h under include/<arch>/openblas-pthread (also in scripts/gpu_bundle.sh's
+# prefix, found through CMAKE_PREFIX_PATH).
+find_path(MOEZERO_CBLAS_INCLUDE cblas.h
+          PATH_SUFFIXES x86_64-linux-gnu/openblas-pthread openblas
+          PATHS /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas)
 moezero_require(MOEZERO_CBLAS_INCLUDE "cblas.h" libopenblas-dev)
 include(CheckSymbolExists)
 set(CMAKE_REQUIRED_LIBRARIES ${BLAS_LIBRARIES})
@@ -63,8 +67,12 @@ if(NOT MOEZERO_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
-    find_library(MOEZERO_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
-    find_path(MOEZERO_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+    # NCCL: MOEZERO_NCCL_ROOT (e.g. a pip wheel's nvidia/nccl, which ships libnccl.so.2 only;
+    # scripts/gpu_check.sh passes it), then next to the CUDA toolkit, then the system.
+    find_library(MOEZERO_NCCL_LIBRARY NAMES nccl libnccl.so.2
+                 HINTS ${MOEZERO_NCCL_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+    find_path(MOEZERO_NCCL_INCLUDE nccl.h
+              HINTS ${MOEZERO_NCCL_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
     if(NOT MOEZERO_NCCL_LIBRARY OR NOT MOEZERO_NCCL_INCLUDE)
       message(FATAL_ERROR "moezero: CUDA is on but NCCL (nccl.h, libnccl.so) was not found next to "
                           "the CUDA toolkit (${CUDAToolkit_LIBRARY_DIR}).")

@@ -9,6 +9,8 @@
 # usable (CUDA cases would only skip). Logs: $MOEZERO_GPU_LOG_DIR (default build-gpu/logs;
 # on the device tool pass MOEZERO_GPU_LOG_DIR=$OUT to get them back).
 # Budget: 8 minutes in all; each step has its own timeout.
+# On the lent machine (bare: no Debian build dependencies, no registry), first run
+# scripts/gpu_bundle.sh here and carry .gpu-bundle/bundle.tar.xz (README "GPU check").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${MOEZERO_GPU_BUILD_DIR:-build-gpu}
@@ -70,8 +72,53 @@ else
   echo "gpu_check: nvidia-smi not found (is this a GPU machine?)"
 fi
 
-if ! step configure 120 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DMOEZERO_CUDA=ON -DMOEZERO_BUILD_TESTS=ON -DMOEZERO_BUILD_BENCHMARKS=ON; then
+# ---- Tools and dependencies: the lent machine is bare (README "GPU check") ----------------
+# nvcc: PATH, then /usr/local/cuda/bin, /usr/local/cuda-*/bin, then a pip wheel's
+# nvidia/cuda_nvcc. NCCL: next to the CUDA toolkit (/usr/local/cuda/include, lib64), the
+# system (/usr/include, /usr/lib/x86_64-linux-gnu), then a pip wheel's nvidia/nccl
+# (nvidia-nccl-cu13, which PyTorch brings). Debian build dependencies (oneTBB, OpenBLAS,
+# nlohmann-json, zlib, GoogleTest, Benchmark; oneDNN when bundled): the system's, unless the
+# bundle of scripts/gpu_bundle.sh is here ($MOEZERO_GPU_BUNDLE, default .gpu-bundle: its
+# bundle.tar.xz is unpacked once), whose prefix then comes first for CMake and the loader.
+CMAKE_ARGS=(-DCMAKE_BUILD_TYPE=Release -DMOEZERO_CUDA=ON -DMOEZERO_BUILD_TESTS=ON
+            -DMOEZERO_BUILD_BENCHMARKS=ON)
+py_pkg_dir() {  # the folder of python package $1 (a namespace package too), or nothing
+  python3 -c "import importlib, sys; m = importlib.import_module(sys.argv[1]); print(list(m.__path__)[0])" "$1" 2>/dev/null
+}
+NVCC=$(command -v nvcc || true)
+for c in /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc "$(py_pkg_dir nvidia.cuda_nvcc)/bin/nvcc"; do
+  [[ -z $NVCC && -x $c ]] && NVCC=$c
+done
+if [[ -n $NVCC ]]; then
+  CMAKE_ARGS+=(-DCMAKE_CUDA_COMPILER="$NVCC")
+  echo "gpu_check: nvcc $NVCC"
+else
+  echo "gpu_check: nvcc not found (looked in PATH, /usr/local/cuda*/bin, python's nvidia.cuda_nvcc)"
+fi
+nccl_root=""
+for d in /usr/local/cuda /usr "$(py_pkg_dir nvidia.nccl)"; do
+  if [[ -z $nccl_root && -f $d/include/nccl.h ]]; then nccl_root=$d; fi
+done
+if [[ -n $nccl_root ]]; then
+  CMAKE_ARGS+=(-DMOEZERO_NCCL_ROOT="$nccl_root")
+  [[ -d $nccl_root/lib ]] && export LD_LIBRARY_PATH="$nccl_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "gpu_check: NCCL in $nccl_root"
+else
+  echo "gpu_check: nccl.h not found (looked in /usr/local/cuda, /usr, python's nvidia.nccl)"
+fi
+BUNDLE=${MOEZERO_GPU_BUNDLE:-.gpu-bundle}
+if [[ -f $BUNDLE/bundle.tar.xz && ! -d $BUNDLE/root ]]; then
+  tar -C "$BUNDLE" -xJf "$BUNDLE/bundle.tar.xz"
+fi
+if [[ -d $BUNDLE/root/usr ]]; then
+  prefix=$(cd "$BUNDLE/root/usr" && pwd)
+  CMAKE_ARGS+=(-DCMAKE_PREFIX_PATH="$prefix" -DMOEZERO_MPI=OFF)
+  libs=$prefix/lib/x86_64-linux-gnu
+  export LD_LIBRARY_PATH="$libs:$libs/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "gpu_check: Debian dependencies from the bundle $prefix (MPI off)"
+fi
+
+if ! step configure 120 cmake -S . -B "$BUILD" -G Ninja "${CMAKE_ARGS[@]}"; then
   summary
   exit 1
 fi
