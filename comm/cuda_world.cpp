@@ -26,12 +26,38 @@ void World::run_cuda(int world_size, const std::function<void(RankContext&)>& fn
   InProcessNcclBootstrap bootstrap(options.comm.timeout);
   std::mutex mu;
   std::exception_ptr first;
+  // Every rank's device while it lives (guarded by mu): when one rank fails, the others'
+  // host waits end at once (Device::abort_host_waits), their communicators aborted by their
+  // own threads, instead of each waiting out comm.timeout_s on a peer that is gone.
+  std::vector<Device*> live(static_cast<size_t>(world_size), nullptr);
+  auto fail = [&](int rank, std::exception_ptr e) {
+    std::lock_guard lock(mu);
+    if (!first) {
+      first = e;
+      std::string what = "unknown exception";
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        what = ex.what();
+      } catch (...) {
+      }
+      for (int o = 0; o < world_size; ++o)
+        if (o != rank && live[static_cast<size_t>(o)])
+          live[static_cast<size_t>(o)]->abort_host_waits("rank " + std::to_string(rank) +
+                                                         " failed: " + what);
+    }
+  };
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
       std::unique_ptr<Device> device;
       try {
         device = make_cuda_device(r);
+        device->set_host_wait_limit(options.comm.timeout);  // every wait may need a peer
+        {
+          std::lock_guard lock(mu);
+          live[static_cast<size_t>(r)] = device.get();
+        }
         RankContext ctx{r, world_size, device.get(), nullptr, {}};
         Device* dev = device.get();
         ctx.make_comm = [&, r, dev](const ProcessGroup& g, const std::string& channel) {
@@ -41,14 +67,16 @@ void World::run_cuda(int world_size, const std::function<void(RankContext&)>& fn
         fn(ctx);
         device->synchronize();
       } catch (...) {
+        fail(r, std::current_exception());
+      }
+      {
         std::lock_guard lock(mu);
-        if (!first) first = std::current_exception();
+        live[static_cast<size_t>(r)] = nullptr;
       }
       try {
         device.reset();
       } catch (...) {
-        std::lock_guard lock(mu);
-        if (!first) first = std::current_exception();
+        fail(r, std::current_exception());
       }
     });
   }

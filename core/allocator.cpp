@@ -196,6 +196,14 @@ void* Allocator::obtain_block_locked(size_t block_bytes, size_t* got_bytes,
   reclaim_completed_locked();
   void* ptr = take_cached_locked(block_bytes, got_bytes);
   for (int attempt = 0; attempt < 3 && !ptr; ++attempt) {
+    if (attempt == 1 && device_.raw_free_synchronizes()) {
+      // cudaFree waits for the whole device: were a collective of this device in flight
+      // (waiting for a peer that waits for us), it would never return. Drain every stream
+      // first, a wait bounded by comm.timeout_s, without the lock (stream work may free).
+      lock.unlock();
+      device_.synchronize();
+      lock.lock();
+    }
     if (attempt == 1)
       release_free_pool_locked();  // give the cache back to the device and try again
     else if (attempt == 2)

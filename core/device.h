@@ -16,10 +16,14 @@
 // ahead of compute just as it does with CUDA, and a missing wait is a real race (TSAN sees it).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace moezero {
@@ -124,8 +128,45 @@ class Device {
   // dst[0..bytes) = byte `value`, in stream order.
   virtual void memset_async(void* dst, int value, size_t bytes, Stream& stream) = 0;
 
+  // True when raw_free waits for the whole device (cudaFree does): the allocator then lets
+  // every stream drain (a bounded wait) before it gives cached blocks back, so that it never
+  // frees while a collective of this device may be in flight (the classic NCCL deadlock).
+  virtual bool raw_free_synchronizes() const { return false; }
+
+  // ---- Bounded host waits ---------------------------------------------------------------
+  // Every host wait of this device (Stream::synchronize, Event::synchronize, synchronize())
+  // may depend on a peer's collective. With a limit set (the rank's comm.timeout_s; 0 =
+  // unbounded, the default), a wait that outlasts it calls every expiry hook once (the rank's
+  // NCCL communicators abort themselves there, so their kernels end, and say which op of
+  // which group was in flight) and throws TimeoutError naming the wait and what they said.
+  // abort_host_waits(why), from any thread (another rank that failed), makes the waits in
+  // progress and all later ones run the hooks (on the waiting thread) and throw with `why`.
+  void set_host_wait_limit(std::chrono::milliseconds limit) { wait_limit_ms_ = limit.count(); }
+  std::chrono::milliseconds host_wait_limit() const {
+    return std::chrono::milliseconds(wait_limit_ms_.load());
+  }
+  // [in] hook: returns a description of what it aborted ("" when nothing was in flight).
+  int add_wait_expiry_hook(std::function<std::string()> hook);
+  void remove_wait_expiry_hook(int id);
+  void abort_host_waits(const std::string& why);
+  // Polls `ready` (cheap, non-blocking) until true, with a short back-off, against the limit
+  // and aborts. [in] what: the wait, for the error ("stream 'compute' of cuda:0").
+  void bounded_host_wait(const std::function<bool()>& ready, const std::string& what);
+  // The waits' deadline check for backends that block on their own primitives: throws (after
+  // the hooks) when aborted or when `start` is older than the limit.
+  void check_host_wait(std::chrono::steady_clock::time_point start, const std::string& what);
+
  protected:
   Device() = default;
+
+ private:
+  [[noreturn]] void expire_host_wait(const std::string& what, const std::string& cause);
+  std::atomic<int64_t> wait_limit_ms_{0};
+  std::atomic<bool> waits_aborted_{false};
+  std::mutex hooks_mu_;
+  std::string abort_reason_;  // guarded by hooks_mu_
+  int next_hook_id_ = 0;
+  std::map<int, std::function<std::string()>> hooks_;
 };
 
 }  // namespace moezero

@@ -83,10 +83,24 @@ NcclCommunicator::NcclCommunicator(ProcessGroup group, int global_rank, std::str
   MOEZERO_CUDA_CHECK(cudaMalloc(&sig_device_, (size() + 1) * kSigWords * sizeof(int64_t)));
   MOEZERO_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&sig_host_),
                                     (size() + 1) * kSigWords * sizeof(int64_t)));
+  expiry_hook_ = device_.add_wait_expiry_hook([this] { return abort_for_host_wait(); });
+}
+
+std::string NcclCommunicator::abort_for_host_wait() {
+  std::string last;
+  {
+    std::lock_guard lock(last_mu_);
+    last = last_call_;
+  }
+  const bool was = aborted_.exchange(true);
+  if (!was && comm_ != nullptr) ncclCommAbort(comm_);
+  if (last.empty()) return "";
+  return "NCCL " + last + (was ? " (communicator aborted earlier)" : " (communicator aborted)");
 }
 
 NcclCommunicator::~NcclCommunicator() {
   // Never throws: a failed finalize falls back to abort.
+  if (expiry_hook_ >= 0) device_.remove_wait_expiry_hook(expiry_hook_);
   cudaSetDevice(device_.index());
   if (comm_ != nullptr && !aborted_) {
     const ncclResult_t fin = ncclCommFinalize(comm_);
@@ -121,8 +135,15 @@ void NcclCommunicator::abort_with_timeout(const std::string& what) {
 }
 
 void NcclCommunicator::wait_ready(const std::string& what) {
-  const auto deadline = Clock::now() + options_.timeout;
+  const auto start = Clock::now();
+  const auto deadline = start + options_.timeout;
   for (;;) {
+    try {
+      device_.check_host_wait(start, what);  // another rank failed: abort
+    } catch (...) {
+      if (!aborted_.exchange(true) && comm_ != nullptr) ncclCommAbort(comm_);  // maybe unhooked
+      throw;
+    }
     ncclResult_t state = ncclSuccess;
     MOEZERO_CUDA_CHECK(ncclCommGetAsyncError(comm_, &state));
     if (state == ncclSuccess) return;
@@ -142,8 +163,10 @@ void NcclCommunicator::call(ncclResult_t status, const char* expr, const std::st
 void NcclCommunicator::synchronize(Stream& stream) {
   MOEZERO_CHECK(!aborted_, "NcclCommunicator of group ", group().str(), " was aborted");
   cudaStream_t h = cuda::cuda_stream_handle(stream);
-  const auto deadline = Clock::now() + options_.timeout;
+  const auto start = Clock::now();
+  const auto deadline = start + options_.timeout;
   for (;;) {
+    device_.check_host_wait(start, "stream '" + stream.name() + "' on group " + group().str());
     const cudaError_t q = cudaStreamQuery(h);
     if (q == cudaSuccess) return stream.check();
     if (q != cudaErrorNotReady) MOEZERO_CUDA_CHECK(q);
@@ -188,6 +211,10 @@ uint64_t NcclCommunicator::begin(const CallSignature& sig, Stream& stream) {
                 stream.device().name(), ", the communicator on ", device_.name());
   MOEZERO_CUDA_CHECK(cudaSetDevice(device_.index()));
   const uint64_t seq = next_seq_++;
+  {
+    std::lock_guard lock(last_mu_);
+    last_call_ = where(sig, seq);
+  }
   if (options_.call_check == CallCheck::On) check_call(sig, stream);
   const auto now = Clock::now();
   log()->add(

@@ -21,7 +21,9 @@
 
 #include <nccl.h>
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "comm/call_signature.h"
@@ -69,10 +71,17 @@ class NcclCommunicator final : public Communicator {
   [[noreturn]] void abort_with_timeout(const std::string& what);
   std::string where(const CallSignature& sig, uint64_t seq) const;
 
+  // The device's host-wait expiry hook (Device, "Bounded host waits"): aborts this
+  // communicator, so its kernels end, and names the last call issued. Runs on the rank's thread.
+  std::string abort_for_host_wait();
+
   Device& device_;
   CommOptions options_;
   ncclComm_t comm_ = nullptr;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};
+  int expiry_hook_ = -1;
+  std::mutex last_mu_;
+  std::string last_call_;  // where() of the latest collective issued
   uint64_t next_seq_ = 0;
   void* sig_device_ = nullptr;   // (size, kSigWords) int64: barrier word and call signatures
   int64_t* sig_host_ = nullptr;  // pinned copy of the gathered signatures

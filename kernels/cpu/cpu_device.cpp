@@ -34,6 +34,16 @@ void EventState::wait() {
   cv.wait(lock, [&] { return done; });
 }
 
+bool EventState::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu);
+  return cv.wait_for(lock, timeout, [&] { return done; });
+}
+
+namespace {
+// How often a blocked host wait looks at the device's limit and abort flag.
+constexpr std::chrono::milliseconds kWaitPoll{20};
+}  // namespace
+
 // ---- CpuStream -------------------------------------------------------------------------
 
 CpuStream::CpuStream(CpuDevice& device, std::string name)
@@ -112,9 +122,14 @@ void CpuStream::run() {
 }
 
 void CpuStream::synchronize() {
+  const auto start = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);
   const uint64_t target = enqueued_;
-  cv_idle_.wait(lock, [&] { return completed_ >= target; });
+  while (!cv_idle_.wait_for(lock, kWaitPoll, [&] { return completed_ >= target; })) {
+    lock.unlock();  // the check may run expiry hooks (and throws)
+    device_.check_host_wait(start, "stream '" + name() + "' of " + device_.name());
+    lock.lock();
+  }
   if (error_) std::rethrow_exception(error_);
 }
 
@@ -159,7 +174,8 @@ bool CpuEvent::query() const {
 void CpuEvent::synchronize() const {
   auto s = state();
   if (!s) return;
-  s->wait();
+  const auto start = std::chrono::steady_clock::now();
+  while (!s->wait_for(kWaitPoll)) device_.check_host_wait(start, "an event of " + device_.name());
   if (s->error) std::rethrow_exception(s->error);
 }
 

@@ -39,6 +39,8 @@ struct EventState {
 
   void complete(std::exception_ptr err);
   void wait();  // blocks until done
+  // Blocks until done or `timeout` passed; true when done.
+  bool wait_for(std::chrono::milliseconds timeout);
 };
 
 class CpuStream final : public Stream {
@@ -79,6 +81,7 @@ class CpuStream final : public Stream {
 
 class CpuEvent final : public Event {
  public:
+  explicit CpuEvent(CpuDevice& device) : device_(device) {}
   void record(Stream& stream) override;
   bool query() const override;
   void synchronize() const override;
@@ -88,6 +91,7 @@ class CpuEvent final : public Event {
   std::shared_ptr<EventState> state() const;
 
  private:
+  CpuDevice& device_;  // for its bounded host waits
   mutable std::mutex mu_;
   std::shared_ptr<EventState> state_;
 };
@@ -102,7 +106,7 @@ class CpuDevice final : public Device {
   std::string name() const override { return "cpu:" + std::to_string(index_); }
   Stream& default_stream() override { return *streams_.front(); }
   Stream& create_stream(std::string name) override;
-  std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
+  std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(*this); }
   void synchronize() override;
   Ops& ops() override { return *ops_; }
   Allocator& allocator() override { return *allocator_; }

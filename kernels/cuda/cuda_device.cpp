@@ -212,9 +212,22 @@ void CudaStream::wait(const Event& event) {
   MOEZERO_CUDA_CHECK(cudaStreamWaitEvent(stream_, ev->handle(), 0));
 }
 
+// Polled, never cudaStreamSynchronize: the wait may depend on a peer's collective, and the
+// device's limit (comm.timeout_s) and abort flag must be able to end it (Device, "Bounded
+// host waits").
 void CudaStream::synchronize() {
   device_.make_current();
-  MOEZERO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  device_.bounded_host_wait(
+      [&] {
+        const cudaError_t st = cudaStreamQuery(stream_);
+        if (st == cudaErrorNotReady) {
+          (void)cudaGetLastError();
+          return false;
+        }
+        MOEZERO_CUDA_CHECK(st);
+        return true;
+      },
+      "stream '" + name() + "' of " + device_.name());
   rethrow_if_error();
 }
 
@@ -270,7 +283,7 @@ bool CudaEvent::query() const {
 
 void CudaEvent::synchronize() const {
   device_.make_current();
-  MOEZERO_CUDA_CHECK(cudaEventSynchronize(event_));
+  device_.bounded_host_wait([&] { return query(); }, "an event of " + device_.name());
   if (CudaStream* s = last_stream_.load(std::memory_order_acquire)) s->check();
 }
 

@@ -143,6 +143,7 @@ class CudaDevice final : public Device {
   Allocator& allocator() override { return *allocator_; }
   void* raw_alloc(size_t bytes) override;
   void raw_free(void* ptr) override;
+  bool raw_free_synchronizes() const override { return true; }  // cudaFree
   void memcpy_async(void* dst, const void* src, size_t bytes, Stream& stream) override;
   void memset_async(void* dst, int value, size_t bytes, Stream& stream) override;
 

@@ -1,11 +1,15 @@
 // Stream/Event semantics of the device model on every backend that can run here:
 // in-order execution, host run-ahead, cross-stream event waits, re-record, timing, and the
-// sticky-error model (errors propagate along event edges; waiters never hang).
+// sticky-error model (errors propagate along event edges; waiters never hang), and bounded
+// host waits: fault injection through the device interface (a stream task that never ends, a
+// peer that fails) on every backend that can run here (CUDA cases run in scripts/gpu_check.sh).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <latch>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -143,6 +147,126 @@ TEST(Backends, CudaSkipsWithReasonWhenUnavailable) {
   s.synchronize();
   EXPECT_EQ(n.load(), 10);
 }
+
+// ---- Bounded host waits (Device, "Bounded host waits") ----------------------------------
+
+// A stream task that blocks until released: the "kernel waiting for a dead peer".
+struct StuckTask {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
+  void block() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return released; });
+  }
+  void release() {
+    {
+      std::lock_guard lock(mu);
+      released = true;
+    }
+    cv.notify_all();
+  }
+};
+
+std::string backend_name(DeviceKind k) { return device_kind_name(k); }
+
+class HostWaits : public ::testing::TestWithParam<DeviceKind> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (GetParam() == DeviceKind::Cuda && !cuda_available(&why))
+      GTEST_SKIP() << "CUDA unavailable: " << why;
+    dev = make_device(GetParam(), 0);
+  }
+  std::unique_ptr<Device> dev;
+};
+
+TEST_P(HostWaits, StuckStreamTimesOutNamingTheWaitAndWhatWasInFlight) {
+  dev->set_host_wait_limit(150ms);
+  int hook_calls = 0;
+  dev->add_wait_expiry_hook([&] {
+    ++hook_calls;
+    return std::string("all_reduce on group [0,1] seq 7 (aborted)");
+  });
+  Stream& s = dev->create_stream("reduce");
+  StuckTask stuck;
+  s.enqueue_host([&] { stuck.block(); });
+  auto e = dev->create_event();
+  e->record(s);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    s.synchronize();
+    ADD_FAILURE() << "synchronize of a stuck stream returned";
+  } catch (const TimeoutError& err) {
+    const std::string m = err.what();
+    EXPECT_NE(m.find("stream 'reduce'"), std::string::npos) << m;
+    EXPECT_NE(m.find("comm.timeout_s"), std::string::npos) << m;
+    EXPECT_NE(m.find("all_reduce on group [0,1] seq 7"), std::string::npos) << m;
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 0.14);
+  EXPECT_LT(waited, 10.0);
+  EXPECT_EQ(hook_calls, 1);
+  EXPECT_THROW(e->synchronize(), TimeoutError);  // an event behind the stuck task: bounded too
+  EXPECT_EQ(hook_calls, 2);
+  stuck.release();  // the "peer" comes back: the stream drains and later waits succeed
+  s.synchronize();
+  e->synchronize();
+}
+
+TEST_P(HostWaits, AnotherRanksFailureEndsAnUnboundedWait) {
+  // No limit (the default): only the abort ends the wait, with the failing rank's reason.
+  Stream& s = dev->create_stream("compute");
+  StuckTask stuck;
+  s.enqueue_host([&] { stuck.block(); });
+  std::thread other([&] {
+    std::this_thread::sleep_for(100ms);
+    dev->abort_host_waits("rank 1 failed: boom");
+  });
+  try {
+    s.synchronize();
+    ADD_FAILURE() << "synchronize returned although the stream is stuck";
+  } catch (const TimeoutError& err) {
+    EXPECT_NE(std::string(err.what()).find("aborted (rank 1 failed: boom)"), std::string::npos)
+        << err.what();
+  }
+  other.join();
+  stuck.release();
+  s.synchronize();  // work that completes needs no wait: it still succeeds
+  StuckTask again;  // but any later wait that would block fails at once: the peer is gone
+  s.enqueue_host([&] { again.block(); });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(s.synchronize(), TimeoutError) << "an aborted device stays aborted";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  again.release();
+}
+
+TEST_P(HostWaits, RemovedHooksAreNotCalledAndFastWaitsNeverExpire) {
+  dev->set_host_wait_limit(100ms);
+  int calls = 0;
+  const int id = dev->add_wait_expiry_hook([&] {
+    ++calls;
+    return std::string("gone");
+  });
+  dev->remove_wait_expiry_hook(id);
+  Stream& s = dev->create_stream("gather");
+  for (int i = 0; i < 50; ++i) s.enqueue_host([] {});
+  s.synchronize();  // work that finishes is never cut short
+  StuckTask stuck;
+  s.enqueue_host([&] { stuck.block(); });
+  try {
+    s.synchronize();
+    ADD_FAILURE() << "no timeout";
+  } catch (const TimeoutError& err) {
+    EXPECT_EQ(std::string(err.what()).find("gone"), std::string::npos) << err.what();
+  }
+  EXPECT_EQ(calls, 0);
+  stuck.release();
+  s.synchronize();
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, HostWaits, ::testing::ValuesIn(compiled_backends()),
+                         [](const auto& info) { return backend_name(info.param); });
 
 }  // namespace
 }  // namespace moezero
