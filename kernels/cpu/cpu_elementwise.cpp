@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/cpu_math.h"
 
 namespace moezero::cpu {
 namespace {
@@ -21,7 +22,8 @@ void for_blocks(int64_t n, F&& f) {
                     [&](int64_t b) { f(b * kBlockElems, std::min(n, (b + 1) * kBlockElems)); });
 }
 
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// Vectorisable (exp_f32, no libm call): SwiGLU loops run in SIMD lanes.
+inline float sigmoid(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
 
 }  // namespace
 

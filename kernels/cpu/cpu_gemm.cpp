@@ -1,19 +1,67 @@
 // kernels/cpu/cpu_gemm.cpp — gemm, batched gemm and grouped gemm on the CPU.
 //
-// Everything funnels into fp32 GEMMs run by single-threaded cblas_sgemm calls, one per fixed
-// tile of C (kTileM x kTileN), in parallel over TBB. bf16 operands are widened to fp32 copies
-// first; a bf16 C is computed in an fp32 copy and rounded once at the end. Tile boundaries
-// depend only on the shapes, so results are bit-identical run to run.
+// Everything funnels into fp32 GEMMs run by single-threaded library calls (oneDNN's dnnl_sgemm,
+// or OpenBLAS's cblas_sgemm when the build has no oneDNN), one per fixed tile of C
+// (kTileM x kTileN), in parallel over TBB. bf16 operands are widened to fp32 copies first; a
+// bf16 C is computed in an fp32 copy and rounded once at the end. Tile boundaries depend only on
+// the shapes, and every call runs on one thread, so results are bit-identical run to run and do
+// not depend on the number of cores.
+//
+// One thread per call: Debian's oneDNN runs its parallel regions on GNU OpenMP, whose team size
+// is the calling thread's nthreads ICV. Every thread that calls dnnl_sgemm first sets that ICV
+// to 1 (omp_set_num_threads(1), once per thread: TBB workers, stream threads, rank threads), so
+// a call never forks an OpenMP team under our own TBB parallelism (tests/kernels/
+// gemm_threads_test.cpp counts the process's threads). OpenBLAS is pinned to one thread by
+// CpuDevice (openblas_set_num_threads(1)).
+#if MOEZERO_HAVE_ONEDNN
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#else
 #include <cblas.h>
+#endif
 
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <string>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/cpu_common.h"
+
+#if !MOEZERO_HAVE_ONEDNN && MOEZERO_HAVE_OPENBLAS
+extern "C" char* openblas_get_corename(void);
+#endif
 
 namespace moezero::cpu {
 namespace {
+
+#if MOEZERO_HAVE_ONEDNN
+// Once per calling thread: OpenMP regions started from this thread get a team of one.
+inline void pin_to_one_openmp_thread() {
+  thread_local const bool pinned = [] {
+    omp_set_num_threads(1);
+    return true;
+  }();
+  (void)pinned;
+}
+
+const char* isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_all: return "all";
+  }
+  return "unknown";
+}
+#endif
 
 constexpr int64_t kTileM = 256;
 constexpr int64_t kTileN = 256;
@@ -37,10 +85,18 @@ void run_tile(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) 
   const int64_t ldb = g.tb ? g.k : g.n;
   const float* ap = g.ta ? g.a + i0 : g.a + i0 * lda;
   const float* bp = g.tb ? g.b + j0 * ldb : g.b + j0;
+#if MOEZERO_HAVE_ONEDNN
+  pin_to_one_openmp_thread();
+  const dnnl_status_t st = dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', i1 - i0, j1 - j0, g.k,
+                                      g.alpha, ap, lda, bp, ldb, g.beta, g.c + i0 * ldc + j0, ldc);
+  MOEZERO_CHECK(st == dnnl_success, "dnnl_sgemm failed with status ", static_cast<int>(st), " (m ",
+                i1 - i0, ", n ", j1 - j0, ", k ", g.k, ")");
+#else
   cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
               static_cast<int>(i1 - i0), static_cast<int>(j1 - j0), static_cast<int>(g.k), g.alpha,
               ap, static_cast<int>(lda), bp, static_cast<int>(ldb), g.beta, g.c + i0 * ldc + j0,
               static_cast<int>(ldc));
+#endif
 }
 
 struct Tile {
@@ -77,6 +133,31 @@ class Staging {
 };
 
 }  // namespace
+
+GemmLibraryInfo gemm_library_info() {
+  GemmLibraryInfo info;
+#if MOEZERO_HAVE_ONEDNN
+  const dnnl_version_t* v = dnnl_version();
+  info.library = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                 std::to_string(v->patch);
+  info.kernels = isa_name(dnnl_get_effective_cpu_isa());
+  info.avx512_class = info.kernels.rfind("avx512", 0) == 0;
+  info.avx2_class = info.avx512_class || info.kernels.rfind("avx2", 0) == 0;
+#elif MOEZERO_HAVE_OPENBLAS
+  info.library = "OpenBLAS";
+  info.kernels = openblas_get_corename();
+  // OpenBLAS's x86-64 kernel families with AVX-512 / AVX2 GEMM kernels.
+  for (const char* k : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+    if (info.kernels == k) info.avx512_class = true;
+  info.avx2_class = info.avx512_class;
+  for (const char* k : {"Haswell", "Zen"})
+    if (info.kernels == k) info.avx2_class = true;
+#else
+  info.library = "CBLAS";
+  info.kernels = "unknown";
+#endif
+  return info;
+}
 
 void run_f32_gemm_serial(const F32Gemm& g) {
   if (g.m == 0 || g.n == 0) return;
@@ -144,3 +225,19 @@ void grouped_gemm(Stream& s, std::span<const GemmProblem> problems, Transpose tr
 }
 
 }  // namespace moezero::cpu
+
+namespace moezero {
+
+std::string cpu_gemm_description() {
+  const cpu::GemmLibraryInfo info = cpu::gemm_library_info();
+  std::string s = "GEMM " + info.library + ", " + info.kernels + " kernels, one thread per call";
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && !info.avx512_class) {
+    s += " (WARNING: this CPU has AVX-512 but these kernels do not use it";
+    if (info.library == "OpenBLAS") s += "; set OPENBLAS_CORETYPE=SKYLAKEX or build with oneDNN";
+    s += ")";
+  }
+  return s;
+}
+
+}  // namespace moezero
