@@ -44,42 +44,20 @@ inline float exp_f32(float x) {
   return y * s1 * s2;
 }
 
-// sum_j exp(x[j] - shift) in 8 fixed lanes (vectorises; the same order on every run).
-inline float sum_exp_f32(const float* x, int64_t n, float shift) {
-  float lane[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) lane[l] += exp_f32(x[i + l] - shift);
-  }
-  for (; i < n; ++i) lane[0] += exp_f32(x[i] - shift);
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-}
-
+// Row helpers over exp_f32 (cpu_math.cpp), compiled for AVX-512, AVX2 and the x86-64 baseline
+// and picked at load time for this CPU (GCC target_clones); the kernels are built with
+// -ffp-contract=off, so every variant computes the same bits.
+//
+// sum_j exp(x[j] - shift) in 8 fixed lanes (the same order on every run).
+float sum_exp_f32(const float* x, int64_t n, float shift);
 // x[j] = exp(x[j] - shift) in place; returns their sum (8 fixed lanes, as sum_exp_f32).
-inline float exp_inplace_f32(float* x, int64_t n, float shift) {
-  for (int64_t j = 0; j < n; ++j) x[j] = exp_f32(x[j] - shift);
-  float lane[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) lane[l] += x[i + l];
-  }
-  for (; i < n; ++i) lane[0] += x[i];
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-}
-
+float exp_inplace_f32(float* x, int64_t n, float shift);
 // Row maximum in 8 lanes (-inf for an empty row). Like a std::max chain it skips NaN; a row with
 // a NaN still gives NaN through the exp of that element.
-inline float max_f32(const float* x, int64_t n) {
-  float lane[8];
-  for (float& l : lane) l = -__builtin_inff();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) lane[l] = lane[l] < x[i + l] ? x[i + l] : lane[l];
-  }
-  for (; i < n; ++i) lane[0] = lane[0] < x[i] ? x[i] : lane[0];
-  float m = lane[0];
-  for (int l = 1; l < 8; ++l) m = m < lane[l] ? lane[l] : m;
-  return m;
-}
+float max_f32(const float* x, int64_t n);
+// SwiGLU on fp32 rows: o = silu(g) * u; and its backward dg, du from d.
+void swiglu_forward_f32(const float* g, const float* u, float* o, int64_t n);
+void swiglu_backward_f32(const float* g, const float* u, const float* d, float* dg, float* du,
+                         int64_t n);
 
 }  // namespace moezero::cpu

@@ -89,5 +89,26 @@ TEST(CpuExp, LaneSumsMatchFloat64AndDoNotDependOnTheLoopPosition) {
   }
 }
 
+// The row helpers run the clone for this CPU's widest vector unit (AVX-512 here); with no FMA
+// contraction they compute the same bits as the baseline code the test itself is built as.
+TEST(CpuExp, SwigluRowsMatchTheScalarFormulaBitForBit) {
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> u(-30.0f, 30.0f);
+  const int64_t n = 1003;
+  std::vector<float> g(n), up(n), d(n), o(n), dg(n), du(n);
+  for (int64_t i = 0; i < n; ++i) g[i] = u(rng), up[i] = u(rng), d[i] = u(rng);
+  cpu::swiglu_forward_f32(g.data(), up.data(), o.data(), n);
+  cpu::swiglu_backward_f32(g.data(), up.data(), d.data(), dg.data(), du.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float sg = 1.0f / (1.0f + exp_f32(-g[i]));
+    EXPECT_EQ(o[i], g[i] * sg * up[i]) << i;
+    EXPECT_EQ(dg[i], d[i] * up[i] * sg * (1.0f + g[i] * (1.0f - sg))) << i;
+    EXPECT_EQ(du[i], d[i] * g[i] * sg) << i;
+    const double ref = static_cast<double>(g[i]) / (1.0 + std::exp(-static_cast<double>(g[i]))) *
+                       static_cast<double>(up[i]);
+    EXPECT_NEAR(o[i], ref, 1e-6 * (1.0 + std::fabs(ref))) << i;
+  }
+}
+
 }  // namespace
 }  // namespace moezero::test
