@@ -123,7 +123,13 @@ struct F32Gemm {
   int64_t m, n, k;
   bool ta, tb;
   float alpha, beta;
+  // When set (both), a and b are read from these bf16 arrays (same layout) by a bf16 x bf16 ->
+  // fp32 matmul instead (products exact, fp32 accumulation); a and b may then be null.
+  const bf16* a16 = nullptr;
+  const bf16* b16 = nullptr;
 };
+// True when this build and CPU run bf16 x bf16 -> fp32 GEMM natively (oneDNN bf16 matmul).
+bool bf16_gemm_available();
 // Runs the GEMMs in parallel, split into fixed tiles of C (each tile is one single-threaded
 // dnnl_sgemm / cblas_sgemm call). Deterministic.
 void run_f32_gemms(std::span<const F32Gemm> gemms);

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -61,6 +62,106 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
   }
   return "unknown";
 }
+
+void dnnl_check(dnnl_status_t st, const char* what) {
+  MOEZERO_CHECK(st == dnnl_success, what, " failed with oneDNN status ", static_cast<int>(st));
+}
+
+dnnl_engine_t cpu_engine() {
+  static const dnnl_engine_t engine = [] {
+    dnnl_engine_t e = nullptr;
+    dnnl_check(dnnl_engine_create(&e, dnnl_cpu, 0), "dnnl_engine_create");
+    return e;
+  }();
+  return engine;
+}
+
+// One bf16 matmul shape (a tile of one GEMM): its primitive, made once per calling thread (so
+// that it is made, and runs, on a thread pinned to one OpenMP thread).
+struct MatmulKey {
+  int64_t m, n, k, lda, ldb, ldc;
+  bool ta, tb;
+  float alpha, beta;
+  auto operator<=>(const MatmulKey&) const = default;
+};
+struct Matmul {
+  dnnl_primitive_t prim = nullptr;
+  dnnl_memory_desc_t a{}, b{}, c{};
+};
+struct ThreadMatmuls {
+  dnnl_stream_t stream = nullptr;
+  std::map<MatmulKey, Matmul> prims;
+  ~ThreadMatmuls() {
+    for (auto& [k, m] : prims)
+      if (m.prim) dnnl_primitive_destroy(m.prim);
+    if (stream) dnnl_stream_destroy(stream);
+  }
+};
+
+// A null primitive when oneDNN has no bf16 matmul for this CPU.
+const Matmul& get_matmul(ThreadMatmuls& tm, const MatmulKey& key) {
+  auto it = tm.prims.find(key);
+  if (it != tm.prims.end()) return it->second;
+  Matmul mm;
+  const dnnl_dims_t ad = {key.m, key.k}, bd = {key.k, key.n}, cd = {key.m, key.n};
+  const dnnl_dims_t as = {key.ta ? 1 : key.lda, key.ta ? key.lda : 1};
+  const dnnl_dims_t bs = {key.tb ? 1 : key.ldb, key.tb ? key.ldb : 1};
+  const dnnl_dims_t cs = {key.ldc, 1};
+  dnnl_check(dnnl_memory_desc_init_by_strides(&mm.a, 2, ad, dnnl_bf16, as), "memory_desc a");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&mm.b, 2, bd, dnnl_bf16, bs), "memory_desc b");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&mm.c, 2, cd, dnnl_f32, cs), "memory_desc c");
+  dnnl_matmul_desc_t md;
+  dnnl_check(dnnl_matmul_desc_init(&md, &mm.a, &mm.b, nullptr, &mm.c), "dnnl_matmul_desc_init");
+  dnnl_primitive_attr_t attr = nullptr;
+  dnnl_check(dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create");
+  if (key.alpha != 1.0f)
+    dnnl_check(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key.alpha), "output scales");
+  if (key.beta != 0.0f) {
+    dnnl_post_ops_t po = nullptr;
+    dnnl_check(dnnl_post_ops_create(&po), "dnnl_post_ops_create");
+    dnnl_check(dnnl_post_ops_append_sum(po, key.beta), "dnnl_post_ops_append_sum");
+    dnnl_check(dnnl_primitive_attr_set_post_ops(attr, po), "dnnl_primitive_attr_set_post_ops");
+    dnnl_post_ops_destroy(po);
+  }
+  dnnl_primitive_desc_t pd = nullptr;
+  if (dnnl_primitive_desc_create(&pd, &md, attr, cpu_engine(), nullptr) == dnnl_success) {
+    dnnl_check(dnnl_primitive_create(&mm.prim, pd), "dnnl_primitive_create");
+    dnnl_primitive_desc_destroy(pd);
+  }
+  dnnl_primitive_attr_destroy(attr);
+  return tm.prims.emplace(key, mm).first->second;
+}
+
+ThreadMatmuls& thread_matmuls() {
+  thread_local ThreadMatmuls tm;
+  if (!tm.stream)
+    dnnl_check(dnnl_stream_create(&tm.stream, cpu_engine(), dnnl_stream_default_flags),
+               "dnnl_stream_create");
+  return tm;
+}
+
+// C tile (m, n) at c (ldc) = alpha op(A) op(B) + beta C with bf16 A, B. False when oneDNN has
+// no bf16 matmul here (nothing written).
+bool run_bf16_matmul(const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float* c, int64_t ldc,
+                     int64_t m, int64_t n, int64_t k, bool ta, bool tb, float alpha, float beta) {
+  pin_to_one_openmp_thread();
+  ThreadMatmuls& tm = thread_matmuls();
+  const Matmul& mm = get_matmul(tm, {m, n, k, lda, ldb, ldc, ta, tb, alpha, beta});
+  if (!mm.prim) return false;
+  dnnl_memory_t am = nullptr, bm = nullptr, cm = nullptr;
+  dnnl_check(dnnl_memory_create(&am, &mm.a, cpu_engine(), const_cast<bf16*>(a)), "memory a");
+  dnnl_check(dnnl_memory_create(&bm, &mm.b, cpu_engine(), const_cast<bf16*>(b)), "memory b");
+  dnnl_check(dnnl_memory_create(&cm, &mm.c, cpu_engine(), c), "memory c");
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  const dnnl_status_t st = dnnl_primitive_execute(mm.prim, tm.stream, 3, args);
+  const dnnl_status_t wt = dnnl_stream_wait(tm.stream);
+  dnnl_memory_destroy(am);
+  dnnl_memory_destroy(bm);
+  dnnl_memory_destroy(cm);
+  dnnl_check(st, "dnnl_primitive_execute (bf16 matmul)");
+  dnnl_check(wt, "dnnl_stream_wait");
+  return true;
+}
 #endif
 
 constexpr int64_t kTileM = 256;
@@ -83,6 +184,16 @@ void run_tile(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) 
   }
   const int64_t lda = g.ta ? g.m : g.k;
   const int64_t ldb = g.tb ? g.k : g.n;
+#if MOEZERO_HAVE_ONEDNN
+  if (g.a16 && g.b16) {
+    const bf16* a16 = g.ta ? g.a16 + i0 : g.a16 + i0 * lda;
+    const bf16* b16 = g.tb ? g.b16 + j0 * ldb : g.b16 + j0;
+    const bool done = run_bf16_matmul(a16, lda, b16, ldb, g.c + i0 * ldc + j0, ldc, i1 - i0,
+                                      j1 - j0, g.k, g.ta, g.tb, g.alpha, g.beta);
+    MOEZERO_CHECK(done, "bf16 GEMM: oneDNN has no bf16 matmul for this shape on this CPU");
+    return;
+  }
+#endif
   const float* ap = g.ta ? g.a + i0 : g.a + i0 * lda;
   const float* bp = g.tb ? g.b + j0 * ldb : g.b + j0;
 #if MOEZERO_HAVE_ONEDNN
@@ -133,6 +244,23 @@ class Staging {
 };
 
 }  // namespace
+
+bool bf16_gemm_available() {
+#if MOEZERO_HAVE_ONEDNN
+  // Probed once (on the first caller's thread): a 16 x 16 x 16 bf16 matmul.
+  static const bool ok = [] {
+    std::vector<bf16> a(256, float_to_bf16(1.0f)), b(256, float_to_bf16(0.5f));
+    std::vector<float> c(256, 0.0f);
+    if (!run_bf16_matmul(a.data(), 16, b.data(), 16, c.data(), 16, 16, 16, 16, false, false, 1.0f,
+                         0.0f))
+      return false;
+    return std::all_of(c.begin(), c.end(), [](float v) { return v == 8.0f; });
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
 
 GemmLibraryInfo gemm_library_info() {
   GemmLibraryInfo info;
@@ -191,14 +319,23 @@ void gemm(Stream& s, const GemmArgs& args) {
     const int64_t n = tb ? b.dim(-2) : b.dim(-1);
     if (batch == 0 || m == 0 || n == 0) return;
     Staging st;
-    const float* ap = st.input(a);
-    const float* bp = st.input(b);
+    const bool native16 =
+        a.dtype() == DType::BF16 && b.dtype() == DType::BF16 && k > 0 && bf16_gemm_available();
+    const float* ap = native16 ? nullptr : st.input(a);
+    const float* bp = native16 ? nullptr : st.input(b);
     float* cp = st.output(c, args.beta);
     const int64_t b_stride = b.rank() == 3 ? k * n : 0;
     std::vector<F32Gemm> gs;
     for (int64_t i = 0; i < batch; ++i) {
-      gs.push_back({ap + i * m * k, bp + i * b_stride, cp + i * m * n, m, n, k, ta, tb, args.alpha,
-                    args.beta});
+      F32Gemm g{nullptr, nullptr, cp + i * m * n, m, n, k, ta, tb, args.alpha, args.beta};
+      if (native16) {
+        g.a16 = a.data_as<bf16>() + i * m * k;
+        g.b16 = b.data_as<bf16>() + i * b_stride;
+      } else {
+        g.a = ap + i * m * k;
+        g.b = bp + i * b_stride;
+      }
+      gs.push_back(g);
     }
     run_f32_gemms(gs);
     st.finish();
@@ -216,6 +353,14 @@ void grouped_gemm(Stream& s, std::span<const GemmProblem> problems, Transpose tr
       const int64_t m = ta ? p.a.dim(1) : p.a.dim(0), k = ta ? p.a.dim(0) : p.a.dim(1);
       const int64_t n = tb ? p.b.dim(0) : p.b.dim(1);
       if (m == 0 || n == 0) continue;
+      if (p.a.dtype() == DType::BF16 && p.b.dtype() == DType::BF16 && k > 0 &&
+          bf16_gemm_available()) {
+        F32Gemm g{nullptr, nullptr, st.output(p.c, beta), m, n, k, ta, tb, alpha, beta};
+        g.a16 = p.a.data_as<bf16>();
+        g.b16 = p.b.data_as<bf16>();
+        gs.push_back(g);
+        continue;
+      }
       gs.push_back(
           {st.input(p.a), st.input(p.b), st.output(p.c, beta), m, n, k, ta, tb, alpha, beta});
     }

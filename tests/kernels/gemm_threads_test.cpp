@@ -10,8 +10,10 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <random>
 #include <string>
@@ -64,14 +66,24 @@ TEST(CpuGemmThreads, TwoConcurrentCallersDoNotAddThreads) {
   const auto b = random_matrix(static_cast<size_t>(k * n), 2);
   std::vector<float> c0(static_cast<size_t>(m * n)), c1(static_cast<size_t>(m * n));
 
+  // bf16 operands for the bf16 matmul path (a (m, k) used as both A and B: m == n here).
+  const bool native16 = cpu::bf16_gemm_available();
+  std::vector<bf16> a16(a.size());
+  for (size_t i = 0; i < a.size(); ++i) a16[i] = float_to_bf16(a[i]);
   std::atomic<bool> go{false};
   std::atomic<int> done{0};
   std::atomic<bool> leave{false};
   auto rank = [&](std::vector<float>* c) {
+    std::vector<float> c16(static_cast<size_t>(m * n));
     while (!go.load()) std::this_thread::yield();
     for (int rep = 0; rep < 3; ++rep) {
       const cpu::F32Gemm g{a.data(), b.data(), c->data(), m, n, k, false, false, 1.0f, 0.0f};
       cpu::run_f32_gemms({&g, 1});
+      if (native16) {  // and the bf16 matmul path, where there is one
+        cpu::F32Gemm g16{nullptr, nullptr, c16.data(), m, n, k, false, false, 1.0f, 0.0f};
+        g16.a16 = a16.data(), g16.b16 = a16.data();
+        cpu::run_f32_gemms({&g16, 1});
+      }
     }
     done.fetch_add(1);
     while (!leave.load()) std::this_thread::yield();  // stay alive until counted
@@ -136,6 +148,53 @@ TEST(CpuGemmThreads, ResultDoesNotDependOnThreadCount) {
       EXPECT_EQ(one, run(all)) << "ta " << ta << " tb " << tb << ": 1 vs " << all << " threads";
       EXPECT_EQ(one, run(1)) << "ta " << ta << " tb " << tb << ": not the same run to run";
     }
+  }
+}
+
+// bf16 x bf16 GEMMs run natively (oneDNN bf16 matmul) where the CPU has bf16 dot products, and
+// give the same bits with one thread and with all of them; products of bf16 are exact in fp32,
+// so the result is within fp32 accumulation error of the fp32 GEMM on the widened values.
+TEST(CpuGemmThreads, Bf16GemmIsNativeOnBf16MachinesAndDeterministic) {
+  __builtin_cpu_init();
+  const cpu::GemmLibraryInfo info = cpu::gemm_library_info();
+  if (info.library.rfind("oneDNN", 0) == 0 && __builtin_cpu_supports("avx512bf16")) {
+    EXPECT_TRUE(cpu::bf16_gemm_available()) << "this CPU has avx512_bf16: " << info.kernels;
+  }
+  if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "no native bf16 GEMM here: " << info.kernels;
+  const int64_t m = 300, n = 270, k = 130;
+  std::vector<bf16> a16(static_cast<size_t>(m * k)), b16(static_cast<size_t>(k * n));
+  std::vector<float> a32(a16.size()), b32(b16.size());
+  const auto ar = random_matrix(a16.size(), 5), br = random_matrix(b16.size(), 6);
+  for (size_t i = 0; i < a16.size(); ++i)
+    a16[i] = float_to_bf16(ar[i]), a32[i] = bf16_to_float(a16[i]);
+  for (size_t i = 0; i < b16.size(); ++i)
+    b16[i] = float_to_bf16(br[i]), b32[i] = bf16_to_float(b16[i]);
+  for (const bool tb : {false, true}) {
+    auto run = [&](int threads, bool native) {
+      tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                                static_cast<size_t>(threads));
+      std::vector<float> c(static_cast<size_t>(m * n), 1.0f);
+      cpu::F32Gemm g{native ? nullptr : a32.data(),
+                     native ? nullptr : b32.data(),
+                     c.data(),
+                     m,
+                     n,
+                     k,
+                     false,
+                     tb,
+                     0.5f,
+                     2.0f};
+      if (native) g.a16 = a16.data(), g.b16 = b16.data();
+      cpu::run_f32_gemms({&g, 1});
+      return c;
+    };
+    const std::vector<float> one = run(1, true);
+    EXPECT_EQ(one, run(tbb::this_task_arena::max_concurrency(), true)) << "tb " << tb;
+    const std::vector<float> f32 = run(1, false);
+    double worst = 0.0;
+    for (size_t i = 0; i < one.size(); ++i)
+      worst = std::max(worst, double(std::fabs(one[i] - f32[i])));
+    EXPECT_LT(worst, 1e-4) << "tb " << tb << ": bf16 matmul vs fp32 GEMM of the same values";
   }
 }
 
