@@ -86,11 +86,12 @@ struct MatmulKey {
 };
 struct Matmul {
   dnnl_primitive_t prim = nullptr;
-  dnnl_memory_desc_t a{}, b{}, c{};
+  dnnl_memory_desc_t a{}, b{}, c{}, scratch{};
 };
 struct ThreadMatmuls {
   dnnl_stream_t stream = nullptr;
   std::map<MatmulKey, Matmul> prims;
+  std::vector<char> scratch;  // user scratchpad, grown to the largest primitive's need and kept
   ~ThreadMatmuls() {
     for (auto& [k, m] : prims)
       if (m.prim) dnnl_primitive_destroy(m.prim);
@@ -103,7 +104,9 @@ const Matmul& get_matmul(ThreadMatmuls& tm, const MatmulKey& key) {
   auto it = tm.prims.find(key);
   if (it != tm.prims.end()) return it->second;
   Matmul mm;
-  const dnnl_dims_t ad = {key.m, key.k}, bd = {key.k, key.n}, cd = {key.m, key.n};
+  // M is a run-time dimension: one primitive serves every row count (experts' change per step).
+  const dnnl_dims_t ad = {DNNL_RUNTIME_DIM_VAL, key.k}, bd = {key.k, key.n},
+                    cd = {DNNL_RUNTIME_DIM_VAL, key.n};
   const dnnl_dims_t as = {key.ta ? 1 : key.lda, key.ta ? key.lda : 1};
   const dnnl_dims_t bs = {key.tb ? 1 : key.ldb, key.tb ? key.ldb : 1};
   const dnnl_dims_t cs = {key.ldc, 1};
@@ -114,6 +117,9 @@ const Matmul& get_matmul(ThreadMatmuls& tm, const MatmulKey& key) {
   dnnl_check(dnnl_matmul_desc_init(&md, &mm.a, &mm.b, nullptr, &mm.c), "dnnl_matmul_desc_init");
   dnnl_primitive_attr_t attr = nullptr;
   dnnl_check(dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create");
+  // Scratch memory from us, kept across calls (the library's own is allocated per execution).
+  dnnl_check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user),
+             "scratchpad mode");
   if (key.alpha != 1.0f)
     dnnl_check(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key.alpha), "output scales");
   if (key.beta != 0.0f) {
@@ -126,6 +132,9 @@ const Matmul& get_matmul(ThreadMatmuls& tm, const MatmulKey& key) {
   dnnl_primitive_desc_t pd = nullptr;
   if (dnnl_primitive_desc_create(&pd, &md, attr, cpu_engine(), nullptr) == dnnl_success) {
     dnnl_check(dnnl_primitive_create(&mm.prim, pd), "dnnl_primitive_create");
+    mm.scratch = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    const size_t need = dnnl_memory_desc_get_size(&mm.scratch);
+    if (need > tm.scratch.size()) tm.scratch.resize(need);
     dnnl_primitive_desc_destroy(pd);
   }
   dnnl_primitive_attr_destroy(attr);
@@ -146,18 +155,27 @@ bool run_bf16_matmul(const bf16* a, int64_t lda, const bf16* b, int64_t ldb, flo
                      int64_t m, int64_t n, int64_t k, bool ta, bool tb, float alpha, float beta) {
   pin_to_one_openmp_thread();
   ThreadMatmuls& tm = thread_matmuls();
-  const Matmul& mm = get_matmul(tm, {m, n, k, lda, ldb, ldc, ta, tb, alpha, beta});
+  const Matmul& mm = get_matmul(tm, {0, n, k, lda, ldb, ldc, ta, tb, alpha, beta});
   if (!mm.prim) return false;
+  dnnl_memory_desc_t amd, cmd;
+  const dnnl_dims_t ad = {m, k}, cd = {m, n};
+  const dnnl_dims_t as = {ta ? 1 : lda, ta ? lda : 1}, cs = {ldc, 1};
+  dnnl_check(dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as), "memory_desc a");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs), "memory_desc c");
   dnnl_memory_t am = nullptr, bm = nullptr, cm = nullptr;
-  dnnl_check(dnnl_memory_create(&am, &mm.a, cpu_engine(), const_cast<bf16*>(a)), "memory a");
+  dnnl_check(dnnl_memory_create(&am, &amd, cpu_engine(), const_cast<bf16*>(a)), "memory a");
   dnnl_check(dnnl_memory_create(&bm, &mm.b, cpu_engine(), const_cast<bf16*>(b)), "memory b");
-  dnnl_check(dnnl_memory_create(&cm, &mm.c, cpu_engine(), c), "memory c");
-  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-  const dnnl_status_t st = dnnl_primitive_execute(mm.prim, tm.stream, 3, args);
+  dnnl_check(dnnl_memory_create(&cm, &cmd, cpu_engine(), c), "memory c");
+  dnnl_memory_t sm = nullptr;
+  dnnl_check(dnnl_memory_create(&sm, &mm.scratch, cpu_engine(), tm.scratch.data()), "scratch");
+  const dnnl_exec_arg_t args[] = {
+      {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
+  const dnnl_status_t st = dnnl_primitive_execute(mm.prim, tm.stream, 4, args);
   const dnnl_status_t wt = dnnl_stream_wait(tm.stream);
   dnnl_memory_destroy(am);
   dnnl_memory_destroy(bm);
   dnnl_memory_destroy(cm);
+  dnnl_memory_destroy(sm);
   dnnl_check(st, "dnnl_primitive_execute (bf16 matmul)");
   dnnl_check(wt, "dnnl_stream_wait");
   return true;
