@@ -16,6 +16,11 @@ struct CpuDeviceOptions {
 
 std::unique_ptr<Device> make_cpu_device(int index = 0, CpuDeviceOptions options = {});
 
+// One line naming the CPU backend's GEMM library and the kernel family it runs on this machine,
+// e.g. "GEMM oneDNN 2.6.3, avx512_core_amx kernels, one thread per call" (printed by
+// `moezero train`). Says so when an AVX-512 machine would run narrower OpenBLAS kernels.
+std::string cpu_gemm_description();
+
 // True when this build has the CUDA backend and a usable GPU + driver. When false and `why`
 // is given, *why says why ("built without CUDA", "CUDA driver version is insufficient", ...).
 bool cuda_available(std::string* why = nullptr);

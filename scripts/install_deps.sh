@@ -8,7 +8,8 @@ set -euo pipefail
 PACKAGES=(
   cmake ninja-build g++ pkg-config ccache
   libtbb-dev             # oneTBB: CPU parallel loops
-  libopenblas-dev        # CBLAS: CPU GEMM
+  libopenblas-dev        # CBLAS: CPU GEMM fallback (and the op-case references' BLAS)
+  libdnnl-dev            # oneDNN: CPU GEMM (sgemm with the CPU's widest units)
   nlohmann-json3-dev     # config and metrics JSON
   zlib1g-dev             # crc32 of checkpoint files
   libgtest-dev libgmock-dev

@@ -10,6 +10,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "hf/hf_export.h"
+#include "kernels/backend.h"
 #include "model/transformer.h"
 #include "tools/cli.h"
 #include "train/trainer.h"
@@ -94,6 +95,8 @@ void print_plan(const Config& cfg, const std::string& config_path, bool under_mp
                                                                     : "one GPU each"),
               (long long)cfg.parallel.ep_size, (long long)cfg.zero.stage,
               cfg.train.dtype == DType::F32 ? "fp32" : "bf16");
+  if (cfg.parallel.backend == BackendKind::Cpu)
+    std::printf("  cpu      %s\n", cpu_gemm_description().c_str());
   if (m.num_experts > 0)
     std::printf(
         "  moe      %lld experts, top-%lld, every %lld layer(s), aux %g, capacity %s\n",

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/cpu_math.h"
 
 namespace moezero::cpu {
 namespace {
@@ -72,13 +73,8 @@ void attention_forward(Stream& s, const Tensor& q, const Tensor& k, const Tensor
           for (int64_t r = 0; r < rows; ++r) {
             float* srow = sc.data() + r * kend;
             const int64_t valid = q0 + r + 1;  // keys 0..t
-            float mx = -std::numeric_limits<float>::infinity();
-            for (int64_t j = 0; j < valid; ++j) mx = std::max(mx, srow[j]);
-            float sum = 0.0f;
-            for (int64_t j = 0; j < valid; ++j) {
-              srow[j] = std::exp(srow[j] - mx);
-              sum += srow[j];
-            }
+            const float mx = max_f32(srow, valid);
+            const float sum = exp_inplace_f32(srow, valid, mx);
             const float inv = 1.0f / sum;
             for (int64_t j = 0; j < valid; ++j) srow[j] *= inv;
             for (int64_t j = valid; j < kend; ++j) srow[j] = 0.0f;
@@ -143,7 +139,7 @@ void attention_backward(Stream& s, const Tensor& q, const Tensor& k, const Tenso
             float* prow = p.data() + r * kend;
             float* dprow = dp.data() + r * kend;
             for (int64_t j = 0; j < valid; ++j) {
-              prow[j] = std::exp(prow[j] - l);
+              prow[j] = exp_f32(prow[j] - l);
               dprow[j] = prow[j] * (dprow[j] - dsum);  // dS
             }
             for (int64_t j = valid; j < kend; ++j) prow[j] = dprow[j] = 0.0f;

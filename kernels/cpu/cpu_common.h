@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/device.h"
@@ -122,12 +123,28 @@ struct F32Gemm {
   int64_t m, n, k;
   bool ta, tb;
   float alpha, beta;
+  // When set (both), a and b are read from these bf16 arrays (same layout) by a bf16 x bf16 ->
+  // fp32 matmul instead (products exact, fp32 accumulation); a and b may then be null.
+  const bf16* a16 = nullptr;
+  const bf16* b16 = nullptr;
 };
+// True when this build and CPU run bf16 x bf16 -> fp32 GEMM natively (oneDNN bf16 matmul).
+bool bf16_gemm_available();
 // Runs the GEMMs in parallel, split into fixed tiles of C (each tile is one single-threaded
-// cblas_sgemm call). Deterministic.
+// dnnl_sgemm / cblas_sgemm call). Deterministic.
 void run_f32_gemms(std::span<const F32Gemm> gemms);
 // Runs one GEMM on the calling thread (no TBB), for use inside other parallel kernels.
 void run_f32_gemm_serial(const F32Gemm& g);
+
+// The GEMM library this build calls and the kernel family it picked on this machine
+// (oneDNN: its effective ISA, "avx512_core_amx"; OpenBLAS: its core name, "SkylakeX").
+struct GemmLibraryInfo {
+  std::string library;        // "oneDNN 2.6.3", "OpenBLAS"
+  std::string kernels;        // kernel family
+  bool avx512_class = false;  // the family uses AVX-512 GEMM kernels
+  bool avx2_class = false;    // ... AVX2 (or wider) kernels
+};
+GemmLibraryInfo gemm_library_info();
 
 // ---- per-family entry points -------------------------------------------------------------
 // cpu::<op> for every op of core/ops.def, with the op's signature: each validates nothing

@@ -5,8 +5,10 @@
 // Flat loops in blocks of kBlockElems elements, one TBB task per block; fp32 arithmetic.
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/cpu_math.h"
 
 namespace moezero::cpu {
 namespace {
@@ -21,7 +23,8 @@ void for_blocks(int64_t n, F&& f) {
                     [&](int64_t b) { f(b * kBlockElems, std::min(n, (b + 1) * kBlockElems)); });
 }
 
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// Vectorisable (exp_f32, no libm call): SwiGLU loops run in SIMD lanes.
+inline float sigmoid(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
 
 }  // namespace
 
@@ -226,9 +229,13 @@ void swiglu_forward(Stream& s, const Tensor& gate, const Tensor& up, const Tenso
       const T* pu = static_cast<const T*>(up.data());
       T* po = static_cast<T*>(out.data());
       for_blocks(gate.numel(), [&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) {
-          const float g = to_f32(pg[i]);
-          po[i] = from_f32<T>(g * sigmoid(g) * to_f32(pu[i]));
+        if constexpr (std::is_same_v<T, float>) {
+          swiglu_forward_f32(pg + lo, pu + lo, po + lo, hi - lo);
+        } else {
+          for (int64_t i = lo; i < hi; ++i) {
+            const float g = to_f32(pg[i]);
+            po[i] = from_f32<T>(g * sigmoid(g) * to_f32(pu[i]));
+          }
         }
       });
     });
@@ -246,11 +253,15 @@ void swiglu_backward(Stream& s, const Tensor& gate, const Tensor& up, const Tens
       T* pdg = static_cast<T*>(dgate.data());
       T* pdu = static_cast<T*>(dup.data());
       for_blocks(gate.numel(), [&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) {
-          const float g = to_f32(pg[i]), u = to_f32(pu[i]), d = to_f32(pd[i]);
-          const float sg = sigmoid(g);
-          pdg[i] = from_f32<T>(d * u * sg * (1.0f + g * (1.0f - sg)));
-          pdu[i] = from_f32<T>(d * g * sg);
+        if constexpr (std::is_same_v<T, float>) {
+          swiglu_backward_f32(pg + lo, pu + lo, pd + lo, pdg + lo, pdu + lo, hi - lo);
+        } else {
+          for (int64_t i = lo; i < hi; ++i) {
+            const float g = to_f32(pg[i]), u = to_f32(pu[i]), d = to_f32(pd[i]);
+            const float sg = sigmoid(g);
+            pdg[i] = from_f32<T>(d * u * sg * (1.0f + g * (1.0f - sg)));
+            pdu[i] = from_f32<T>(d * g * sg);
+          }
         }
       });
     });

@@ -1,19 +1,187 @@
 // kernels/cpu/cpu_gemm.cpp — gemm, batched gemm and grouped gemm on the CPU.
 //
-// Everything funnels into fp32 GEMMs run by single-threaded cblas_sgemm calls, one per fixed
-// tile of C (kTileM x kTileN), in parallel over TBB. bf16 operands are widened to fp32 copies
-// first; a bf16 C is computed in an fp32 copy and rounded once at the end. Tile boundaries
-// depend only on the shapes, so results are bit-identical run to run.
+// Everything funnels into fp32 GEMMs run by single-threaded library calls (oneDNN's dnnl_sgemm,
+// or OpenBLAS's cblas_sgemm when the build has no oneDNN), one per fixed tile of C
+// (kTileM x kTileN), in parallel over TBB. bf16 x bf16 products run as oneDNN bf16 matmuls
+// (fp32 accumulation into an fp32 C) where the CPU has bf16 dot products; otherwise bf16
+// operands are widened to fp32 copies first. A bf16 C is computed in an fp32 copy and rounded
+// once at the end. Tile boundaries depend only on the shapes, and every call runs on one thread,
+// so results are bit-identical run to run and do not depend on the number of cores.
+//
+// One thread per call: Debian's oneDNN runs its parallel regions on GNU OpenMP, whose team size
+// is the calling thread's nthreads ICV. Every thread that calls dnnl_sgemm first sets that ICV
+// to 1 (omp_set_num_threads(1), once per thread: TBB workers, stream threads, rank threads), so
+// a call never forks an OpenMP team under our own TBB parallelism (tests/kernels/
+// gemm_threads_test.cpp counts the process's threads). OpenBLAS is pinned to one thread by
+// CpuDevice (openblas_set_num_threads(1)).
+#if MOEZERO_HAVE_ONEDNN
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#else
 #include <cblas.h>
+#endif
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <memory>
+#include <string>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/cpu_common.h"
+
+#if !MOEZERO_HAVE_ONEDNN && MOEZERO_HAVE_OPENBLAS
+extern "C" char* openblas_get_corename(void);
+#endif
 
 namespace moezero::cpu {
 namespace {
+
+#if MOEZERO_HAVE_ONEDNN
+// Once per calling thread: OpenMP regions started from this thread get a team of one.
+inline void pin_to_one_openmp_thread() {
+  thread_local const bool pinned = [] {
+    omp_set_num_threads(1);
+    return true;
+  }();
+  (void)pinned;
+}
+
+const char* isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_all: return "all";
+  }
+  return "unknown";
+}
+
+void dnnl_check(dnnl_status_t st, const char* what) {
+  MOEZERO_CHECK(st == dnnl_success, what, " failed with oneDNN status ", static_cast<int>(st));
+}
+
+dnnl_engine_t cpu_engine() {
+  static const dnnl_engine_t engine = [] {
+    dnnl_engine_t e = nullptr;
+    dnnl_check(dnnl_engine_create(&e, dnnl_cpu, 0), "dnnl_engine_create");
+    return e;
+  }();
+  return engine;
+}
+
+// One bf16 matmul shape (a tile of one GEMM): its primitive, made once per calling thread (so
+// that it is made, and runs, on a thread pinned to one OpenMP thread).
+struct MatmulKey {
+  int64_t m, n, k, lda, ldb, ldc;
+  bool ta, tb;
+  float alpha, beta;
+  auto operator<=>(const MatmulKey&) const = default;
+};
+struct Matmul {
+  dnnl_primitive_t prim = nullptr;
+  dnnl_memory_desc_t a{}, b{}, c{}, scratch{};
+};
+struct ThreadMatmuls {
+  dnnl_stream_t stream = nullptr;
+  std::map<MatmulKey, Matmul> prims;
+  std::vector<char> scratch;  // user scratchpad, grown to the largest primitive's need and kept
+  ~ThreadMatmuls() {
+    for (auto& [k, m] : prims)
+      if (m.prim) dnnl_primitive_destroy(m.prim);
+    if (stream) dnnl_stream_destroy(stream);
+  }
+};
+
+// A null primitive when oneDNN has no bf16 matmul for this CPU.
+const Matmul& get_matmul(ThreadMatmuls& tm, const MatmulKey& key) {
+  auto it = tm.prims.find(key);
+  if (it != tm.prims.end()) return it->second;
+  Matmul mm;
+  // M is a run-time dimension: one primitive serves every row count (experts' change per step).
+  const dnnl_dims_t ad = {DNNL_RUNTIME_DIM_VAL, key.k}, bd = {key.k, key.n},
+                    cd = {DNNL_RUNTIME_DIM_VAL, key.n};
+  const dnnl_dims_t as = {key.ta ? 1 : key.lda, key.ta ? key.lda : 1};
+  const dnnl_dims_t bs = {key.tb ? 1 : key.ldb, key.tb ? key.ldb : 1};
+  const dnnl_dims_t cs = {key.ldc, 1};
+  dnnl_check(dnnl_memory_desc_init_by_strides(&mm.a, 2, ad, dnnl_bf16, as), "memory_desc a");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&mm.b, 2, bd, dnnl_bf16, bs), "memory_desc b");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&mm.c, 2, cd, dnnl_f32, cs), "memory_desc c");
+  dnnl_matmul_desc_t md;
+  dnnl_check(dnnl_matmul_desc_init(&md, &mm.a, &mm.b, nullptr, &mm.c), "dnnl_matmul_desc_init");
+  dnnl_primitive_attr_t attr = nullptr;
+  dnnl_check(dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create");
+  // Scratch memory from us, kept across calls (the library's own is allocated per execution).
+  dnnl_check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user),
+             "scratchpad mode");
+  if (key.alpha != 1.0f)
+    dnnl_check(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key.alpha), "output scales");
+  if (key.beta != 0.0f) {
+    dnnl_post_ops_t po = nullptr;
+    dnnl_check(dnnl_post_ops_create(&po), "dnnl_post_ops_create");
+    dnnl_check(dnnl_post_ops_append_sum(po, key.beta), "dnnl_post_ops_append_sum");
+    dnnl_check(dnnl_primitive_attr_set_post_ops(attr, po), "dnnl_primitive_attr_set_post_ops");
+    dnnl_post_ops_destroy(po);
+  }
+  dnnl_primitive_desc_t pd = nullptr;
+  if (dnnl_primitive_desc_create(&pd, &md, attr, cpu_engine(), nullptr) == dnnl_success) {
+    dnnl_check(dnnl_primitive_create(&mm.prim, pd), "dnnl_primitive_create");
+    mm.scratch = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    const size_t need = dnnl_memory_desc_get_size(&mm.scratch);
+    if (need > tm.scratch.size()) tm.scratch.resize(need);
+    dnnl_primitive_desc_destroy(pd);
+  }
+  dnnl_primitive_attr_destroy(attr);
+  return tm.prims.emplace(key, mm).first->second;
+}
+
+ThreadMatmuls& thread_matmuls() {
+  thread_local ThreadMatmuls tm;
+  if (!tm.stream)
+    dnnl_check(dnnl_stream_create(&tm.stream, cpu_engine(), dnnl_stream_default_flags),
+               "dnnl_stream_create");
+  return tm;
+}
+
+// C tile (m, n) at c (ldc) = alpha op(A) op(B) + beta C with bf16 A, B. False when oneDNN has
+// no bf16 matmul here (nothing written).
+bool run_bf16_matmul(const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float* c, int64_t ldc,
+                     int64_t m, int64_t n, int64_t k, bool ta, bool tb, float alpha, float beta) {
+  pin_to_one_openmp_thread();
+  ThreadMatmuls& tm = thread_matmuls();
+  const Matmul& mm = get_matmul(tm, {0, n, k, lda, ldb, ldc, ta, tb, alpha, beta});
+  if (!mm.prim) return false;
+  dnnl_memory_desc_t amd, cmd;
+  const dnnl_dims_t ad = {m, k}, cd = {m, n};
+  const dnnl_dims_t as = {ta ? 1 : lda, ta ? lda : 1}, cs = {ldc, 1};
+  dnnl_check(dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as), "memory_desc a");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs), "memory_desc c");
+  dnnl_memory_t am = nullptr, bm = nullptr, cm = nullptr;
+  dnnl_check(dnnl_memory_create(&am, &amd, cpu_engine(), const_cast<bf16*>(a)), "memory a");
+  dnnl_check(dnnl_memory_create(&bm, &mm.b, cpu_engine(), const_cast<bf16*>(b)), "memory b");
+  dnnl_check(dnnl_memory_create(&cm, &cmd, cpu_engine(), c), "memory c");
+  dnnl_memory_t sm = nullptr;
+  dnnl_check(dnnl_memory_create(&sm, &mm.scratch, cpu_engine(), tm.scratch.data()), "scratch");
+  const dnnl_exec_arg_t args[] = {
+      {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
+  const dnnl_status_t st = dnnl_primitive_execute(mm.prim, tm.stream, 4, args);
+  const dnnl_status_t wt = dnnl_stream_wait(tm.stream);
+  dnnl_memory_destroy(am);
+  dnnl_memory_destroy(bm);
+  dnnl_memory_destroy(cm);
+  dnnl_memory_destroy(sm);
+  dnnl_check(st, "dnnl_primitive_execute (bf16 matmul)");
+  dnnl_check(wt, "dnnl_stream_wait");
+  return true;
+}
+#endif
 
 constexpr int64_t kTileM = 256;
 constexpr int64_t kTileN = 256;
@@ -35,12 +203,30 @@ void run_tile(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) 
   }
   const int64_t lda = g.ta ? g.m : g.k;
   const int64_t ldb = g.tb ? g.k : g.n;
+#if MOEZERO_HAVE_ONEDNN
+  if (g.a16 && g.b16) {
+    const bf16* a16 = g.ta ? g.a16 + i0 : g.a16 + i0 * lda;
+    const bf16* b16 = g.tb ? g.b16 + j0 * ldb : g.b16 + j0;
+    const bool done = run_bf16_matmul(a16, lda, b16, ldb, g.c + i0 * ldc + j0, ldc, i1 - i0,
+                                      j1 - j0, g.k, g.ta, g.tb, g.alpha, g.beta);
+    MOEZERO_CHECK(done, "bf16 GEMM: oneDNN has no bf16 matmul for this shape on this CPU");
+    return;
+  }
+#endif
   const float* ap = g.ta ? g.a + i0 : g.a + i0 * lda;
   const float* bp = g.tb ? g.b + j0 * ldb : g.b + j0;
+#if MOEZERO_HAVE_ONEDNN
+  pin_to_one_openmp_thread();
+  const dnnl_status_t st = dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', i1 - i0, j1 - j0, g.k,
+                                      g.alpha, ap, lda, bp, ldb, g.beta, g.c + i0 * ldc + j0, ldc);
+  MOEZERO_CHECK(st == dnnl_success, "dnnl_sgemm failed with status ", static_cast<int>(st), " (m ",
+                i1 - i0, ", n ", j1 - j0, ", k ", g.k, ")");
+#else
   cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
               static_cast<int>(i1 - i0), static_cast<int>(j1 - j0), static_cast<int>(g.k), g.alpha,
               ap, static_cast<int>(lda), bp, static_cast<int>(ldb), g.beta, g.c + i0 * ldc + j0,
               static_cast<int>(ldc));
+#endif
 }
 
 struct Tile {
@@ -78,6 +264,48 @@ class Staging {
 
 }  // namespace
 
+bool bf16_gemm_available() {
+#if MOEZERO_HAVE_ONEDNN
+  // Probed once (on the first caller's thread): a 16 x 16 x 16 bf16 matmul.
+  static const bool ok = [] {
+    std::vector<bf16> a(256, float_to_bf16(1.0f)), b(256, float_to_bf16(0.5f));
+    std::vector<float> c(256, 0.0f);
+    if (!run_bf16_matmul(a.data(), 16, b.data(), 16, c.data(), 16, 16, 16, 16, false, false, 1.0f,
+                         0.0f))
+      return false;
+    return std::all_of(c.begin(), c.end(), [](float v) { return v == 8.0f; });
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+GemmLibraryInfo gemm_library_info() {
+  GemmLibraryInfo info;
+#if MOEZERO_HAVE_ONEDNN
+  const dnnl_version_t* v = dnnl_version();
+  info.library = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                 std::to_string(v->patch);
+  info.kernels = isa_name(dnnl_get_effective_cpu_isa());
+  info.avx512_class = info.kernels.rfind("avx512", 0) == 0;
+  info.avx2_class = info.avx512_class || info.kernels.rfind("avx2", 0) == 0;
+#elif MOEZERO_HAVE_OPENBLAS
+  info.library = "OpenBLAS";
+  info.kernels = openblas_get_corename();
+  // OpenBLAS's x86-64 kernel families with AVX-512 / AVX2 GEMM kernels.
+  for (const char* k : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+    if (info.kernels == k) info.avx512_class = true;
+  info.avx2_class = info.avx512_class;
+  for (const char* k : {"Haswell", "Zen"})
+    if (info.kernels == k) info.avx2_class = true;
+#else
+  info.library = "CBLAS";
+  info.kernels = "unknown";
+#endif
+  return info;
+}
+
 void run_f32_gemm_serial(const F32Gemm& g) {
   if (g.m == 0 || g.n == 0) return;
   run_tile(g, 0, g.m, 0, g.n);
@@ -110,14 +338,23 @@ void gemm(Stream& s, const GemmArgs& args) {
     const int64_t n = tb ? b.dim(-2) : b.dim(-1);
     if (batch == 0 || m == 0 || n == 0) return;
     Staging st;
-    const float* ap = st.input(a);
-    const float* bp = st.input(b);
+    const bool native16 =
+        a.dtype() == DType::BF16 && b.dtype() == DType::BF16 && k > 0 && bf16_gemm_available();
+    const float* ap = native16 ? nullptr : st.input(a);
+    const float* bp = native16 ? nullptr : st.input(b);
     float* cp = st.output(c, args.beta);
     const int64_t b_stride = b.rank() == 3 ? k * n : 0;
     std::vector<F32Gemm> gs;
     for (int64_t i = 0; i < batch; ++i) {
-      gs.push_back({ap + i * m * k, bp + i * b_stride, cp + i * m * n, m, n, k, ta, tb, args.alpha,
-                    args.beta});
+      F32Gemm g{nullptr, nullptr, cp + i * m * n, m, n, k, ta, tb, args.alpha, args.beta};
+      if (native16) {
+        g.a16 = a.data_as<bf16>() + i * m * k;
+        g.b16 = b.data_as<bf16>() + i * b_stride;
+      } else {
+        g.a = ap + i * m * k;
+        g.b = bp + i * b_stride;
+      }
+      gs.push_back(g);
     }
     run_f32_gemms(gs);
     st.finish();
@@ -135,6 +372,14 @@ void grouped_gemm(Stream& s, std::span<const GemmProblem> problems, Transpose tr
       const int64_t m = ta ? p.a.dim(1) : p.a.dim(0), k = ta ? p.a.dim(0) : p.a.dim(1);
       const int64_t n = tb ? p.b.dim(0) : p.b.dim(1);
       if (m == 0 || n == 0) continue;
+      if (p.a.dtype() == DType::BF16 && p.b.dtype() == DType::BF16 && k > 0 &&
+          bf16_gemm_available()) {
+        F32Gemm g{nullptr, nullptr, st.output(p.c, beta), m, n, k, ta, tb, alpha, beta};
+        g.a16 = p.a.data_as<bf16>();
+        g.b16 = p.b.data_as<bf16>();
+        gs.push_back(g);
+        continue;
+      }
       gs.push_back(
           {st.input(p.a), st.input(p.b), st.output(p.c, beta), m, n, k, ta, tb, alpha, beta});
     }
@@ -144,3 +389,19 @@ void grouped_gemm(Stream& s, std::span<const GemmProblem> problems, Transpose tr
 }
 
 }  // namespace moezero::cpu
+
+namespace moezero {
+
+std::string cpu_gemm_description() {
+  const cpu::GemmLibraryInfo info = cpu::gemm_library_info();
+  std::string s = "GEMM " + info.library + ", " + info.kernels + " kernels, one thread per call";
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && !info.avx512_class) {
+    s += " (WARNING: this CPU has AVX-512 but these kernels do not use it";
+    if (info.library == "OpenBLAS") s += "; set OPENBLAS_CORETYPE=SKYLAKEX or build with oneDNN";
+    s += ")";
+  }
+  return s;
+}
+
+}  // namespace moezero

@@ -2,8 +2,12 @@
 // forward/backward, rotary position embedding.
 //
 // Rows are widened to fp32 into a per-task scratch row, computed in fp32, rounded once.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "kernels/cpu/cpu_common.h"
 
@@ -122,28 +126,87 @@ void rmsnorm_backward(Stream& s, const Tensor& dout, const Tensor& x, const Tens
   });
 }
 
+namespace {
+
+// cos / sin of pos * base^(-2i/D) for pos in [0, positions), i in [0, D/2): [pos * half + i].
+struct RopeTable {
+  int64_t positions = 0;
+  std::vector<float> cos, sin;
+};
+
+constexpr int64_t kRopeTableMaxPositions = 1 << 16;
+
+double rope_inv_freq(float base, int64_t i, int64_t d) {
+  return std::pow(static_cast<double>(base),
+                  -2.0 * static_cast<double>(i) / static_cast<double>(d));
+}
+
+// The table for (base, d) covering positions [0, need): built once and kept (grown by doubling
+// when a longer sequence comes), shared by every rank and stream of the process. The values are
+// those rope() computed per call before: angles in double, cos/sin rounded to fp32.
+std::shared_ptr<const RopeTable> rope_table(float base, int64_t d, int64_t need) {
+  static std::mutex mu;
+  static std::map<std::pair<uint32_t, int64_t>, std::shared_ptr<const RopeTable>> tables;
+  std::lock_guard lock(mu);
+  auto& slot = tables[{float_bits(base), d}];
+  if (slot && slot->positions >= need) return slot;
+  const int64_t half = d / 2;
+  auto t = std::make_shared<RopeTable>();
+  t->positions = std::min(kRopeTableMaxPositions, std::max(need, slot ? 2 * slot->positions : 256));
+  t->cos.resize(static_cast<size_t>(t->positions * half));
+  t->sin.resize(static_cast<size_t>(t->positions * half));
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) inv_freq[static_cast<size_t>(i)] = rope_inv_freq(base, i, d);
+  parallel_for_each(t->positions, 64, [&](int64_t p) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double ang = static_cast<double>(p) * inv_freq[static_cast<size_t>(i)];
+      t->cos[static_cast<size_t>(p * half + i)] = static_cast<float>(std::cos(ang));
+      t->sin[static_cast<size_t>(p * half + i)] = static_cast<float>(std::sin(ang));
+    }
+  });
+  slot = t;
+  return t;
+}
+
+}  // namespace
+
 // Rotate-half RoPE on x, out (T, H, D); positions i32 (T). Angles pos * base^(-2i/D) are formed
-// in double (exact enough for any position) and their cos/sin rounded to fp32.
+// in double (exact enough for any position) and their cos/sin rounded to fp32: looked up in a
+// per-(base, D) table for positions in [0, 65536), computed per row otherwise (same values).
 void rope(Stream& s, const Tensor& x, const Tensor& positions, float base, RopeDirection dir,
           const Tensor& out) {
   s.enqueue_host([x, positions, base, dir, out] {
     const int64_t t_n = x.dim(0), h_n = x.dim(1), d = x.dim(2), half = d / 2;
     const int32_t* pos = positions.data_as<int32_t>();
     const float sign = dir == RopeDirection::Forward ? 1.0f : -1.0f;
-    std::vector<double> inv_freq(static_cast<size_t>(half));
-    for (int64_t i = 0; i < half; ++i) {
-      inv_freq[static_cast<size_t>(i)] = std::pow(
-          static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(d));
+    int64_t max_pos = 0;
+    for (int64_t t = 0; t < t_n; ++t) max_pos = std::max<int64_t>(max_pos, pos[t]);
+    const auto table =
+        max_pos < kRopeTableMaxPositions ? rope_table(base, d, max_pos + 1) : nullptr;
+    std::vector<double> inv_freq;
+    if (!table || std::any_of(pos, pos + t_n, [](int32_t p) { return p < 0; })) {
+      inv_freq.resize(static_cast<size_t>(half));
+      for (int64_t i = 0; i < half; ++i)
+        inv_freq[static_cast<size_t>(i)] = rope_inv_freq(base, i, d);
     }
     dispatch_act(x.dtype(), "rope", [&]<typename T>() {
       const T* px = static_cast<const T*>(x.data());
       T* po = static_cast<T*>(out.data());
       parallel_for_each(t_n, row_grain(h_n * d), [&](int64_t t) {
         std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
-        for (int64_t i = 0; i < half; ++i) {
-          const double ang = static_cast<double>(pos[t]) * inv_freq[static_cast<size_t>(i)];
-          cs[static_cast<size_t>(i)] = static_cast<float>(std::cos(ang));
-          sn[static_cast<size_t>(i)] = sign * static_cast<float>(std::sin(ang));
+        if (table && pos[t] >= 0) {
+          const float* tc = table->cos.data() + pos[t] * half;
+          const float* ts = table->sin.data() + pos[t] * half;
+          for (int64_t i = 0; i < half; ++i) {
+            cs[static_cast<size_t>(i)] = tc[i];
+            sn[static_cast<size_t>(i)] = sign * ts[i];
+          }
+        } else {
+          for (int64_t i = 0; i < half; ++i) {
+            const double ang = static_cast<double>(pos[t]) * inv_freq[static_cast<size_t>(i)];
+            cs[static_cast<size_t>(i)] = static_cast<float>(std::cos(ang));
+            sn[static_cast<size_t>(i)] = sign * static_cast<float>(std::sin(ang));
+          }
         }
         for (int64_t h = 0; h < h_n; ++h) {
           const int64_t off = (t * h_n + h) * d;

@@ -5,21 +5,19 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/cpu_math.h"
 
 namespace moezero::cpu {
 namespace {
 
 // Row softmax in place on fp32 `row` (n); returns log-sum-exp of the input.
+// exp and sums vectorised (cpu_math.h); sums in fixed lanes.
 float softmax_row(float* row, int64_t n) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
-  float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
-    row[j] = std::exp(row[j] - mx);
-    sum += row[j];
-  }
+  const float mx = max_f32(row, n);
+  const float sum = exp_inplace_f32(row, n, mx);
   const float inv = 1.0f / sum;
   for (int64_t j = 0; j < n; ++j) row[j] *= inv;
   return mx + std::log(sum);
@@ -59,11 +57,8 @@ void logsumexp(Stream& s, const Tensor& x, const Tensor& out) {
     float* po = out.data_as<float>();
     parallel_for_each(rows, row_grain(c), [&](int64_t r) {
       const float* row = px + r * c;
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < c; ++j) mx = std::max(mx, row[j]);
-      float sum = 0.0f;
-      for (int64_t j = 0; j < c; ++j) sum += std::exp(row[j] - mx);
-      po[r] = mx + std::log(sum);
+      const float mx = max_f32(row, c);
+      po[r] = mx + std::log(sum_exp_f32(row, c, mx));
     });
   });
 }
@@ -131,11 +126,17 @@ void cross_entropy_forward(Stream& s, const Tensor& logits, const Tensor& target
           return;
         }
         const T* row = px + t * v;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < v; ++j) mx = std::max(mx, to_f32(row[j]));
-        float sum = 0.0f;
-        for (int64_t j = 0; j < v; ++j) sum += std::exp(to_f32(row[j]) - mx);
-        pl[t] = mx + std::log(sum) - to_f32(row[pt[t]]);
+        const float* rf;
+        std::vector<float> widened;
+        if constexpr (std::is_same_v<T, float>) {
+          rf = row;
+        } else {
+          widened.resize(static_cast<size_t>(v));
+          load_f32(row, widened.data(), v);
+          rf = widened.data();
+        }
+        const float mx = max_f32(rf, v);
+        pl[t] = mx + std::log(sum_exp_f32(rf, v, mx)) - rf[pt[t]];
       });
     });
   });

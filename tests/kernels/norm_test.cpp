@@ -176,6 +176,32 @@ TEST_P(NormTest, RopeForwardBackward) {
   }
 }
 
+// The CPU backend keeps cos/sin tables per (base, D) for positions below 65536 and computes
+// rows with larger (or negative) positions directly: both ways give the same bits, and a table
+// grown by a later, longer call gives the same bits as the first one.
+TEST_P(NormTest, RopeTablesGiveTheSameBitsAsDirectAngles) {
+  const int64_t h = 2, d = 12;
+  const float base = 5000.0f;  // a (base, D) no other test uses: the first call builds its table
+  auto run = [&](const IVec& pos) {
+    const int64_t tn = static_cast<int64_t>(pos.size());
+    Vec x(static_cast<size_t>(tn * h * d));
+    for (int64_t i = 0; i < tn * h * d; ++i)
+      x[i] = 0.25f + 0.01f * static_cast<float>(i % (h * d));  // same in every row
+    TensorBuffer tx = upload(x, DType::F32, Shape{tn, h, d}), tp = upload_i32(pos, Shape{tn});
+    TensorBuffer out = alloc(DType::F32, Shape{tn, h, d});
+    ops().rope(s(), tx, tp, base, Ops::RopeDirection::Forward, out);
+    return download(out);
+  };
+  const Vec small = run({3, 100, 250});          // table for [0, 256)
+  const Vec direct = run({3, 100, 250, 70000});  // 70000: every row computed directly
+  const Vec grown = run({3, 100, 250, 5000});    // table grown to 5001 positions
+  const size_t n3 = static_cast<size_t>(3 * h * d);
+  EXPECT_EQ(Vec(direct.begin(), direct.begin() + n3), small);
+  EXPECT_EQ(Vec(grown.begin(), grown.begin() + n3), small);
+  const Vec far = run({5000});
+  EXPECT_EQ(Vec(grown.begin() + n3, grown.end()), far);
+}
+
 TEST_P(NormTest, ValidationNamesTheOp) {
   TensorBuffer x = alloc(DType::F32, Shape{3, 4}), w5 = alloc(DType::F32, Shape{5});
   TensorBuffer w = alloc(DType::F32, Shape{4}), r = alloc(DType::F32, Shape{3});

@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""moezero's CPU backend against PyTorch eager on one pinned core (issue #14's benchmark).
+
+Runs `moezero train` and an independent PyTorch implementation of the same model (Mixtral-style
+experts: per-expert index select, SwiGLU, index_add) alternately on one core, and prints the
+tokens/s of both (median of the steps after warm-up), their ratio, and moezero's model-FLOP rate
+as a fraction of the single-core GEMM rate this script measures itself (torch.mm, one thread,
+over the bench config's GEMM shapes, median).
+
+Run with Debian's python3-torch: /usr/bin/python3 benchmarks/cpu_vs_torch.py [--core 1]
+PyTorch gets one thread (torch.set_num_threads(1)); its BLAS setting is inherited from the
+environment (OPENBLAS_CORETYPE etc.: pass --torch-env OPENBLAS_CORETYPE=SKYLAKEX to try one).
+Numbers from a shared machine are indicative only.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+BENCH_CONFIG = {
+    "model": {"d_model": 128, "n_layers": 4, "n_heads": 4, "n_kv_heads": 4, "d_ff": 256,
+              "seq_len": 128, "num_experts": 8, "top_k": 2, "moe_every": 1, "vocab_size": 256},
+    "train": {"steps": 15, "micro_batch_size": 8, "lr": 3e-3, "min_lr": 3e-4,
+              "warmup_steps": 2, "log_every": 1},
+    "parallel": {"world_size": 1, "ep_size": 1},
+    "zero": {"stage": 3},
+}
+
+
+def flops_per_token(m):
+    """6 x active parameters + the causal attention's executed FLOPs (64-row query blocks)."""
+    d, f, L, v, t = m["d_model"], m["d_ff"], m["n_layers"], m["vocab_size"], m["seq_len"]
+    kv = d * m["n_kv_heads"] // m["n_heads"]
+    per_layer = d * d * 2 + d * kv * 2 + d * m["num_experts"] + m["top_k"] * 3 * d * f
+    active = L * per_layer + v * d
+    blocks = [min(64, t - q0) for q0 in range(0, t, 64)]
+    keys = sum(r * (q0 + r) for q0, r in zip(range(0, t, 64), blocks)) / t  # mean keys per query
+    attn = L * 3 * 2 * 2 * keys * d  # fwd QK^T, PV (2 FLOP/MAC), backward twice the forward
+    formula = (f"6 x {active} active params + {L} layers x 3 x 2 x 2 x {keys:.0f} mean keys x {d}")
+    return 6 * active + attn, formula
+
+
+TORCH_MODEL = r'''
+import sys, time, json, statistics, torch
+import torch.nn.functional as F
+torch.set_num_threads(1)
+torch.manual_seed(0)
+cfg = json.loads(sys.argv[1]); steps = int(sys.argv[2])
+m = cfg["model"]; d, f, E, K, V, T = m["d_model"], m["d_ff"], m["num_experts"], m["top_k"], m["vocab_size"], m["seq_len"]
+H = m["n_heads"]; Hkv = m["n_kv_heads"]; hd = d // H; B = cfg["train"]["micro_batch_size"]
+class Expert(torch.nn.Module):
+    def __init__(s):
+        super().__init__(); s.w1 = torch.nn.Linear(d, f, bias=False); s.w3 = torch.nn.Linear(d, f, bias=False); s.w2 = torch.nn.Linear(f, d, bias=False)
+    def forward(s, x): return s.w2(F.silu(s.w1(x)) * s.w3(x))
+class Layer(torch.nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.n1 = torch.nn.Parameter(torch.ones(d)); s.n2 = torch.nn.Parameter(torch.ones(d))
+        s.q = torch.nn.Linear(d, d, bias=False); s.k = torch.nn.Linear(d, Hkv * hd, bias=False)
+        s.v = torch.nn.Linear(d, Hkv * hd, bias=False); s.o = torch.nn.Linear(d, d, bias=False)
+        s.gate = torch.nn.Linear(d, E, bias=False); s.experts = torch.nn.ModuleList([Expert() for _ in range(E)])
+    def forward(s, x, cos, sin, mask):
+        def rms(x, w): return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+        def rope(x):
+            x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
+            return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+        h = rms(x, s.n1)
+        q = rope(s.q(h).view(B, T, H, hd).transpose(1, 2)); k = rope(s.k(h).view(B, T, Hkv, hd).transpose(1, 2))
+        v = s.v(h).view(B, T, Hkv, hd).transpose(1, 2)
+        a = torch.softmax((q @ k.transpose(-1, -2)) / hd ** 0.5 + mask, -1) @ v
+        x = x + s.o(a.transpose(1, 2).reshape(B, T, d))
+        h = rms(x, s.n2).view(-1, d)
+        probs = torch.softmax(s.gate(h), -1)
+        w, sel = torch.topk(probs, K, -1); w = w / w.sum(-1, keepdim=True)
+        out = torch.zeros_like(h)
+        expert_mask = F.one_hot(sel, E).permute(2, 1, 0)
+        for e in range(E):  # Mixtral: per-expert index select, SwiGLU, index_add
+            idx, top = torch.where(expert_mask[e])
+            if top.numel() == 0: continue
+            out.index_add_(0, top, s.experts[e](h[top]) * w[top, idx, None])
+        return x + out.view(B, T, d)
+emb = torch.nn.Embedding(V, d); layers = torch.nn.ModuleList([Layer() for _ in range(m["n_layers"])])
+head = torch.nn.Linear(d, V, bias=False); nf = torch.nn.Parameter(torch.ones(d))
+params = list(emb.parameters()) + list(layers.parameters()) + list(head.parameters()) + [nf]
+opt = torch.optim.AdamW(params, lr=1e-3, foreach=False)
+inv = 10000.0 ** (-torch.arange(0, hd // 2).float() * 2 / hd); ang = torch.arange(T).float()[:, None] * inv
+cos, sin = ang.cos(), ang.sin(); mask = torch.full((T, T), float("-inf")).triu(1)
+data = torch.randint(0, V, (B, T + 1))
+rates = []
+for step in range(steps):
+    t0 = time.perf_counter()
+    x = emb(data[:, :T])
+    for l in layers: x = l(x, cos, sin, mask)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * nf
+    loss = F.cross_entropy(head(x).view(-1, V), data[:, 1:].reshape(-1))
+    opt.zero_grad(); loss.backward(); opt.step()
+    rates.append(B * T / (time.perf_counter() - t0))
+print(json.dumps({"rates": rates}))
+'''
+
+GEMM_RATE = r'''
+import sys, time, json, statistics, torch
+torch.set_num_threads(1)
+shapes = json.loads(sys.argv[1]); out = []
+for m, n, k in shapes:
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    for _ in range(3): a @ b
+    it = max(1, int(2e8 / (2 * m * n * k))); best = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(it): a @ b
+        best.append(2 * m * n * k * it / (time.perf_counter() - t0) / 1e9)
+    out.append(statistics.median(best))
+print(json.dumps({"gflops": out}))
+'''
+
+
+def pinned(core, cmd, env=None):
+    return subprocess.run(["taskset", "-c", str(core)] + cmd, capture_output=True, text=True,
+                          env=env, check=True).stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--moezero", default="build/bin/moezero")
+    ap.add_argument("--core", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--warmup", type=int, default=4, help="steps left out of the medians")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="moezero's dtype")
+    ap.add_argument("--torch-env", action="append", default=[], help="VAR=VALUE for PyTorch")
+    a = ap.parse_args()
+    cfg = json.loads(json.dumps(BENCH_CONFIG))
+    cfg["train"]["steps"] = a.steps
+    m = cfg["model"]
+    torch_env = dict(os.environ, **dict(kv.split("=", 1) for kv in a.torch_env))
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(cfg, f)
+        cfg_path = f.name
+    mz, pt = [], []
+    for rep in range(a.reps):
+        out = pinned(a.core, [a.moezero, "train", "--config", cfg_path, "--set",
+                              f"train.dtype={a.dtype}"])
+        header = [l for l in out.splitlines() if l.strip().startswith("cpu ")]
+        rates = [float(x) for x in re.findall(r"\|\s+(\d+) tok/s", out)][a.warmup:]
+        mz.append(statistics.median(rates))
+        res = json.loads(pinned(a.core, [sys.executable, "-c", TORCH_MODEL, json.dumps(cfg),
+                                         str(a.steps)], env=torch_env))
+        pt.append(statistics.median(res["rates"][a.warmup:]))
+        print(f"rep {rep + 1}: moezero {mz[-1]:.0f} tokens/s, PyTorch {pt[-1]:.0f} tokens/s")
+    os.unlink(cfg_path)
+    d, ff, t, b = m["d_model"], m["d_ff"], m["seq_len"], cfg["train"]["micro_batch_size"]
+    rows = b * t * m["top_k"] // m["num_experts"]
+    shapes = [[b * t, d, d], [rows, ff, d], [rows, d, ff], [d, d, b * t], [d, ff, rows],
+              [b * t, m["vocab_size"], d]]
+    g = json.loads(pinned(a.core, [sys.executable, "-c", GEMM_RATE, json.dumps(shapes)],
+                          env=torch_env))["gflops"]
+    gemm = statistics.median(g)
+    fpt, formula = flops_per_token(m)
+    mzm, ptm = statistics.median(mz), statistics.median(pt)
+    print(f"{header[0].strip() if header else 'cpu: ?'}")
+    print(f"moezero {mzm:.0f} tokens/s ({a.dtype}), PyTorch {ptm:.0f} tokens/s (fp32 eager, 1 "
+          f"thread{', ' + ' '.join(a.torch_env) if a.torch_env else ''}): ratio {mzm / ptm:.2f}")
+    print(f"model FLOPs per token {fpt / 1e6:.2f} M = {formula}")
+    print(f"single-core GEMM rate (torch.mm over the config's shapes, median) {gemm:.1f} GFLOP/s;"
+          f" moezero model-FLOP rate {mzm * fpt / 1e9:.1f} GFLOP/s = "
+          f"{100 * mzm * fpt / 1e9 / gemm:.0f}% of it")
+
+
+if __name__ == "__main__":
+    main()

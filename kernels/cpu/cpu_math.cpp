@@ -1,0 +1,69 @@
+// kernels/cpu/cpu_math.cpp — the row helpers of cpu_math.h, one clone per x86 vector width.
+#include "kernels/cpu/cpu_math.h"
+
+// AVX-512, AVX2 and the baseline: the loader picks the widest this CPU has.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define MOEZERO_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MOEZERO_CPU_CLONES
+#endif
+
+namespace moezero::cpu {
+namespace {
+
+inline float lane_sum(const float* lane) {
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
+
+}  // namespace
+
+MOEZERO_CPU_CLONES float sum_exp_f32(const float* x, int64_t n, float shift) {
+  float lane[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) lane[l] += exp_f32(x[i + l] - shift);
+  }
+  for (; i < n; ++i) lane[0] += exp_f32(x[i] - shift);
+  return lane_sum(lane);
+}
+
+MOEZERO_CPU_CLONES float exp_inplace_f32(float* x, int64_t n, float shift) {
+  for (int64_t j = 0; j < n; ++j) x[j] = exp_f32(x[j] - shift);
+  float lane[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) lane[l] += x[i + l];
+  }
+  for (; i < n; ++i) lane[0] += x[i];
+  return lane_sum(lane);
+}
+
+MOEZERO_CPU_CLONES float max_f32(const float* x, int64_t n) {
+  float lane[8];
+  for (float& l : lane) l = -__builtin_inff();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) lane[l] = lane[l] < x[i + l] ? x[i + l] : lane[l];
+  }
+  for (; i < n; ++i) lane[0] = lane[0] < x[i] ? x[i] : lane[0];
+  float m = lane[0];
+  for (int l = 1; l < 8; ++l) m = m < lane[l] ? lane[l] : m;
+  return m;
+}
+
+MOEZERO_CPU_CLONES void swiglu_forward_f32(const float* g, const float* u, float* o, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] = g[i] * sigmoid(g[i]) * u[i];
+}
+
+MOEZERO_CPU_CLONES void swiglu_backward_f32(const float* g, const float* u, const float* d,
+                                            float* dg, float* du, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float sg = sigmoid(g[i]);
+    dg[i] = d[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
+    du[i] = d[i] * g[i] * sg;
+  }
+}
+
+}  // namespace moezero::cpu
