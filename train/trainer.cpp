@@ -155,8 +155,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   check_run(cfg, options, mpi);
   std::unique_ptr<TokenData> data;
   if (!options.data)
-    data = std::make_unique<TokenData>(cfg.data.path, cfg.model.vocab_size, cfg.model.seq_len,
-                                       cfg.data.val_fraction);
+    data = std::make_unique<TokenData>(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
   std::ofstream metrics;
   open_metrics(cfg, options, mpi, metrics);
   const std::map<std::string, std::vector<float>> init_values = read_init_values(cfg);
