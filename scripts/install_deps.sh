@@ -11,6 +11,7 @@ PACKAGES=(
   libopenblas-dev        # CBLAS: CPU GEMM
   nlohmann-json3-dev     # config and metrics JSON
   zlib1g-dev             # crc32 of checkpoint files
+  libpcre2-dev           # PCRE2: the byte-level BPE tokenizer's pre-tokenizer regex
   libgtest-dev libgmock-dev
   libbenchmark-dev       # Google Benchmark
   openmpi-bin libopenmpi-dev  # MPI: multi-process launch (mpirun) and its tests
