@@ -342,6 +342,9 @@ void visit_data(V& v, auto& c) {
   v.field("val_fraction", c.val_fraction,
           "fraction of data.path held out for validation when data.val_path is empty",
           below(0.0, 1.0));
+  v.field("tokenizer", c.tokenizer,
+          "tokenizer.json (byte-level BPE, scripts/prepare_data.py) of the tokens: checked against "
+          "model.vocab_size, copied into train.save_dir, used by moezero generate (empty: bytes)");
 }
 
 template <class V>

@@ -69,6 +69,7 @@ struct DataConfig {
   std::string val_path;  // held-out files in data.format (empty: val_fraction of path's tokens)
   DataFormat format = DataFormat::Bytes;
   double val_fraction = 0.0;
+  std::string tokenizer;  // tokenizer.json of the tokens (hf/bpe_tokenizer.h); empty: bytes
 };
 
 enum class BackendKind : uint8_t { Cpu, Cuda };

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 
 #include "core/error.h"
+#include "hf/bpe_tokenizer.h"
 #include "train/token_shard.h"
 
 namespace moezero::moe {
@@ -130,6 +132,11 @@ TokenData::TokenData(const DataConfig& data, int64_t vocab_size, int64_t seq_len
     cut_pieces(all, total - held, train, val);
     val_source_ = "the last " + std::to_string(held) + " tokens of " + source_;
   }
+  if (!data.tokenizer.empty()) {
+    const BpeTokenizer tok(data.tokenizer);
+    MOEZERO_REQUIRE(tok.vocab_size() <= vocab_size, "data.tokenizer: '", data.tokenizer, "' has ",
+                    tok.vocab_size(), " token ids, more than model.vocab_size (", vocab_size, ")");
+  }
   train_ = make_split(std::move(train), seq_len);
   val_ = make_split(std::move(val), seq_len);
   if (train_.starts <= 0)
@@ -204,6 +211,18 @@ void TokenData::fill_window(const Split& split, int64_t start, int64_t row, int3
     return;
   }
   MOEZERO_CHECK(false, "window start beyond the split");
+}
+
+void keep_tokenizer(const DataConfig& data, const std::string& save_dir) {
+  if (data.tokenizer.empty() || save_dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(save_dir, ec);
+  const std::string to = (std::filesystem::path(save_dir) / "tokenizer.json").string();
+  std::filesystem::copy_file(data.tokenizer, to, std::filesystem::copy_options::overwrite_existing,
+                             ec);
+  if (ec)
+    MOEZERO_THROW("data.tokenizer: cannot copy '", data.tokenizer, "' to '", to,
+                  "': ", ec.message());
 }
 
 void TokenData::batch(uint64_t seed, int64_t m, int64_t row_begin, int64_t rows,

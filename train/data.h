@@ -83,6 +83,10 @@ class TokenData {
   std::string source_, val_source_;
 };
 
+// Copies data.tokenizer (when set) to save_dir/tokenizer.json (when save_dir is set), so that
+// `moezero generate --checkpoint` and `moezero export` find it. Throws naming the files.
+void keep_tokenizer(const DataConfig& data, const std::string& save_dir);
+
 // A deterministic English-like corpus (~256 KiB) with structure a small model learns within a
 // few hundred steps: a fixed vocabulary of words in templated sentences, counting sequences
 // and simple sums. Identical on every machine.

@@ -167,6 +167,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     MOEZERO_THROW(
         "train.eval_every: the held-out data (", data->val_source(), ") holds ", data->val_tokens(),
         " tokens, fewer than one sequence of model.seq_len + 1 = ", cfg.model.seq_len + 1);
+  if (!mpi || mpi->rank == 0) keep_tokenizer(cfg.data, cfg.train.save_dir);
   std::ofstream metrics;
   open_metrics(cfg, options, mpi, metrics);
   const std::map<std::string, std::vector<float>> init_values = read_init_values(cfg);
