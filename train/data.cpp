@@ -133,7 +133,13 @@ TokenData::TokenData(const DataConfig& data, int64_t vocab_size, int64_t seq_len
     val_source_ = "the last " + std::to_string(held) + " tokens of " + source_;
   }
   if (!data.tokenizer.empty()) {
-    const BpeTokenizer tok(data.tokenizer);
+    std::unique_ptr<BpeTokenizer> loaded;
+    try {
+      loaded = std::make_unique<BpeTokenizer>(data.tokenizer);
+    } catch (const Error& e) {
+      MOEZERO_THROW("data.tokenizer: ", e.message());
+    }
+    const BpeTokenizer& tok = *loaded;
     MOEZERO_REQUIRE(tok.vocab_size() <= vocab_size, "data.tokenizer: '", data.tokenizer, "' has ",
                     tok.vocab_size(), " token ids, more than model.vocab_size (", vocab_size, ")");
   }
@@ -179,7 +185,7 @@ void TokenData::load(const std::string& pattern, const std::string& key, DataFor
     try {
       shard = std::make_unique<TokenShard>(f);
     } catch (const Error& e) {
-      MOEZERO_THROW(key, ": ", e.what());
+      MOEZERO_THROW(key, ": ", e.message());
     }
     if (shard->count() == 0) MOEZERO_THROW(key, ": token shard '", f, "' holds no tokens");
     const Piece p{shard->tokens(), shard->width_bytes(), 0, shard->count()};
