@@ -35,6 +35,12 @@ unset(CMAKE_REQUIRED_LIBRARIES)
 find_package(nlohmann_json 3 CONFIG QUIET)
 moezero_require(nlohmann_json_FOUND "nlohmann-json" nlohmann-json3-dev)
 
+find_package(PkgConfig QUIET)  # PCRE2: the byte-level BPE pre-tokenizer's regex (hf/)
+if(PkgConfig_FOUND)
+  pkg_check_modules(PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
+endif()
+moezero_require(PCRE2_FOUND "PCRE2 (libpcre2-8)" libpcre2-dev)
+
 find_package(ZLIB QUIET)  # crc32 of checkpoint files
 moezero_require(ZLIB_FOUND "zlib" zlib1g-dev)
 

@@ -319,13 +319,32 @@ void visit_train(V& v, auto& c) {
           "with an out-of-memory error naming the tag, the buffer and the bytes in use by tag");
   v.field("init_from", c.init_from,
           "Hugging Face style directory to initialise from (empty: random)");
+  v.field("eval_every", c.eval_every,
+          "validation loss and perplexity on the held-out data every n steps and after the last "
+          "(0: off)",
+          at_least<int64_t>(0));
+  v.field("eval_batches", c.eval_batches,
+          "micro-batches of micro_batch_size held-out sequences per evaluation",
+          in_range<int64_t>(1, kMaxI));
 }
 
 template <class V>
 void visit_data(V& v, auto& c) {
-  v.field("path", c.path, "training text file, bytes are tokens (empty: the built-in corpus)");
-  v.field("val_fraction", c.val_fraction, "fraction of the data held out for validation",
+  v.field("path", c.path,
+          "training data: bytes: a text file, bytes are tokens (empty: the built-in corpus); "
+          "tokens: an llm.c token shard or a glob of shards");
+  v.choice("format", c.format,
+           Choices<DataFormat>{{"bytes", DataFormat::Bytes}, {"tokens", DataFormat::Tokens}},
+           "bytes: bytes are tokens; tokens: llm.c shards (256 int32 header, uint16 or uint32 "
+           "token ids), memory-mapped");
+  v.field("val_path", c.val_path,
+          "held-out data in data.format (file or glob); empty: data.val_fraction of data.path");
+  v.field("val_fraction", c.val_fraction,
+          "fraction of data.path held out for validation when data.val_path is empty",
           below(0.0, 1.0));
+  v.field("tokenizer", c.tokenizer,
+          "tokenizer.json (byte-level BPE, scripts/prepare_data.py) of the tokens: checked against "
+          "model.vocab_size, copied into train.save_dir, used by moezero generate (empty: bytes)");
 }
 
 template <class V>
@@ -507,6 +526,11 @@ void validate(const Config& c, const std::string& src) {
          "): it counts the sequences of all ranks together");
   if (m.num_experts == 0 && p.ep_size != 1)
     fail("parallel.ep_size (", p.ep_size, ") must be 1 for a dense model (model.num_experts = 0)");
+  if (c.train.eval_every > 0 && c.data.val_path.empty() && c.data.val_fraction <= 0.0)
+    fail("train.eval_every (", c.train.eval_every,
+         ") needs held-out data: set data.val_path or data.val_fraction > 0");
+  if (c.data.format == DataFormat::Tokens && c.data.path.empty())
+    fail("data.format \"tokens\" needs data.path (a token shard or a glob of shards)");
 }
 
 void apply_override(json& root, const std::string& item, const std::string& source) {

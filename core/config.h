@@ -56,11 +56,20 @@ struct TrainConfig {
   NonFinitePolicy on_nonfinite = NonFinitePolicy::Stop;
   uint64_t memory_limit = 0;  // bytes per rank on its device; 0: no limit (docs/health.md)
   std::string init_from;      // a Hugging Face style directory to start from; empty: random init
+  int64_t eval_every = 0;     // validation loss every n steps (and after the last); 0: off
+  int64_t eval_batches = 4;   // micro-batches (micro_batch_size rows each) per evaluation
 };
 
+// data.format: Bytes: data.path is a text file whose bytes are tokens (vocab 256); Tokens: llm.c
+// token shards (train/token_shard.h), data.path a file or a glob.
+enum class DataFormat : uint8_t { Bytes, Tokens };
+
 struct DataConfig {
-  std::string path;  // a text file (bytes are tokens); empty: the built-in corpus
+  std::string path;      // bytes: a text file (empty: the built-in corpus); tokens: file or glob
+  std::string val_path;  // held-out files in data.format (empty: val_fraction of path's tokens)
+  DataFormat format = DataFormat::Bytes;
   double val_fraction = 0.0;
+  std::string tokenizer;  // tokenizer.json of the tokens (hf/bpe_tokenizer.h); empty: bytes
 };
 
 enum class BackendKind : uint8_t { Cpu, Cuda };

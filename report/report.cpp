@@ -141,6 +141,7 @@ void add_steps(Report& r, const RunInput& in) {
     StepRow row;
     row.step = s.step;
     row.loss = s.loss;
+    row.val_loss = s.val_loss;
     for (const RankStepCounters& rk : s.ranks) row.stall_ms += rk.stall_ms;
     r.total_stall_ms += row.stall_ms;
     row.comm_ms = s.comm_ms;
@@ -283,7 +284,8 @@ void fields(V& v, CalibrationRow& x) {
 }
 template <typename V>
 void fields(V& v, StepRow& x) {
-  v("step", x.step), v("loss", x.loss), v("stall_ms", x.stall_ms), v("comm_ms", x.comm_ms);
+  v("step", x.step), v("loss", x.loss), v("val_loss", x.val_loss), v("stall_ms", x.stall_ms);
+  v("comm_ms", x.comm_ms);
   v("exposed_comm_ms", x.exposed_comm_ms), v("overlapped_ms", x.overlapped_ms);
   v("overlap_ratio", x.overlap_ratio);
 }

@@ -92,7 +92,8 @@ struct CalibrationRow {
 struct StepRow {
   int64_t step = 0;
   std::optional<double> loss;
-  double stall_ms = 0.0;  // sum of ranks[].stall_ms
+  std::optional<double> val_loss;  // validation loss (train.eval_every steps only)
+  double stall_ms = 0.0;           // sum of ranks[].stall_ms
   std::optional<double> comm_ms, exposed_comm_ms, overlapped_ms, overlap_ratio;
   bool operator==(const StepRow&) const = default;
 };

@@ -503,6 +503,64 @@ void write_expert_activity(std::ostream& o, const Report& r) {
   o << "</section>\n";
 }
 
+// The loss curve: training loss per step and validation loss where evaluated (two polylines
+// on one axis). Empty when no step has a loss.
+std::string loss_chart(const Report& r) {
+  const double W = 1130, H = 220, left = 56, right = 48, top = 16, bottom = 34;
+  const double pw = W - left - right, ph = H - top - bottom;
+  double lo = 1e300, hi = -1e300;
+  for (const StepRow& s : r.step_rows)
+    for (const std::optional<double>& v : {s.loss, s.val_loss})
+      if (v && std::isfinite(*v)) lo = std::min(lo, *v), hi = std::max(hi, *v);
+  if (lo > hi) return "";
+  if (hi - lo < 1e-9) hi = lo + 1.0;
+  const int64_t first = r.step_rows.front().step, last = r.step_rows.back().step;
+  auto xv = [&](int64_t step) {
+    return left + pw * double(step - first) / double(std::max<int64_t>(1, last - first));
+  };
+  auto yv = [&](double v) { return top + ph * (1 - (v - lo) / (hi - lo)); };
+  std::ostringstream o;
+  o << "<svg id=\"loss-chart\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
+    << " " << H << "\" role=\"img\" aria-label=\"training and validation loss\">\n";
+  for (int i = 0; i <= 4; ++i) {
+    const double y = top + ph * (1 - i / 4.0);
+    o << "<line x1=\"" << left << "\" x2=\"" << left + pw << "\" y1=\"" << px(y) << "\" y2=\""
+      << px(y) << "\" stroke=\"#e6eaef\"/><text x=\"" << left - 6 << "\" y=\"" << px(y + 4)
+      << "\" text-anchor=\"end\" class=\"ax\">" << fmt("%.3f", lo + (hi - lo) * i / 4.0)
+      << "</text>";
+  }
+  std::string train_line, val_line;
+  for (const StepRow& s : r.step_rows) {
+    if (s.loss && std::isfinite(*s.loss))
+      train_line += px(xv(s.step)) + "," + px(yv(*s.loss)) + " ";
+    if (s.val_loss && std::isfinite(*s.val_loss)) {
+      val_line += px(xv(s.step)) + "," + px(yv(*s.val_loss)) + " ";
+      o << "<circle cx=\"" << px(xv(s.step)) << "\" cy=\"" << px(yv(*s.val_loss))
+        << "\" r=\"3\" fill=\"#d6604d\"><title>step " << s.step << ": val loss "
+        << fmt("%.4f", *s.val_loss) << "</title></circle>";
+    }
+  }
+  o << "<polyline class=\"train-loss\" points=\"" << train_line
+    << "\" fill=\"none\" stroke=\"#4393c3\" stroke-width=\"1.5\"/>";
+  if (!val_line.empty())
+    o << "<polyline class=\"val-loss\" points=\"" << val_line
+      << "\" fill=\"none\" stroke=\"#d6604d\" stroke-width=\"1.8\"/>";
+  o << "<text x=\"" << px(left) << "\" y=\"" << H - 4 << "\" class=\"ax\">step " << first
+    << "</text><text x=\"" << px(left + pw) << "\" y=\"" << H - 4
+    << "\" text-anchor=\"end\" class=\"ax\">step " << last << "</text>";
+  o << "</svg>\n";
+  return o.str();
+}
+
+void write_losses(std::ostream& o, const Report& r) {
+  const std::string chart = r.step_rows.empty() ? "" : loss_chart(r);
+  if (chart.empty()) return;
+  o << "<section><h2>Loss</h2><div class=\"legend\"><span class=\"sw\" "
+       "style=\"background:#4393c3\"></span>training loss<span class=\"sw\" "
+       "style=\"background:#d6604d\"></span>validation loss (train.eval_every)</div>"
+    << chart << "</section>\n";
+}
+
 // Communication per step: chart and table.
 void write_steps(std::ostream& o, const Report& r) {
   o << "<section><h2>Communication per step</h2><p class=\"note\">"
@@ -520,14 +578,14 @@ void write_steps(std::ostream& o, const Report& r) {
          "overlap ratio</div>";
   o << steps_chart(r);
   o << "<div class=\"scroll\" style=\"max-height:300px;margin-top:8px\"><table>"
-    << th_row(
-           {"step", "loss", "comm ms", "exposed ms", "overlapped ms", "overlap ratio", "stall ms"});
+    << th_row({"step", "loss", "val loss", "comm ms", "exposed ms", "overlapped ms",
+               "overlap ratio", "stall ms"});
   for (const StepRow& s : r.step_rows)
     o << "<tr>" << td(std::to_string(s.step)) << td(opt(s.loss, "%.4f"))
-      << td(opt(s.comm_ms, "%.3f")) << td(opt(s.exposed_comm_ms, "%.3f"))
-      << td(opt(s.overlapped_ms, "%.3f")) << td(opt(s.overlap_ratio, "%.3f"))
-      << td(fmt("%.3f", s.stall_ms)) << "</tr>";
-  o << "<tr class=\"total\">" << td("all") << td("") << td(opt(r.total_comm_ms, "%.3f"))
+      << td(opt(s.val_loss, "%.4f")) << td(opt(s.comm_ms, "%.3f"))
+      << td(opt(s.exposed_comm_ms, "%.3f")) << td(opt(s.overlapped_ms, "%.3f"))
+      << td(opt(s.overlap_ratio, "%.3f")) << td(fmt("%.3f", s.stall_ms)) << "</tr>";
+  o << "<tr class=\"total\">" << td("all") << td("") << td("") << td(opt(r.total_comm_ms, "%.3f"))
     << td(opt(r.total_exposed_comm_ms, "%.3f"))
     << td(r.total_comm_ms ? fmt("%.3f", *r.total_comm_ms - *r.total_exposed_comm_ms) : "n/a")
     << td(opt(r.total_overlap_ratio, "%.3f")) << td(fmt("%.3f", r.total_stall_ms))
@@ -641,6 +699,7 @@ std::string render_html(const Report& r) {
   write_head(o, r);
   write_summary_cards(o, r);
   if (!r.layers.empty()) write_expert_activity(o, r);
+  write_losses(o, r);
   write_steps(o, r);
   if (!r.experts.empty()) write_expert_table(o, r);
   write_comms(o, r);

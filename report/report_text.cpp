@@ -144,12 +144,13 @@ void write_steps(std::ostream& os, const Report& r) {
   section(os, "Steps: communication and overlap (ms summed over ranks)");
   if (!r.has_overlap)
     os << "(this file has no comm_ms / exposed_comm_ms: only stall time is known)\n";
-  Table st({"step", "loss", "comm ms", "exposed ms", "overlapped ms", "overlap", "stall ms"});
+  Table st({"step", "loss", "val loss", "comm ms", "exposed ms", "overlapped ms", "overlap",
+            "stall ms"});
   for (const StepRow& s : r.step_rows)
-    st.add({num(s.step), opt(s.loss, "%.4f"), opt(s.comm_ms, "%.3f"),
+    st.add({num(s.step), opt(s.loss, "%.4f"), opt(s.val_loss, "%.4f"), opt(s.comm_ms, "%.3f"),
             opt(s.exposed_comm_ms, "%.3f"), opt(s.overlapped_ms, "%.3f"),
             opt(s.overlap_ratio, "%.3f"), fmt("%.3f", s.stall_ms)});
-  st.add({"total", "", opt(r.total_comm_ms, "%.3f"), opt(r.total_exposed_comm_ms, "%.3f"),
+  st.add({"total", "", "", opt(r.total_comm_ms, "%.3f"), opt(r.total_exposed_comm_ms, "%.3f"),
           r.total_comm_ms ? fmt("%.3f", *r.total_comm_ms - *r.total_exposed_comm_ms) : "n/a",
           opt(r.total_overlap_ratio, "%.3f"), fmt("%.3f", r.total_stall_ms)});
   st.print(os);

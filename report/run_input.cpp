@@ -194,6 +194,7 @@ StepRecord parse_step(const json& sj, const std::string& where) {
   s.where = where;
   s.step = int_field(sj, "step", at);
   s.loss = optional_number(sj, "loss", at);
+  s.val_loss = optional_number(sj, "val_loss", at);
   const At tat = at.field("tokens_per_expert");
   const json& tpe = as_array(member(sj, "tokens_per_expert", at), tat);
   for (size_t l = 0; l < tpe.size(); ++l) {

@@ -78,6 +78,7 @@ struct StepRecord {
   std::string where;  // "FILE:LINE" or "FILE: traceEvents[i]", for messages
   int64_t step = 0;
   std::optional<double> loss;
+  std::optional<double> val_loss;                       // train.eval_every steps only
   std::vector<std::vector<int64_t>> tokens_per_expert;  // (MoE layers, E)
   bool has_moe_layers = false;                          // false: file predates the counters
   std::vector<LayerStepCounters> moe_layers;            // (MoE layers) when has_moe_layers

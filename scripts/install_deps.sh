@@ -12,6 +12,7 @@ PACKAGES=(
   libdnnl-dev            # oneDNN: CPU GEMM (sgemm with the CPU's widest units)
   nlohmann-json3-dev     # config and metrics JSON
   zlib1g-dev             # crc32 of checkpoint files
+  libpcre2-dev           # PCRE2: the byte-level BPE tokenizer's pre-tokenizer regex
   libgtest-dev libgmock-dev
   libbenchmark-dev       # Google Benchmark
   openmpi-bin libopenmpi-dev  # MPI: multi-process launch (mpirun) and its tests

@@ -30,6 +30,13 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out,
 
 // `moezero score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]`.
 int score(const std::vector<std::string>& args);
+// `moezero generate --checkpoint DIR | --model HF_DIR [--prompt TEXT] [--max-new-tokens N]
+//  [--temperature T] [--top-k K] [--top-p P] [--seed S]`: prints the prompt and what the model
+// writes after it (tokens are bytes), CPU, KV cache.
+int generate(const std::vector<std::string>& args);
+// The tokenizer.json of a checkpoint (DIR/tokenizer.json, or its save_dir's when DIR is a step
+// directory) or an exported directory, else `configured` when that file exists, else "".
+std::string find_tokenizer(const std::string& dir, const std::string& configured);
 // `moezero report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]`.
 int report(const std::vector<std::string>& args);
 // `moezero bench --config FILE [--set k=v ...] [--strategies LIST] [--repeats N] [--warmup N]

@@ -1,14 +1,15 @@
 // tools/hf_cmd.cpp — `moezero export` (a checkpoint as a Hugging Face directory) and
 // `moezero score` (mean next-token cross-entropy of an exported model on a byte file).
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "core/error.h"
-#include "tools/cli.h"
-#include "train/checkpoint.h"
 #include "hf/hf_export.h"
 #include "hf/hf_score.h"
 #include "hf/safetensors.h"
+#include "tools/cli.h"
+#include "train/checkpoint.h"
 
 namespace moezero::cli {
 
@@ -64,6 +65,13 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out,
   groups.reserve(full.groups.size());
   for (checkpoint::NamedGroup& g : full.groups) groups.push_back({g.name, std::move(g.data)});
   moe::export_hf(full.config, groups, out, opt);
+  const std::string tok = find_tokenizer(checkpoint, full.config.data.tokenizer);
+  if (!tok.empty()) {  // transformers' generate needs its tokenizer beside the weights
+    std::error_code ec;
+    std::filesystem::copy_file(tok, std::filesystem::path(out) / "tokenizer.json",
+                               std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) MOEZERO_THROW("export: cannot copy the tokenizer '", tok, "': ", ec.message());
+  }
   std::printf("exported %s (step %lld, %s) to %s\n", checkpoint.c_str(),
               static_cast<long long>(full.step),
               moe::hf_architecture_name(moe::hf_architecture(full.config)), out.c_str());

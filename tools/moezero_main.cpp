@@ -30,6 +30,11 @@ constexpr const char* kUsage =
     "      write a checkpoint as a Hugging Face directory (config.json + model.safetensors)\n"
     "  score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]\n"
     "      mean next-token cross-entropy (nats) of an exported model on a byte file, as JSON\n"
+    "  generate --checkpoint DIR | --model HF_DIR [--prompt TEXT] [--max-new-tokens N]\n"
+    "        [--temperature T] [--top-k K] [--top-p P] [--seed S] [--tokenizer FILE]\n"
+    "      write text after the prompt (CPU, KV cache; tokens from the directory's\n"
+    "      tokenizer.json, else bytes; temperature 0: greedy; defaults: 200 tokens,\n"
+    "      temperature 0.8, top-k 0 (all), top-p 1, seed 0)\n"
     "  report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]\n"
     "      per-expert, per-step, comms and memory summary of a metrics file or trace;\n"
     "      --html: one self-contained page with heatmaps, --json: the numbers\n"
@@ -55,6 +60,7 @@ int main(int argc, char** argv) {
     if (cmd == "config") return moezero::cli::config(args);
     if (cmd == "export") return moezero::cli::export_model(args);
     if (cmd == "score") return moezero::cli::score(args);
+    if (cmd == "generate") return moezero::cli::generate(args);
     if (cmd == "report") return moezero::cli::report(args);
     if (cmd == "bench") return moezero::cli::bench(args);
     std::cerr << "moezero: unknown command '" << cmd << "'\n" << kUsage;

@@ -5,9 +5,9 @@
 #include <iostream>
 
 #include "core/error.h"
-#include "tools/cli.h"
 #include "report/report.h"
 #include "report/report_render.h"
+#include "tools/cli.h"
 
 namespace moezero::cli {
 

@@ -47,7 +47,12 @@ void print_progress(std::ostream& os, const StepLog& s, int64_t first_step, int6
       static_cast<long long>(s.step), static_cast<long long>(steps), s.loss, s.lr, s.grad_norm,
       s.tokens_per_s, clock_text(s.elapsed_s).c_str(), clock_text(eta).c_str(),
       s.applied ? "" : " | SKIPPED (non-finite gradient)");
-  os << buf << std::endl;
+  os << buf;
+  if (s.val_loss) {
+    std::snprintf(buf, sizeof buf, " | val loss %.4f ppl %.2f", *s.val_loss, std::exp(*s.val_loss));
+    os << buf;
+  }
+  os << std::endl;
 }
 
 AdamWHyper adamw_hyper(const TrainConfig& tc, int64_t step) {
@@ -132,10 +137,11 @@ class RankSession {
   void read_batch(int64_t mb, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) const;
   RankStepStats step_counters(const StepTiming& timing);
   StepExchange exchange_step_stats(const StepTiming& timing);
+  std::optional<double> evaluate(int64_t step);
   Clock::duration save_checkpoint(int64_t step, const std::string& stop_error);
   void log_step(int64_t step, const StepOutcome& o, StepExchange ex,
                 const std::vector<std::vector<double>>& predicted, Clock::duration busy,
-                Clock::time_point t_start, Clock::time_point t1);
+                Clock::time_point t_start, Clock::time_point t1, std::optional<double> val_loss);
 
   comm::RankContext& ctx_;
   const TrainRun& run_;
@@ -157,6 +163,10 @@ class RankSession {
   int moe_layers_ = 0;
   std::unique_ptr<prefetch::FrequencyModel> frequency_;  // null for a dense model
   std::unique_ptr<Transformer> model_;
+  // Evaluation (train.eval_every): the same groups, forward only, with its own runtime (built
+  // at the first evaluation).
+  MoeRuntime eval_rt_;
+  std::unique_ptr<Transformer> eval_model_;
   int64_t hook_step_ = 0;  // 1-based step for the grad hook
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<GradHealth> health_;
@@ -301,13 +311,17 @@ void RankSession::run_step(int64_t step, Clock::time_point t_start) {
   const auto predicted = step_stats_->predicted(frequency_.get());
   const StepOutcome o = device_step(step, loss, aux);
   StepExchange ex = exchange_step_stats(o.timing);
+  const auto te = Clock::now();
+  const std::optional<double> val_loss = o.stop_error.empty() ? evaluate(step) : std::nullopt;
+  const Clock::duration eval_time = Clock::now() - te;                    // not in tok/s
   const Clock::duration save_time = save_checkpoint(step, o.stop_error);  // not in tok/s
   if (ctx_.rank != 0) {
     if (!o.stop_error.empty()) MOEZERO_THROW(o.stop_error);
     return;
   }
   const auto t1 = Clock::now();
-  log_step(step, o, std::move(ex), predicted, t1 - t0 - save_time, t_start, t1);
+  log_step(step, o, std::move(ex), predicted, t1 - t0 - save_time - eval_time, t_start, t1,
+           val_loss);
 }
 
 // The micro-batches, the loss all-reduce and the optimizer step, up to the step's host sync.
@@ -404,6 +418,56 @@ StepExchange RankSession::exchange_step_stats(const StepTiming& timing) {
   return ex;
 }
 
+// The validation loss after 0-based `step` when train.eval_every (or the run's last step) says
+// so: the mean loss over every target of train.eval_batches held-out micro-batches of every
+// rank (TokenData::val_batch: the same tokens at every world size). Forward only, on every rank
+// with the same collectives in the same order (parameter gathers, MoE agreement and token
+// exchange, one loss all-reduce). The evaluation model's runtime has no router jitter, no
+// prefetch model or statistics (the training's routing history stays its own) and releases
+// every expert after forward (fsdp gathers as leaf). Its traffic is counted in the next step's
+// counters (groups it prefetched may serve that step), and the engine's recorded fetch order
+// sees its acquires (the next step may replay less). Returns the loss on every rank; nullopt
+// when no evaluation is due.
+std::optional<double> RankSession::evaluate(int64_t step) {
+  const bool due =
+      tc_.eval_every > 0 && ((step + 1) % tc_.eval_every == 0 || step + 1 == end_step_);
+  if (!due) return std::nullopt;
+  if (!eval_model_) {
+    eval_rt_ = rt_;
+    eval_rt_.moe.router_jitter = 0.0;
+    eval_rt_.stats = nullptr;
+    eval_rt_.frequency = nullptr;
+    eval_rt_.trace = nullptr;
+    if (eval_rt_.gather == MoeGather::Fsdp) eval_rt_.gather = MoeGather::Leaf;
+    eval_rt_.reshard_after_forward = true;
+    eval_model_ = std::make_unique<Transformer>(cfg_.model, &eval_rt_);
+  }
+  const int64_t batches = tc_.eval_batches, global_rows = tc_.micro_batch_size;
+  const float scale = 1.0f / static_cast<float>(batches * global_rows * T_);
+  TensorBuffer loss(dev_, DType::F32, Shape{1}, MemTag::Other, cs_, "val loss");
+  dev_.ops().fill(cs_, loss, 0.0);
+  std::deque<std::vector<int32_t>> host;  // alive until the sync below
+  for (int64_t b = 0; b < batches; ++b) {
+    auto& tok = host.emplace_back();
+    auto& tgt = host.emplace_back();
+    run_.data->val_batch(b, global_rows, ctx_.rank * rows_, rows_, tok, tgt);
+    TensorBuffer tokens(dev_, DType::I32, Shape{rows_, T_}, MemTag::Activation, cs_, "tokens");
+    TensorBuffer targets(dev_, DType::I32, Shape{rows_, T_}, MemTag::Activation, cs_, "targets");
+    dev_.memcpy_async(tokens.view().data(), tok.data(), tok.size() * 4, cs_);
+    dev_.memcpy_async(targets.view().data(), tgt.data(), tgt.size() * 4, cs_);
+    const MicroBatchInfo mbi{b, ctx_.rank * rows_ * T_, global_rows * T_};
+    eval_model_->forward(*engine_, cs_, tokens, targets, scale, loss, mbi);
+    eval_model_->discard_activations();
+  }
+  comms_.misc->all_reduce(loss.view().data(), loss.view().data(), 1, DType::F32, ReduceOp::Sum,
+                          cs_);
+  float host_loss = 0.0f;
+  dev_.memcpy_async(&host_loss, loss.view().data(), sizeof(float), cs_);
+  join_streams(cs_, {streams_.gather, streams_.reduce, rt_.a2a_stream}, nullptr);
+  cs_.synchronize();
+  return host_loss;
+}
+
 // Saves after 0-based `step` when train.save_every or the run's last step says so (not after
 // a step that stops the run). Returns the time it took (zero when not saving).
 Clock::duration RankSession::save_checkpoint(int64_t step, const std::string& stop_error) {
@@ -424,9 +488,11 @@ Clock::duration RankSession::save_checkpoint(int64_t step, const std::string& st
 // (or the stop error, after the metrics line). [in] busy: the step's time, save excluded.
 void RankSession::log_step(int64_t step, const StepOutcome& o, StepExchange ex,
                            const std::vector<std::vector<double>>& predicted, Clock::duration busy,
-                           Clock::time_point t_start, Clock::time_point t1) {
+                           Clock::time_point t_start, Clock::time_point t1,
+                           std::optional<double> val_loss) {
   StepLog s;
   s.step = step + 1;
+  s.val_loss = val_loss;
   s.loss = o.loss;
   s.lr = o.hyper.lr;
   s.grad_norm = o.result.grad_norm;
@@ -445,7 +511,7 @@ void RankSession::log_step(int64_t step, const StepOutcome& o, StepExchange ex,
   if (recorder_->last_step_traced()) recorder_->step_metrics(line);
   const TrainOptions& options = run_.options;
   if (options.progress && (s.step % tc_.log_every == 0 || s.step == first_step_ + 1 ||
-                           s.step == end_step_ || !s.applied))
+                           s.step == end_step_ || !s.applied || s.val_loss))
     print_progress(*options.progress, s, first_step_, end_step_, tc_.steps);
   if (options.progress && !s.applied && o.stop_error.empty())
     *options.progress << "  "

@@ -42,6 +42,10 @@ std::string step_json(const StepLog& s) {
   j["applied"] = s.applied;
   j["tokens"] = s.tokens;
   j["tokens_per_s"] = s.tokens_per_s;
+  if (s.val_loss) {
+    j["val_loss"] = *s.val_loss;
+    j["val_ppl"] = std::exp(*s.val_loss);
+  }
   j["elapsed_s"] = s.elapsed_s;
   auto ranks = nlohmann::json::array();
   for (const RankStepStats& r : s.ranks) ranks.push_back(rank_step_json(r));
@@ -80,6 +84,9 @@ void check_run(const Config& cfg, const TrainOptions& options,
   MOEZERO_REQUIRE(tc.micro_batch_size % world == 0, "train.micro_batch_size (", tc.micro_batch_size,
                   ") must be divisible by parallel.world_size (", world,
                   "): it is the global number of sequences per micro-batch");
+  MOEZERO_REQUIRE(tc.eval_every == 0 || !options.data,
+                  "train.eval_every needs the held-out part of data.path / data.val_path; a "
+                  "custom TrainOptions::data source has none: set train.eval_every to 0");
   if (!options.resume_from.empty() && !tc.init_from.empty())
     MOEZERO_THROW("train.init_from (", tc.init_from, ") and a resume from ", options.resume_from,
                   " were both given: a resumed run takes its parameters from the checkpoint; "
@@ -155,8 +162,12 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   check_run(cfg, options, mpi);
   std::unique_ptr<TokenData> data;
   if (!options.data)
-    data = std::make_unique<TokenData>(cfg.data.path, cfg.model.vocab_size, cfg.model.seq_len,
-                                       cfg.data.val_fraction);
+    data = std::make_unique<TokenData>(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
+  if (data && cfg.train.eval_every > 0 && !data->has_validation())
+    MOEZERO_THROW(
+        "train.eval_every: the held-out data (", data->val_source(), ") holds ", data->val_tokens(),
+        " tokens, fewer than one sequence of model.seq_len + 1 = ", cfg.model.seq_len + 1);
+  if (!mpi || mpi->rank == 0) keep_tokenizer(cfg.data, cfg.train.save_dir);
   std::ofstream metrics;
   open_metrics(cfg, options, mpi, metrics);
   const std::map<std::string, std::vector<float>> init_values = read_init_values(cfg);

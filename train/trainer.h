@@ -35,6 +35,9 @@ struct StepLog {
   // Per MoE layer, per expert: tokens routed in this step (all ranks, globally agreed counts,
   // after capacity drops).
   std::vector<std::vector<int64_t>> tokens_per_expert;
+  // Validation (train.eval_every): mean next-token loss over the held-out batches, and its
+  // exp (perplexity); absent on steps without an evaluation.
+  std::optional<double> val_loss;
   bool applied = true;  // false: skipped (non-finite gradient, train.on_nonfinite = skip)
   int64_t tokens = 0;   // targets in this step, all ranks
   double tokens_per_s = 0.0;

@@ -87,12 +87,19 @@ TEST(Config, RejectsWrongTypesAndValues) {
                   {"zero.max_live_parameters", "unknown unit 'parsecs'"});
   expect_rejected(R"({"zero": {"max_live_parameters": -5}})",
                   {"zero.max_live_parameters", "non-negative"});
+  expect_rejected(R"({"data": {"format": "parquet"}})",
+                  {"data.format", "must be one of bytes, tokens", "parquet"});
+  expect_rejected(R"({"train": {"eval_every": -1}})", {"train.eval_every", "must be >= 0"});
+  expect_rejected(R"({"train": {"eval_batches": 0}})", {"train.eval_batches", "must be in [1"});
   expect_rejected(R"({"train": []})", {"section 'train' must be an object"});
   expect_rejected(R"([1, 2])", {"top level must be a JSON object"});
   expect_rejected(R"({"train": {)", {"cfg.json", "not valid JSON"});
 }
 
 TEST(Config, RejectsInconsistentCombinations) {
+  expect_rejected(R"({"train": {"eval_every": 5}})",
+                  {"train.eval_every (5) needs held-out data", "data.val_path", "val_fraction"});
+  expect_rejected(R"({"data": {"format": "tokens"}})", {"data.format \"tokens\" needs data.path"});
   expect_rejected(R"({"model": {"d_model": 100, "n_heads": 3}})",
                   {"model.d_model (100)", "model.n_heads (3)"});
   expect_rejected(R"({"model": {"n_heads": 4, "n_kv_heads": 3}})", {"model.n_kv_heads (3)"});

@@ -100,6 +100,7 @@ struct Gen {
     json j;
     j["step"] = s + 1;
     j["loss"] = loss[size_t(s)];
+    if (s % 3 == 2) j["val_loss"] = loss[size_t(s)] + 0.25;  // an evaluation every third step
     j["lr"] = 0.001;
     j["grad_norm"] = 1.0;
     j["tokens_per_expert"] = tokens[size_t(s)];
@@ -247,6 +248,10 @@ TEST(Report, StepOverlapAndRankNumbersEqualIndependentRecomputation) {
     const double c = g.comm[size_t(s)], x = g.exposed[size_t(s)];
     EXPECT_EQ(row.step, s + 1);
     EXPECT_EQ(row.loss, g.loss[size_t(s)]);
+    if (s % 3 == 2)
+      EXPECT_EQ(row.val_loss, g.loss[size_t(s)] + 0.25);
+    else
+      EXPECT_FALSE(row.val_loss);
     ASSERT_TRUE(row.comm_ms && row.exposed_comm_ms && row.overlapped_ms);
     EXPECT_EQ(*row.comm_ms, c);
     EXPECT_EQ(*row.exposed_comm_ms, x);
@@ -606,7 +611,10 @@ TEST(Report, HtmlIsSelfContainedAndHasEveryHeatmap) {
   const Gen g(5);
   const Report r = compute_report(parse_run(g.metrics_text(), "a<b>.jsonl"));
   const std::string html = render_html(r);
-  for (const char* id : {"heatmap-share", "heatmap-active", "steps-chart", "memory-chart"})
+  EXPECT_NE(html.find("class=\"val-loss\""), std::string::npos) << "validation loss line";
+  EXPECT_NE(html.find("class=\"train-loss\""), std::string::npos) << "training loss line";
+  for (const char* id :
+       {"heatmap-share", "heatmap-active", "steps-chart", "memory-chart", "loss-chart"})
     EXPECT_NE(html.find(std::string("id=\"") + id + "\""), std::string::npos) << id;
   size_t cells = 0;
   for (size_t p = html.find("class=\"cell\""); p != std::string::npos;

@@ -1,0 +1,67 @@
+// hf/generate.h — text generation on the CPU: the model's forward one token at a time with a
+// KV cache (fp32, plain loops, world 1), and the sampling rules of `moezero generate`.
+//
+// The math is model/transformer.h's, evaluated per position: embedding, per layer
+// x += attn(rmsnorm(x)) with RoPE at the token's absolute position against the cached keys and
+// values of every earlier position (grouped-query heads), x += ffn(rmsnorm(x)) (dense SwiGLU or
+// the MoE layer's top-k experts: softmax over the gate, top-k descending with ties to the lower
+// expert, renormalised when normalize_top_k; no jitter, no capacity), then the final norm and
+// lm_head. tests/hf/generate_test.cpp checks its logits against the Transformer's forward.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "hf/hf_export.h"
+
+namespace moezero::moe {
+
+class KvGenerator {
+ public:
+  // [in] groups: every group of full_param_groups(model) by name (checked).
+  KvGenerator(const ModelConfig& model, bool normalize_top_k,
+              const std::vector<GroupValues>& groups);
+  ~KvGenerator();
+  KvGenerator(const KvGenerator&) = delete;
+  KvGenerator& operator=(const KvGenerator&) = delete;
+
+  // Feeds `token` at position position() and returns the logits (vocab_size) of the next one;
+  // the cache grows by one position. Throws when position() == model.seq_len (the context is
+  // full) or the token is outside the vocabulary.
+  const std::vector<float>& feed(int32_t token);
+  void reset();  // empties the cache
+  int64_t position() const { return pos_; }
+  const ModelConfig& model() const { return model_; }
+
+ private:
+  struct Weights;
+  ModelConfig model_;
+  bool normalize_top_k_ = true;
+  std::unique_ptr<Weights> w_;
+  std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer (seq_len, Hkv * D)
+  std::vector<float> logits_;
+  int64_t pos_ = 0;
+};
+
+struct Sampling {
+  double temperature = 0.8;  // <= 0: greedy (argmax, ties to the lower id)
+  int64_t top_k = 0;         // keep the k most likely tokens (0: all)
+  double top_p = 1.0;        // keep the smallest most-likely set whose probability >= top_p
+  uint64_t seed = 0;
+};
+
+// One token drawn from `logits` by the rules above, with `rng` (a pure function of the logits
+// and the generator's state).
+int32_t sample_token(const std::vector<float>& logits, const Sampling& s, std::mt19937_64& rng);
+
+// Feeds the prompt (at least one token; at most model.seq_len) from an empty cache, then draws
+// up to max_new_tokens tokens, stopping early when the context (model.seq_len) is full or at
+// `eos` (>= 0). Returns the new tokens. Throws naming the lengths when the prompt is empty or
+// longer than the context.
+std::vector<int32_t> generate(KvGenerator& gen, const std::vector<int32_t>& prompt,
+                              int64_t max_new_tokens, const Sampling& s, int32_t eos = -1);
+
+}  // namespace moezero::moe

@@ -1,0 +1,149 @@
+// tools/generate_cmd.cpp — `moezero generate`: text from a checkpoint or an exported Hugging
+// Face directory, on the CPU with a KV cache (hf/generate.h). Tokens: the directory's
+// tokenizer.json (byte-level BPE, hf/bpe_tokenizer.h) when there is one (or --tokenizer FILE),
+// then generation also stops at its <|endoftext|>; else bytes (a model with vocab_size > 256
+// prints ids >= 256 as "<id>").
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+
+#include "core/error.h"
+#include "hf/bpe_tokenizer.h"
+#include "hf/generate.h"
+#include "hf/hf_export.h"
+#include "tools/cli.h"
+#include "train/checkpoint.h"
+
+namespace moezero::cli {
+
+namespace {
+
+double parse_number(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  MOEZERO_REQUIRE(used == text.size() && std::isfinite(v), "generate: ", flag, " '", text,
+                  "' is not a number");
+  return v;
+}
+
+int64_t parse_count(const std::string& flag, const std::string& text, int64_t lo) {
+  const double v = parse_number(flag, text);
+  MOEZERO_REQUIRE(v == std::floor(v) && v >= double(lo) && v < 9e18, "generate: ", flag, " '", text,
+                  "' must be a whole number >= ", lo);
+  return static_cast<int64_t>(v);
+}
+
+struct LoadedModel {
+  ModelConfig model;
+  bool normalize_top_k = true;
+  std::vector<moe::GroupValues> groups;
+  std::string tokenizer;  // the run's data.tokenizer (checkpoints), else ""
+};
+
+LoadedModel load(const std::string& checkpoint, const std::string& hf_dir) {
+  LoadedModel out;
+  if (!checkpoint.empty()) {
+    checkpoint::FullParams full = checkpoint::load_full_params(checkpoint);
+    out.model = full.config.model;
+    out.normalize_top_k = full.config.moe.normalize_top_k;
+    out.tokenizer = full.config.data.tokenizer;
+    for (checkpoint::NamedGroup& g : full.groups) out.groups.push_back({g.name, std::move(g.data)});
+    return out;
+  }
+  const moe::HfModel hf = moe::read_hf_dir(hf_dir);
+  out.model = hf.model;
+  out.normalize_top_k = hf.moe.normalize_top_k;
+  out.groups = moe::hf_group_values(hf);
+  return out;
+}
+
+std::string decode(const std::vector<int32_t>& tokens) {
+  std::string s;
+  for (int32_t t : tokens)
+    s += t < 256 ? std::string(1, static_cast<char>(t)) : "<" + std::to_string(t) + ">";
+  return s;
+}
+
+}  // namespace
+
+std::string find_tokenizer(const std::string& dir, const std::string& configured) {
+  namespace fs = std::filesystem;
+  const fs::path d(dir);
+  for (const fs::path& p : {d / "tokenizer.json", d.parent_path() / "tokenizer.json"})
+    if (fs::is_regular_file(p) && (p.parent_path() == d || fs::exists(d / "manifest.json")))
+      return p.string();
+  return !configured.empty() && fs::is_regular_file(configured) ? configured : std::string();
+}
+
+int generate(const std::vector<std::string>& args) {
+  std::string checkpoint, hf_dir, tokenizer, prompt = "\n";
+  int64_t max_new = 200;
+  moe::Sampling s;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto value = [&](const char* flag) {
+      MOEZERO_REQUIRE(i + 1 < args.size(), "generate: ", flag, " needs a value");
+      return args[++i];
+    };
+    const std::string& a = args[i];
+    if (a == "--checkpoint")
+      checkpoint = value("--checkpoint");
+    else if (a == "--model")
+      hf_dir = value("--model");
+    else if (a == "--tokenizer")
+      tokenizer = value("--tokenizer");
+    else if (a == "--prompt")
+      prompt = value("--prompt");
+    else if (a == "--max-new-tokens")
+      max_new = parse_count(a, value("--max-new-tokens"), 0);
+    else if (a == "--temperature")
+      s.temperature = parse_number(a, value("--temperature"));
+    else if (a == "--top-k")
+      s.top_k = parse_count(a, value("--top-k"), 0);
+    else if (a == "--top-p")
+      s.top_p = parse_number(a, value("--top-p"));
+    else if (a == "--seed")
+      s.seed = static_cast<uint64_t>(parse_count(a, value("--seed"), 0));
+    else
+      MOEZERO_THROW("generate: unknown option '", a, "' (see `moezero help`)");
+  }
+  MOEZERO_REQUIRE(checkpoint.empty() != hf_dir.empty(),
+                  "generate: give exactly one of --checkpoint DIR and --model HF_DIR");
+  MOEZERO_REQUIRE(s.temperature >= 0.0, "generate: --temperature must be >= 0 (0: greedy), got ",
+                  s.temperature);
+  MOEZERO_REQUIRE(s.top_p > 0.0 && s.top_p <= 1.0, "generate: --top-p must be in (0, 1], got ",
+                  s.top_p);
+  MOEZERO_REQUIRE(!prompt.empty(), "generate: --prompt is empty (give at least one character)");
+  const LoadedModel m = load(checkpoint, hf_dir);
+  if (tokenizer.empty())
+    tokenizer = find_tokenizer(checkpoint.empty() ? hf_dir : checkpoint, m.tokenizer);
+  std::unique_ptr<moe::BpeTokenizer> tok;
+  std::vector<int32_t> ids;
+  if (!tokenizer.empty()) {
+    tok = std::make_unique<moe::BpeTokenizer>(tokenizer);
+    ids = tok->encode(prompt);
+  } else {
+    for (char c : prompt) ids.push_back(static_cast<uint8_t>(c));
+  }
+  for (size_t i = 0; i < ids.size(); ++i)
+    MOEZERO_REQUIRE(ids[i] < m.model.vocab_size, "generate: prompt token ", ids[i], " at ", i,
+                    " is outside the model's vocab_size (", m.model.vocab_size, ")",
+                    tok ? " (tokenizer " + tokenizer + ")" : std::string(" (tokens are bytes)"));
+  moe::KvGenerator gen(m.model, m.normalize_top_k, m.groups);
+  const std::vector<int32_t> out =
+      moe::generate(gen, ids, max_new, s, tok ? tok->end_of_text() : -1);
+  std::cout << prompt << (tok ? tok->decode(out) : decode(out)) << std::endl;
+  if (int64_t(out.size()) < max_new && !(tok && !out.empty() && out.back() == tok->end_of_text()))
+    std::cerr << "(stopped after " << out.size()
+              << " tokens: the context of model.seq_len = " << m.model.seq_len << " tokens is full)"
+              << std::endl;
+  return 0;
+}
+
+}  // namespace moezero::cli
