@@ -263,8 +263,13 @@ void visit_model(V& v, auto& c) {
           in_range<int64_t>(1, kMaxI));
   v.field("d_model", c.d_model, "model width (HF hidden_size)", in_range<int64_t>(1, 1 << 20));
   v.field("d_ff", c.d_ff,
-          "SwiGLU hidden width of the dense FFN and of each expert (HF intermediate_size)",
+          "SwiGLU hidden width of the dense FFN, and of each expert unless expert_d_ff is set "
+          "(HF intermediate_size)",
           in_range<int64_t>(1, 1 << 22));
+  v.field("expert_d_ff", c.expert_d_ff,
+          "SwiGLU hidden width of each routed expert (fine-grained experts; HF "
+          "moe_intermediate_size); 0: d_ff",
+          in_range<int64_t>(0, 1 << 22));
   v.field("n_layers", c.n_layers, "decoder layers", in_range<int64_t>(1, 4096));
   v.field("n_heads", c.n_heads, "query heads", in_range<int64_t>(1, 4096));
   v.field("n_kv_heads", c.n_kv_heads, "key/value heads (grouped-query attention); divides n_heads",
@@ -374,6 +379,15 @@ void visit_moe(V& v, auto& c) {
           at_least(0.0));
   v.field("normalize_top_k", c.normalize_top_k,
           "renormalise top-k weights (Mixtral); false keeps raw probabilities");
+  v.choice("score_function", c.score_function,
+           Choices<ScoreFunction>{{"softmax", ScoreFunction::Softmax},
+                                  {"sigmoid", ScoreFunction::Sigmoid}},
+           "router scores: softmax of the logits (Mixtral) or sigmoid (DeepSeek-V3; README, "
+           "MoE layers)");
+  v.field("expert_bias_update_rate", c.expert_bias_update_rate,
+          "auxiliary-loss-free balancing (DeepSeek-V3): per-expert selection bias += rate * "
+          "sign(mean load - load) after each optimizer step; 0: off",
+          at_least(0.0));
 }
 
 template <class V>

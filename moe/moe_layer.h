@@ -67,6 +67,18 @@ class MoeFeedForward final : public FeedForward {
 
   int local_experts() const { return experts_.count(); }
 
+  // Auxiliary-loss-free balancing (moe.expert_bias_update_rate > 0; DeepSeek-V3): the router's
+  // per-expert selection bias b (E). After each optimizer step the trainer calls
+  // update_expert_bias: b_e += rate · sign(mean_e' load_e' - load_e), load_e = the globally
+  // agreed top-k selections (before capacity) of expert e summed over the step's trained
+  // micro-batches (counted in backward, so evaluation forwards do not count); identical on
+  // every rank. A no-op when the rate is 0 (then the bias is empty).
+  void update_expert_bias();
+  const std::vector<float>& expert_bias() const { return router_.bias(); }
+  // Restores a saved bias (E finite values, else throws). With the rate 0 the bias is off and
+  // stays empty whatever is given; with a rate > 0 an empty list means zeros.
+  void set_expert_bias(std::vector<float> bias);
+
  private:
   struct MoeSaved;
   // The steps of forward (moe_layer.cpp), in order.
@@ -93,6 +105,7 @@ class MoeFeedForward final : public FeedForward {
   LocalExperts experts_;        // provider groups first_group_ + 1, ...
   std::vector<int> planned_;    // (global) expert ids prefetched by prepare() for this micro-batch
   std::vector<double> plan_p_;  // (E) P(active) the plan of this micro-batch used; empty: none
+  std::vector<double> load_;    // (E) agreed selections of this step's trained micro-batches
 };
 
 }  // namespace moezero::moe

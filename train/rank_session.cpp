@@ -267,8 +267,8 @@ void RankSession::build_engine() {
 void RankSession::load_start_state() {
   for (int g = 0; g < engine_->group_count() && !run_.init_values.empty(); ++g)
     engine_->set_full_params_host(g, run_.init_values.at(engine_->layout(g).spec().name));
-  ckpt_ =
-      checkpoint::RankState{&cfg_, engine_.get(), frequency_.get(), comms_.misc.get(), &dev_, &cs_};
+  ckpt_ = checkpoint::RankState{&cfg_, engine_.get(), frequency_.get(), comms_.misc.get(),
+                                &dev_, &cs_,          model_.get()};
   const TrainOptions& options = run_.options;
   first_step_ = options.resume_from.empty() ? 0 : checkpoint::restore(ckpt_, options.resume_from);
   if (first_step_ > 0 && ctx_.rank == 0 && options.progress)
@@ -327,6 +327,7 @@ StepOutcome RankSession::device_step(int64_t step, TensorBuffer& loss, TensorBuf
                recorder_.get());
   cs_.synchronize();
   o.timing = recorder_->finish_step();
+  model_->update_expert_bias();  // moe.expert_bias_update_rate (from the agreed loads)
   // A non-finite norm is the same on every rank (computed from the same all-gathered
   // squares), so every rank takes this branch, agrees on the report, and stops or skips.
   if (!o.result.finite) o.nonfinite = health_->agree_nonfinite(o.result, step + 1);

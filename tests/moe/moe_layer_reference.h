@@ -1,8 +1,9 @@
 // tests/moe/moe_layer_reference.h — the float64 reference of the MoE FFN sub-layer
 // (moe/moe_layer.h) over the GLOBAL batch of all ranks, for tests/moe/moe_layer_test.cpp.
 // Written naively from the definitions in moe/moe_layer.h and moe/router.h:
-//   xn = rmsnorm(h) · g;  logits = xn Wg^T;  probs = softmax;  top-k (ties: lower expert index);
-//   w = p / Σ_chosen p (normalize_top_k) or p;  capacity per RANK (its own N tokens):
+//   xn = rmsnorm(h) · g;  logits = xn Wg^T;  scores s = probs = softmax (sigmoid: s = sigmoid,
+//   probs = s / Σ s);  top-k of s (ties: lower expert index);
+//   w = s / Σ_chosen s (normalize_top_k) or s;  capacity per RANK (its own N tokens):
 //   cap = max(1, ceil(k·N·f/E · (1 - 1e-6))), per expert keep the cap assignments of highest
 //   probability (ties: lower token index kept), dropped: weight 0;
 //   out = h + Σ_j w_j · W2 (silu(W1 xn) ⊙ W3 xn);
@@ -32,6 +33,7 @@ struct Spec {
   int64_t c = 8, f = 12, e = 8, k = 2;
   double norm_eps = 1e-5;
   bool normalize = true;
+  bool sigmoid = false;  // moe.score_function = sigmoid
   double aux_coef = 0.0, z_coef = 0.0, capacity_factor = 0.0;
   int64_t tokens() const { return ranks * n; }
 };
@@ -50,12 +52,13 @@ struct Routing {
 
 inline int64_t capacity(const Spec& s) {
   if (s.capacity_factor <= 0.0) return 0;
-  const double exact = static_cast<double>(s.k * s.n) * s.capacity_factor / static_cast<double>(s.e);
+  const double exact =
+      static_cast<double>(s.k * s.n) * s.capacity_factor / static_cast<double>(s.e);
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(exact * (1.0 - 1e-6))));
 }
 
 struct TokenFwd {
-  Vec xn, probs;  // (C), (E)
+  Vec xn, probs, scores;  // (C), (E), (E): probs = scores for softmax
   double lse = 0.0;
 };
 
@@ -75,6 +78,12 @@ inline TokenFwd token_forward(const Spec& s, const Weights& w, const double* h) 
   r.lse = m + std::log(sum);
   r.probs.resize(static_cast<size_t>(s.e));
   for (int64_t e = 0; e < s.e; ++e) r.probs[e] = std::exp(l[e] - r.lse);
+  r.scores = r.probs;
+  if (s.sigmoid) {
+    double ssum = 0.0;
+    for (int64_t e = 0; e < s.e; ++e) ssum += r.scores[e] = 1.0 / (1.0 + std::exp(-l[e]));
+    for (int64_t e = 0; e < s.e; ++e) r.probs[e] = r.scores[e] / ssum;
+  }
   return r;
 }
 
@@ -106,15 +115,15 @@ inline Routing route(const Spec& s, const Weights& w, const Vec& h, double margi
     std::vector<int> order(static_cast<size_t>(E));
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
-                     [&](int a, int b) { return f.probs[a] > f.probs[b]; });
+                     [&](int a, int b) { return f.scores[a] > f.scores[b]; });
     for (int64_t j = 0; j < k; ++j) {
       r.ids.push_back(order[j]);
-      p_of[t * k + j] = f.probs[order[j]];
+      p_of[t * k + j] = f.scores[order[j]];
       r.selected[order[j]] += 1.0;
     }
     bool bad = false;
     for (int64_t j = 0; j + 1 < E && j < k; ++j)  // gaps inside the top-k and at its boundary
-      bad |= f.probs[order[j]] - f.probs[order[j + 1]] < margin;
+      bad |= f.scores[order[j]] - f.scores[order[j + 1]] < margin;
     if (bad) r.bad_tokens.push_back(t);
   }
   r.kept = r.ids;
@@ -152,18 +161,19 @@ inline double token_loss(const Spec& s, const Weights& w, const Routing& r, int6
   const double Ng = static_cast<double>(s.tokens());
   const TokenFwd f = token_forward(s, w, h);
   double chosen = 0.0;
-  for (int64_t j = 0; j < s.k; ++j) chosen += f.probs[r.ids[t * s.k + j]];
+  for (int64_t j = 0; j < s.k; ++j) chosen += f.scores[r.ids[t * s.k + j]];
   Vec o(h, h + s.c);
   for (int64_t j = 0; j < s.k; ++j) {
     const int e = r.kept[t * s.k + j];
     if (e < 0) continue;
-    const double wj = s.normalize ? f.probs[e] / chosen : f.probs[e];
+    const double wj = s.normalize ? f.scores[e] / chosen : f.scores[e];
     const Vec y = expert_forward(s, w, e, f.xn);
     for (int64_t i = 0; i < s.c; ++i) o[i] += wj * y[i];
   }
   double l = 0.0, aux = 0.0;
   for (int64_t i = 0; i < s.c; ++i) l += c[i] * o[i];
-  for (int64_t e = 0; e < s.e; ++e) aux += static_cast<double>(s.e) * (r.selected[e] / Ng) * f.probs[e] / Ng;
+  for (int64_t e = 0; e < s.e; ++e)
+    aux += static_cast<double>(s.e) * (r.selected[e] / Ng) * f.probs[e] / Ng;
   const double z = f.lse * f.lse / Ng;
   if (out) std::copy(o.begin(), o.end(), out);
   if (aux_part) *aux_part = aux;
@@ -172,10 +182,10 @@ inline double token_loss(const Spec& s, const Weights& w, const Routing& r, int6
 }
 
 struct Result {
-  Vec out;              // (N_g, C)
+  Vec out;  // (N_g, C)
   double aux = 0.0, z = 0.0, loss = 0.0;
-  Vec dh;               // (N_g, C)
-  Vec dnorm, dgate;     // (C), (E, C)
+  Vec dh;            // (N_g, C)
+  Vec dnorm, dgate;  // (C), (E, C)
   std::vector<Vec> dw1, dw2, dw3;
 };
 
