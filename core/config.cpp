@@ -285,6 +285,13 @@ void visit_model(V& v, auto& c) {
   v.field("top_k", c.top_k, "experts per token", in_range<int64_t>(1, 65536));
   v.field("moe_every", c.moe_every, "every n-th layer is MoE (1: all layers)",
           in_range<int64_t>(1, 4096));
+  v.field("num_shared_experts", c.num_shared_experts,
+          "shared SwiGLU experts that every token of a MoE layer goes through (DeepSeek-MoE, "
+          "Qwen-MoE), stored as one of the summed width; 0: none",
+          in_range<int64_t>(0, 4096));
+  v.field("shared_expert_d_ff", c.shared_expert_d_ff,
+          "width of each shared expert; 0: the routed experts' width (expert_d_ff or d_ff)",
+          in_range<int64_t>(0, 1 << 22));
 }
 
 template <class V>

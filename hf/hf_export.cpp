@@ -35,6 +35,10 @@ HfArchitecture hf_architecture(const Config& cfg) {
         "moe.normalize_top_k = false: the model weights experts by their raw top-k "
         "probabilities, but MixtralForCausalLM always renormalises the top-k weights "
         "to sum to 1; the exported model would compute another function");
+  if (m.num_shared_experts > 0)
+    MOEZERO_THROW("model.num_shared_experts = ", m.num_shared_experts,
+                  ": MixtralForCausalLM has no shared experts (Qwen2MoeForCausalLM export is not "
+                  "implemented yet)");
   if (cfg.moe.score_function != ScoreFunction::Softmax)
     MOEZERO_THROW(
         "moe.score_function = sigmoid: MixtralForCausalLM routes with softmax probabilities; "
@@ -349,6 +353,8 @@ void check_same_shape(const ModelConfig& ours, const HfModel& hf, const std::str
   same(ours.n_layers, m.n_layers, "n_layers", "num_hidden_layers");
   same(ours.n_heads, m.n_heads, "n_heads", "num_attention_heads");
   same(ours.n_kv_heads, m.n_kv_heads, "n_kv_heads", "num_key_value_heads");
+  same(ours.num_shared_experts, m.num_shared_experts, "num_shared_experts",
+       "shared experts (Mixtral and Llama have none)");
   same(ours.num_experts, m.num_experts, "num_experts",
        hf.arch == HfArchitecture::Mixtral ? "num_local_experts" : "num_local_experts (Llama: 0)");
   if (m.num_experts > 0) {

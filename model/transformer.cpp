@@ -51,6 +51,10 @@ void validate_model_config(const ModelConfig& c) {
   require(c.norm_eps >= 0.0, "norm_eps", c.norm_eps, "must be >= 0");
   require(c.init_std >= 0.0, "init_std", c.init_std, "must be >= 0");
   require(c.num_experts >= 0, "num_experts", c.num_experts, "must be >= 0 (0: dense)");
+  require(c.num_shared_experts == 0 || c.num_experts > 0, "num_shared_experts",
+          c.num_shared_experts, "needs MoE layers (model.num_experts > 0)");
+  require(c.shared_expert_d_ff >= 0, "shared_expert_d_ff", c.shared_expert_d_ff,
+          "must be >= 0 (0: the experts' width)");
 }
 
 // The activations of one micro-batch, from forward to backward.

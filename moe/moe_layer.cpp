@@ -23,6 +23,7 @@ struct MoeFeedForward::MoeSaved : FeedForward::Saved {
   std::vector<Tensor> held;     // (Epr) zero.moe_gather fsdp: experts acquired from forward to
                                 // backward; empty otherwise
   std::vector<float> selected;  // (E) agreed top-k selections (the expert-bias load)
+  SharedExperts::Saved shared;  // model.num_shared_experts > 0
 };
 
 MoeFeedForward::MoeFeedForward(const ModelConfig& cfg, const MoeRuntime& rt, int layer,
@@ -41,6 +42,8 @@ MoeFeedForward::MoeFeedForward(const ModelConfig& cfg, const MoeRuntime& rt, int
   MOEZERO_CHECK(rt.ep_size == 1 || (rt.a2a && rt.a2a->size() == rt.ep_size), "layer ", layer,
                 ": the EP communicator must span ep_size = ", rt.ep_size, " ranks");
   if (rt_.stats) rt_.stats->add_layer(moe_index_, cfg.num_experts);
+  if (cfg.num_shared_experts > 0)
+    shared_ = std::make_unique<SharedExperts>(cfg, layer, first_group + 1 + experts_.count());
   if (rt_.moe.expert_bias_update_rate > 0.0) {
     router_.set_bias(std::vector<float>(static_cast<size_t>(cfg.num_experts), 0.0f));
     load_.assign(static_cast<size_t>(cfg.num_experts), 0.0);
@@ -83,6 +86,7 @@ std::vector<GroupSpec> MoeFeedForward::param_groups() const {
               linear_weight(p + "block_sparse_moe.gate.weight", E, C, std_)};
   groups.push_back(g);
   for (GroupSpec& eg : experts_.param_groups()) groups.push_back(std::move(eg));
+  if (shared_) groups.push_back(shared_->param_group());
   return groups;
 }
 
@@ -235,6 +239,12 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   const std::vector<float> h_stats = synchronize(ctx, counts, routing);
   sv->routes = dispatcher_.plan(counts, moe_index_);
   sv->active = apply_agreement(params, router_.stats_layout().kept(h_stats));
+  if (rt_.stats) {  // the step's balance metrics (agreed values)
+    const std::span<const float> sel = router_.stats_layout().selected(h_stats);
+    auto& out = rt_.stats->selected_per_expert[static_cast<size_t>(moe_index_)];
+    for (size_t e = 0; e < out.size(); ++e) out[e] += static_cast<int64_t>(sel[e] + 0.5f);
+    rt_.stats->expert_bias[static_cast<size_t>(moe_index_)] = router_.bias();
+  }
   if (!load_.empty()) {
     const std::span<const float> sel = router_.stats_layout().selected(h_stats);
     sv->selected.assign(sel.begin(), sel.end());
@@ -247,6 +257,8 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   // 5. combine: back to the token owners, weighted combine, residual.
   dispatcher_.combine(ctx, yr, routing.weights, sv->routes, out);
   ctx.ops().add(ctx.s(), out, h, out);
+  // 6. shared experts: every token, out += shared(xn).
+  if (shared_) shared_->forward(ctx, params, sv->hn, out, sv->shared);
   return sv;
 }
 
@@ -259,6 +271,14 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
   const int64_t N = ctx.rows(), C = cfg_.d_model;
+
+  // 6'. shared experts (the reverse of forward's order): their dxn part, added below.
+  TensorBuffer dhn_shared;
+  if (shared_) {
+    dhn_shared = ctx.alloc_act(Shape{N, C}, "moe.dhn_shared");
+    ops.fill(s, dhn_shared, 0.0);
+    shared_->backward(ctx, params, sv->hn, dresid, dhn_shared, sv->shared);
+  }
 
   // 5'. combine backward: dweights (N, k); the output gradient rows to the expert owners.
   TensorBuffer dweights;
@@ -275,6 +295,10 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
 
   // 3'. dispatch backward: rows back to their tokens.
   TensorBuffer dhn = dispatcher_.dispatch_backward(ctx, dxr, sv->routes);
+  if (dhn_shared) {
+    ops.add(s, dhn, dhn_shared, dhn);
+    dhn_shared.reset();
+  }
 
   // 1'. router and norm: the last writes into the layer group's gradient.
   const Tensor flat = params.acquire(first_group_, s);

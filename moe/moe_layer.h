@@ -29,7 +29,8 @@
 //
 // Groups (provider indices first_group, first_group + 1, ...): "layers.l.moe"
 // {model.layers.l.post_attention_layernorm.weight, model.layers.l.block_sparse_moe.gate.weight}
-// (Dense), then one per LOCAL expert (moe/local_experts.h).
+// (Dense), then one per LOCAL expert (moe/local_experts.h), then (model.num_shared_experts > 0)
+// the shared experts' dense group (moe/shared_experts.h): out = h + routed + shared(xn).
 #pragma once
 
 #include <memory>
@@ -40,6 +41,7 @@
 #include "moe/local_experts.h"
 #include "moe/moe_runtime.h"
 #include "moe/router.h"
+#include "moe/shared_experts.h"
 #include "moe/token_dispatcher.h"
 
 namespace moezero::moe {
@@ -102,7 +104,8 @@ class MoeFeedForward final : public FeedForward {
   int layer_, moe_index_, first_group_;
   Router router_;
   TokenDispatcher dispatcher_;
-  LocalExperts experts_;        // provider groups first_group_ + 1, ...
+  LocalExperts experts_;                   // provider groups first_group_ + 1, ...
+  std::unique_ptr<SharedExperts> shared_;  // model.num_shared_experts > 0: the last group
   std::vector<int> planned_;    // (global) expert ids prefetched by prepare() for this micro-batch
   std::vector<double> plan_p_;  // (E) P(active) the plan of this micro-batch used; empty: none
   std::vector<double> load_;    // (E) agreed selections of this step's trained micro-batches

@@ -6,7 +6,7 @@
 //   w = s / Σ_chosen s (normalize_top_k) or s;  capacity per RANK (its own N tokens):
 //   cap = max(1, ceil(k·N·f/E · (1 - 1e-6))), per expert keep the cap assignments of highest
 //   probability (ties: lower token index kept), dropped: weight 0;
-//   out = h + Σ_j w_j · W2 (silu(W1 xn) ⊙ W3 xn);
+//   out = h + Σ_j w_j · W2 (silu(W1 xn) ⊙ W3 xn) [+ S2 (silu(S1 xn) ⊙ S3 xn): shared experts];
 //   L = Σ c·out + aux_coef · E Σ_e F_e P_e + z_coef · (1/N_g) Σ_t lse_t²,
 //   F_e = top-k selections of e (before drops) / N_g, P_e = Σ_t probs[t, e] / N_g.
 // Gradients: central finite differences with the routing (top-k choices, drops, F) held fixed at
@@ -31,6 +31,7 @@ struct Spec {
   int ranks = 4;
   int64_t n = 8;  // tokens per rank
   int64_t c = 8, f = 12, e = 8, k = 2;
+  int64_t fs = 0;  // shared experts' summed width (0: none)
   double norm_eps = 1e-5;
   bool normalize = true;
   bool sigmoid = false;  // moe.score_function = sigmoid
@@ -41,7 +42,23 @@ struct Spec {
 struct Weights {
   Vec norm, gate;               // (C), (E, C)
   std::vector<Vec> w1, w2, w3;  // per expert: (F, C) gate, (C, F) down, (F, C) up
+  Vec s1, s2, s3;               // shared experts: (Fs, C) gate, (C, Fs) down, (Fs, C) up
 };
+
+// y (C) = S2 (silu(S1 x) ⊙ S3 x), the shared experts as one SwiGLU of width Fs.
+inline Vec shared_forward(const Spec& s, const Weights& w, const Vec& x) {
+  Vec y(static_cast<size_t>(s.c), 0.0);
+  for (int64_t o = 0; o < s.fs; ++o) {
+    double g = 0.0, u = 0.0;
+    for (int64_t i = 0; i < s.c; ++i) {
+      g += w.s1[o * s.c + i] * x[i];
+      u += w.s3[o * s.c + i] * x[i];
+    }
+    const double a = g / (1.0 + std::exp(-g)) * u;
+    for (int64_t i = 0; i < s.c; ++i) y[i] += w.s2[i * s.fs + o] * a;
+  }
+  return y;
+}
 
 struct Routing {
   std::vector<int> ids, kept;  // (N_g * k): choices before / after capacity (-1 dropped)
@@ -170,6 +187,10 @@ inline double token_loss(const Spec& s, const Weights& w, const Routing& r, int6
     const Vec y = expert_forward(s, w, e, f.xn);
     for (int64_t i = 0; i < s.c; ++i) o[i] += wj * y[i];
   }
+  if (s.fs > 0) {
+    const Vec y = shared_forward(s, w, f.xn);
+    for (int64_t i = 0; i < s.c; ++i) o[i] += y[i];
+  }
   double l = 0.0, aux = 0.0;
   for (int64_t i = 0; i < s.c; ++i) l += c[i] * o[i];
   for (int64_t e = 0; e < s.e; ++e)
@@ -187,6 +208,7 @@ struct Result {
   Vec dh;            // (N_g, C)
   Vec dnorm, dgate;  // (C), (E, C)
   std::vector<Vec> dw1, dw2, dw3;
+  Vec ds1, ds2, ds3;  // shared experts
 };
 
 // Forward values and finite-difference gradients of L at (w, h) with the routing r.
@@ -222,6 +244,9 @@ inline Result evaluate(const Spec& s, Weights w, Vec h, const Vec& c, const Rout
     for (int64_t i = 0; i < C; ++i) res.dh[t * C + i] = fd(h[t * C + i], {t});
   for (double& x : w.norm) res.dnorm.push_back(fd(x, all));
   for (double& x : w.gate) res.dgate.push_back(fd(x, all));
+  for (double& x : w.s1) res.ds1.push_back(fd(x, all));
+  for (double& x : w.s2) res.ds2.push_back(fd(x, all));
+  for (double& x : w.s3) res.ds3.push_back(fd(x, all));
   for (int e = 0; e < static_cast<int>(s.e); ++e) {
     std::vector<int64_t> users;  // only the tokens that kept e depend on its weights
     for (int64_t t = 0; t < Ng; ++t)

@@ -39,7 +39,7 @@ namespace R = moe_ref;
 using Call = SimpleParams::Call;
 
 constexpr int kRanks = 4;
-constexpr int64_t kC = 8, kF = 12, kE = 8;
+constexpr int64_t kC = 8, kF = 12, kE = 8, kFs = 5;
 
 struct Case {
   int64_t k = 2;
@@ -47,6 +47,7 @@ struct Case {
   bool normalize = true;
   bool sigmoid = false;       // moe.score_function = sigmoid
   bool fine_grained = false;  // model.expert_d_ff = kF, model.d_ff another width
+  int64_t shared = 0;         // model.num_shared_experts (each of width kFs)
   double aux = 0.0, z = 0.0, capacity = 0.0;
   double skew = 0.0;                          // random routing: pull toward expert 0
   std::vector<std::vector<int>> forced = {};  // per rank: the k experts of all its tokens
@@ -82,6 +83,7 @@ Problem make_problem(const Case& cs, std::mt19937_64& rng) {
                    .f = kF,
                    .e = kE,
                    .k = cs.k,
+                   .fs = cs.shared * kFs,
                    .normalize = cs.normalize,
                    .sigmoid = cs.sigmoid,
                    .aux_coef = cs.aux,
@@ -96,6 +98,9 @@ Problem make_problem(const Case& cs, std::mt19937_64& rng) {
   const bool forced = !cs.forced.empty();
   p.w.norm = randn(kC, 0.1, 1.0);
   p.w.gate = randn(kE * kC, forced ? 0.05 : 1.5 / std::sqrt(double(kC)));
+  p.w.s1 = randn(p.spec.fs * kC, 1.0 / std::sqrt(double(kC)));
+  p.w.s2 = randn(kC * p.spec.fs, 1.0 / std::sqrt(double(std::max<int64_t>(1, p.spec.fs))));
+  p.w.s3 = randn(p.spec.fs * kC, 1.0 / std::sqrt(double(kC)));
   const R::Vec dir = randn(kC, 1.0);  // the skew direction
   for (int64_t i = 0; i < kC; ++i) {
     if (forced && i < kE)
@@ -153,6 +158,8 @@ LayerRun make_run(const Case& cs, const Problem& p, uint64_t seed) {
   run.model.d_model = kC;
   run.model.d_ff = cs.fine_grained ? 4 * kF : kF;
   run.model.expert_d_ff = cs.fine_grained ? kF : 0;
+  run.model.num_shared_experts = cs.shared;
+  run.model.shared_expert_d_ff = kFs;
   run.model.num_experts = kE;
   run.model.top_k = cs.k;
   run.model.norm_eps = p.spec.norm_eps;
@@ -177,6 +184,12 @@ LayerRun make_run(const Case& cs, const Problem& p, uint64_t seed) {
     run.params[x + "w1.weight"] = f32(p.w.w1[e]);
     run.params[x + "w2.weight"] = f32(p.w.w2[e]);
     run.params[x + "w3.weight"] = f32(p.w.w3[e]);
+  }
+  if (cs.shared > 0) {
+    const std::string x = pre + "block_sparse_moe.shared_expert.";
+    run.params[x + "gate_proj.weight"] = f32(p.w.s1);
+    run.params[x + "down_proj.weight"] = f32(p.w.s2);
+    run.params[x + "up_proj.weight"] = f32(p.w.s3);
   }
   run.h = f32(p.h);
   run.c = f32(p.c);
@@ -361,6 +374,15 @@ Problem run_case(const Case& cs) {
       EXPECT_EQ(holders, kRanks / cs.ep) << x << names[i] << ": held by the EDP group only";
     }
   }
+  if (cs.shared > 0) {  // a dense group: every rank holds a shard, the sum is the gradient
+    const std::string x = pre + "block_sparse_moe.shared_expert.";
+    expect_close(x + "gate_proj", summed_grad(outs, x + "gate_proj.weight", &holders), ref.ds1,
+                 rt_grad, !f32);
+    EXPECT_EQ(holders, kRanks);
+    expect_close(x + "down_proj", summed_grad(outs, x + "down_proj.weight"), ref.ds2, rt_grad,
+                 !f32);
+    expect_close(x + "up_proj", summed_grad(outs, x + "up_proj.weight"), ref.ds3, rt_grad, !f32);
+  }
   check_protocol(cs, p, outs);
   // Forced routing: the experts in no rank's list got no token, and no rank touched their groups.
   for (int64_t e = 0; e < kE && !cs.forced.empty(); ++e) {
@@ -388,6 +410,13 @@ TEST(MoeLayerTest, Top2Ep2) { run_case({.k = 2, .ep = 2}); }
 // (model.expert_d_ff narrower than model.d_ff).
 TEST(MoeLayerTest, SigmoidTop2Ep2AuxZLossFineGrained) {
   run_case({.k = 2, .ep = 2, .sigmoid = true, .fine_grained = true, .aux = 0.1, .z = 0.01});
+}
+// Shared experts (2 of width kFs, stored as one of width 2 kFs) beside the routed ones.
+TEST(MoeLayerTest, SharedExpertsTop2Ep2Aux) {
+  run_case({.k = 2, .ep = 2, .shared = 2, .aux = 0.05});
+}
+TEST(MoeLayerTest, SharedExpertsSigmoidTop1Ep4FineGrained) {
+  run_case({.k = 1, .ep = 4, .sigmoid = true, .fine_grained = true, .shared = 1, .z = 0.01});
 }
 TEST(MoeLayerTest, SigmoidRawTop1Ep4Aux) {
   run_case({.k = 1, .ep = 4, .normalize = false, .sigmoid = true, .aux = 0.05});

@@ -1,12 +1,13 @@
 // tests/moe/moe_layers_train_test.cpp — the MoE layers of today (README "MoE layers of today")
-// through the whole trainer: fine-grained experts (model.expert_d_ff), sigmoid scores and the
-// auxiliary-loss-free selection bias together give the same losses at world 1 and at world 4
-// with EP 2 and ZeRO-3; every prefetch policy and cache size stays bit-identical with them on;
-// the bias follows DeepSeek-V3's rule from the agreed loads exactly, lives in checkpoints and a
+// through the whole trainer: fine-grained experts (model.expert_d_ff), shared experts, sigmoid
+// scores and the auxiliary-loss-free selection bias together give the same losses at world 1 and at
+// world 4 with EP 2 and ZeRO-3; every prefetch policy and cache size stays bit-identical with them
+// on; the bias follows DeepSeek-V3's rule from the agreed loads exactly, lives in checkpoints and a
 // resumed run continues as an uninterrupted one.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -22,8 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A 2-layer model with 4 fine-grained experts (width 24, dense width 48), top-2 sigmoid scores,
-// aux and z losses, and the selection bias (rate 0.01).
+// A 2-layer model with 4 fine-grained experts (width 24, dense width 48), 2 shared experts
+// (width 8), top-2 sigmoid scores, aux and z losses, and the selection bias (rate 0.01).
 Config layers_cfg(std::vector<std::string> overrides = {}) {
   std::vector<std::string> o = {"model.d_model=32",
                                 "model.n_layers=2",
@@ -31,6 +32,8 @@ Config layers_cfg(std::vector<std::string> overrides = {}) {
                                 "model.n_kv_heads=2",
                                 "model.d_ff=48",
                                 "model.expert_d_ff=24",
+                                "model.num_shared_experts=2",
+                                "model.shared_expert_d_ff=8",
                                 "model.seq_len=16",
                                 "model.num_experts=4",
                                 "model.top_k=2",
@@ -138,8 +141,27 @@ TEST(MoeLayersTrain, BiasFollowsTheRuleFromAgreedLoadsAndIsCheckpointed) {
   const TrainResult r = run(cfg, opt);
   ASSERT_EQ(r.steps.size(), 5u);
   std::vector<std::vector<float>> want(2, std::vector<float>(4, 0.0f));
+  std::ifstream metrics(dir / "m.jsonl");
   for (const StepLog& s : r.steps) {
     ASSERT_EQ(s.tokens_per_expert.size(), 2u);
+    // The metrics line shows the bias the step routed with (the rule's value before the step)
+    // and the balance of the agreed loads.
+    std::string line;
+    ASSERT_TRUE(std::getline(metrics, line)) << "step " << s.step;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    for (size_t l = 0; l < 2; ++l) {
+      const nlohmann::json& L = j["moe_layers"][l];
+      EXPECT_EQ(L["expert_bias"].get<std::vector<float>>(), want[l]) << "step " << s.step;
+      EXPECT_EQ(L["selected"].get<std::vector<int64_t>>(), s.tokens_per_expert[l]);  // dropless
+      EXPECT_EQ(L["dropped"].get<int64_t>(), 0);
+      const std::vector<int64_t>& t = s.tokens_per_expert[l];
+      const double mean = (t[0] + t[1] + t[2] + t[3]) / 4.0;
+      double var = 0.0;
+      for (int64_t x : t) var += (x - mean) * (x - mean) / 4.0;
+      EXPECT_DOUBLE_EQ(L["load_max_over_mean"].get<double>(),
+                       *std::max_element(t.begin(), t.end()) / mean);
+      EXPECT_NEAR(L["load_cv"].get<double>(), std::sqrt(var) / mean, 1e-12);
+    }
     for (size_t l = 0; l < 2; ++l) {
       double mean = 0.0;
       for (int64_t n : s.tokens_per_expert[l]) mean += static_cast<double>(n);
@@ -160,6 +182,39 @@ TEST(MoeLayersTrain, BiasFollowsTheRuleFromAgreedLoadsAndIsCheckpointed) {
   for (const auto& l : got)
     for (float b : l) moved |= b != 0.0f;
   EXPECT_TRUE(moved) << "the bias never moved";
+  fs::remove_all(dir);
+}
+
+// Capacity drops show in every metrics line: dropped = selected - kept tokens, > 0 here; no bias
+// (rate 0): expert_bias is empty.
+TEST(MoeLayersTrain, MetricsCountDroppedTokens) {
+  const fs::path dir = scratch("drops");
+  TrainOptions opt;
+  opt.metrics_path = (dir / "m.jsonl").string();
+  const TrainResult r = run(layers_cfg({"parallel.world_size=2", "moe.capacity_factor=0.5",
+                                        "moe.expert_bias_update_rate=0", "train.steps=2"}),
+                            opt);
+  std::ifstream metrics(dir / "m.jsonl");
+  int64_t dropped = 0;
+  for (const StepLog& s : r.steps) {
+    std::string line;
+    ASSERT_TRUE(std::getline(metrics, line));
+    const nlohmann::json j = nlohmann::json::parse(line);
+    for (size_t l = 0; l < 2; ++l) {
+      const nlohmann::json& L = j["moe_layers"][l];
+      const auto sel = L["selected"].get<std::vector<int64_t>>();
+      int64_t want = 0;
+      for (size_t e = 0; e < 4; ++e) {
+        EXPECT_GE(sel[e], s.tokens_per_expert[l][e]);
+        want += sel[e] - s.tokens_per_expert[l][e];
+      }
+      EXPECT_EQ(L["dropped"].get<int64_t>(), want);
+      EXPECT_TRUE(L["expert_bias"].empty());
+      EXPECT_GE(L["load_max_over_mean"].get<double>(), 1.0);
+      dropped += want;
+    }
+  }
+  EXPECT_GT(dropped, 0) << "capacity 0.5 dropped nothing";
   fs::remove_all(dir);
 }
 
