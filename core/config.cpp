@@ -464,6 +464,9 @@ void visit_profile(V& v, auto& c) {
             StepList parsed;
             return StepList::parse_into(s, parsed);
           }));
+  v.field("routing_trace", c.routing_trace,
+          "JSON lines: per step, micro-batch, MoE layer and rank the tokens routed to every "
+          "expert (README, MoE layers of today); empty: none");
   v.field("grad_norms", c.grad_norms, "per-shard and per-group gradient norms in the metrics");
   v.field("check_finite", c.check_finite, "check gradients for NaN/Inf every step");
 }

@@ -149,8 +149,9 @@ struct CommConfig {
 };
 
 struct ProfileConfig {
-  std::string trace;  // Chrome trace JSON output; empty: no trace
-  std::string steps;  // which steps to trace: "3-5,10"; empty: all
+  std::string trace;          // Chrome trace JSON output; empty: no trace
+  std::string steps;          // which steps to trace: "3-5,10"; empty: all
+  std::string routing_trace;  // JSON lines of per-rank per-expert token counts; empty: none
   bool grad_norms = false;
   bool check_finite = true;
 };

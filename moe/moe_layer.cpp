@@ -244,6 +244,7 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
     auto& out = rt_.stats->selected_per_expert[static_cast<size_t>(moe_index_)];
     for (size_t e = 0; e < out.size(); ++e) out[e] += static_cast<int64_t>(sel[e] + 0.5f);
     rt_.stats->expert_bias[static_cast<size_t>(moe_index_)] = router_.bias();
+    if (rt_.stats->record_local_counts) rt_.stats->local_counts.push_back(counts.h_local);
   }
   if (!load_.empty()) {
     const std::span<const float> sel = router_.stats_layout().selected(h_stats);

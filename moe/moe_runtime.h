@@ -29,6 +29,11 @@ struct MoeStats {
   // Per MoE layer: the selection bias the step routed with (moe.expert_bias_update_rate > 0;
   // identical on every rank); empty when off. (layers, E or 0)
   std::vector<std::vector<float>> expert_bias;
+  // profile.routing_trace: when record_local_counts, every MoE forward appends this rank's kept
+  // assignments per expert (E), in forward order (micro-batch, then MoE layer); cleared with
+  // the step's counters.
+  bool record_local_counts = false;
+  std::vector<std::vector<int32_t>> local_counts;
   // Per MoE layer: experts that were active (gathered and computed) in the last micro-batch.
   std::vector<int> active_experts;
   uint64_t a2a_bytes = 0;  // this rank's all-to-all send bytes (tokens, both passes)
@@ -74,6 +79,7 @@ struct MoeStats {
   void clear() {
     for (auto& v : tokens_per_expert) std::fill(v.begin(), v.end(), 0);
     for (auto& v : selected_per_expert) std::fill(v.begin(), v.end(), 0);
+    local_counts.clear();
     for (auto& v : a2a_tokens_in) std::fill(v.begin(), v.end(), 0);
     for (auto& v : a2a_tokens_out) std::fill(v.begin(), v.end(), 0);
     a2a_bytes = 0;

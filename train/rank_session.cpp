@@ -16,6 +16,7 @@
 #include "core/ops.h"
 #include "core/process_groups.h"
 #include "model/transformer.h"
+#include "moe/routing_trace.h"
 #include "prefetch/frequency_model.h"
 #include "prefetch/shard_cache.h"
 #include "zero/zero_engine.h"
@@ -163,6 +164,7 @@ class RankSession {
   checkpoint::RankState ckpt_;
   int64_t first_step_ = 0, end_step_ = 0;
   std::unique_ptr<StepStatsCollector> step_stats_;
+  std::unique_ptr<RoutingTrace> routing_trace_;  // profile.routing_trace; null: off
   EngineCounters before_;  // the engine's counters at the end of the last step
 };
 
@@ -196,6 +198,14 @@ RankSession::RankSession(comm::RankContext& ctx, const TrainRun& run)
   for (Communicator* c : comms_.all())
     if (c) c->set_observer(recorder_.get());
   step_stats_ = std::make_unique<StepStatsCollector>(cfg_.model, *engine_);
+  if (!cfg_.profile.routing_trace.empty()) {
+    std::vector<int> moe_layer_ids;
+    for (int l = 0; l < static_cast<int>(cfg_.model.n_layers); ++l)
+      if (is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
+    moe_stats_.record_local_counts = true;
+    routing_trace_ = std::make_unique<RoutingTrace>(cfg_, std::move(moe_layer_ids), ctx_.rank == 0,
+                                                    !run_.options.resume_from.empty());
+  }
 }
 
 EngineStreams RankSession::create_streams() {
@@ -301,6 +311,7 @@ void RankSession::run_step(int64_t step, Clock::time_point t_start) {
   const auto predicted = step_stats_->predicted(frequency_.get());
   const StepOutcome o = device_step(step, loss, aux);
   StepExchange ex = exchange_step_stats(o.timing);
+  if (routing_trace_) routing_trace_->record_step(step + 1, moe_stats_, dev_, cs_, *comms_.misc);
   const Clock::duration save_time = save_checkpoint(step, o.stop_error);  // not in tok/s
   if (ctx_.rank != 0) {
     if (!o.stop_error.empty()) MOEZERO_THROW(o.stop_error);

@@ -218,6 +218,50 @@ TEST(MoeLayersTrain, MetricsCountDroppedTokens) {
   fs::remove_all(dir);
 }
 
+// profile.routing_trace: a header with the version and the world, then one line per step,
+// micro-batch, MoE layer and rank; summed over micro-batches and ranks, the counts are the
+// step's agreed tokens_per_expert, and each rank's counts sum to its k assignments per token.
+TEST(MoeLayersTrain, RoutingTraceRecordsEveryRanksCounts) {
+  const fs::path dir = scratch("trace");
+  const fs::path path = dir / "routing.jsonl";
+  const TrainResult r =
+      run(layers_cfg({"parallel.world_size=2", "parallel.ep_size=2", "train.grad_accum_steps=2",
+                      "train.steps=2", "profile.routing_trace=" + path.string()}));
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "no trace";
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const nlohmann::json h = nlohmann::json::parse(line);
+  EXPECT_EQ(h["format"], "moezero routing trace");
+  EXPECT_EQ(h["version"], 1);
+  EXPECT_EQ(h["world_size"], 2);
+  EXPECT_EQ(h["num_experts"], 4);
+  EXPECT_EQ(h["moe_layers"], nlohmann::json::array({0, 1}));
+  // (step, layer) -> summed counts
+  std::vector<std::vector<std::vector<int64_t>>> sum(
+      2, std::vector<std::vector<int64_t>>(2, std::vector<int64_t>(4, 0)));
+  int lines = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const int64_t step = j["step"], mb = j["micro_batch"], layer = j["layer"], rank = j["rank"];
+    ASSERT_TRUE(step >= 1 && step <= 2 && layer >= 0 && layer <= 1 && rank >= 0 && rank <= 1);
+    EXPECT_EQ(mb / 2, step - 1);
+    const auto c = j["counts"].get<std::vector<int64_t>>();
+    ASSERT_EQ(c.size(), 4u);
+    int64_t total = 0;
+    for (size_t e = 0; e < 4; ++e) {
+      sum[step - 1][layer][e] += c[e];
+      total += c[e];
+    }
+    EXPECT_EQ(total, 2 * (12 / 2) * 16);  // dropless: k x this rank's rows x seq_len
+    ++lines;
+  }
+  EXPECT_EQ(lines, 2 * 2 * 2 * 2);  // steps x micro-batches x layers x ranks
+  for (size_t s = 0; s < 2; ++s)
+    for (size_t l = 0; l < 2; ++l) EXPECT_EQ(sum[s][l], r.steps[s].tokens_per_expert[l]);
+  fs::remove_all(dir);
+}
+
 // The bias of a checkpoint's manifest (per MoE layer).
 std::vector<std::vector<float>> saved_bias(const fs::path& step_dir) {
   std::ifstream in(step_dir / "manifest.json");
