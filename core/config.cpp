@@ -292,6 +292,9 @@ void visit_model(V& v, auto& c) {
   v.field("shared_expert_d_ff", c.shared_expert_d_ff,
           "width of each shared expert; 0: the routed experts' width (expert_d_ff or d_ff)",
           in_range<int64_t>(0, 1 << 22));
+  v.field("shared_expert_gate", c.shared_expert_gate,
+          "Qwen2-MoE: scale the shared experts' output per token by sigmoid(xn . w) (a learned "
+          "(1, d_model) gate)");
 }
 
 template <class V>

@@ -30,9 +30,10 @@ struct ModelConfig {
   double init_std = 0.02;
   int64_t num_experts = 8;  // 0: a dense model
   int64_t top_k = 2;
-  int64_t moe_every = 1;           // every n-th layer is MoE (1: all), the others dense SwiGLU
-  int64_t num_shared_experts = 0;  // shared SwiGLU experts every token of a MoE layer goes through
-  int64_t shared_expert_d_ff = 0;  // width of each shared expert; 0: expert_width()
+  int64_t moe_every = 1;            // every n-th layer is MoE (1: all), the others dense SwiGLU
+  int64_t num_shared_experts = 0;   // shared SwiGLU experts every token of a MoE layer goes through
+  int64_t shared_expert_d_ff = 0;   // width of each shared expert; 0: expert_width()
+  bool shared_expert_gate = false;  // Qwen2-MoE: shared output *= sigmoid(xn · w_gate)
 
   // The width of a routed expert: expert_d_ff, or d_ff when it is 0.
   int64_t expert_width() const { return expert_d_ff > 0 ? expert_d_ff : d_ff; }

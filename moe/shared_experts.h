@@ -7,7 +7,9 @@
 // world and gathered like attention:
 //   "layers.l.shared_expert" {model.layers.l.block_sparse_moe.shared_expert.gate_proj.weight
 //   (S·Fs, C), ...up_proj.weight (S·Fs, C), ...down_proj.weight (C, S·Fs)}.
-// No gate (Qwen2-MoE's sigmoid shared-expert gate is not implemented).
+// model.shared_expert_gate (Qwen2-MoE): out += sigmoid(xn · wg) · shared(xn) per token, with
+// ...block_sparse_moe.shared_expert_gate.weight wg (1, C) in the same group (last). The gate
+// logit is f32; its gradient: dlogit_t = (Σ_c dout_tc y_tc) σ_t (1 - σ_t), y = shared(xn).
 #pragma once
 
 #include <vector>
@@ -29,6 +31,7 @@ class SharedExperts {
   // What forward keeps for backward: the pre-activations (N, S·Fs).
   struct Saved {
     TensorBuffer gate, up;
+    TensorBuffer sig;  // f32 (N, 1): sigmoid of the gate logit (shared_expert_gate)
   };
   // [in] xn (N, C) compute dtype; [out] out (N, C) `+=` the shared experts' output.
   // Acquires and releases the group.
@@ -40,7 +43,16 @@ class SharedExperts {
                 const Tensor& dout, const Tensor& dxn, Saved& sv) const;
 
  private:
+  // Gated backward: dys `=` dout ⊙ σ (allocated here); the gate weight's gradient `+=`; dxn
+  // `+=` the gate logit's part. act: the recomputed SwiGLU output (N, S·Fs).
+  void gate_backward(const ModuleContext& ctx, const GroupLayout& lay, const Tensor& flat,
+                     const Tensor& gflat, const Tensor& xn, const Tensor& act, const Tensor& dout,
+                     const Tensor& dxn, Saved& sv, TensorBuffer& dys) const;
+  // f32 (N, 1) sig -> (N, C) in the compute dtype, each row its token's value.
+  TensorBuffer row_broadcast(const ModuleContext& ctx, const Tensor& sig) const;
+
   int64_t d_model_, width_;
+  bool gated_;
   float init_std_;
   int layer_, group_;
 };

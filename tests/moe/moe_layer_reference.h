@@ -31,7 +31,8 @@ struct Spec {
   int ranks = 4;
   int64_t n = 8;  // tokens per rank
   int64_t c = 8, f = 12, e = 8, k = 2;
-  int64_t fs = 0;  // shared experts' summed width (0: none)
+  int64_t fs = 0;            // shared experts' summed width (0: none)
+  bool shared_gate = false;  // model.shared_expert_gate: shared output · sigmoid(xn · sg)
   double norm_eps = 1e-5;
   bool normalize = true;
   bool sigmoid = false;  // moe.score_function = sigmoid
@@ -43,6 +44,7 @@ struct Weights {
   Vec norm, gate;               // (C), (E, C)
   std::vector<Vec> w1, w2, w3;  // per expert: (F, C) gate, (C, F) down, (F, C) up
   Vec s1, s2, s3;               // shared experts: (Fs, C) gate, (C, Fs) down, (Fs, C) up
+  Vec sg;                       // (C) the shared experts' sigmoid gate (shared_gate)
 };
 
 // y (C) = S2 (silu(S1 x) ⊙ S3 x), the shared experts as one SwiGLU of width Fs.
@@ -56,6 +58,11 @@ inline Vec shared_forward(const Spec& s, const Weights& w, const Vec& x) {
     }
     const double a = g / (1.0 + std::exp(-g)) * u;
     for (int64_t i = 0; i < s.c; ++i) y[i] += w.s2[i * s.fs + o] * a;
+  }
+  if (s.shared_gate) {
+    double l = 0.0;
+    for (int64_t i = 0; i < s.c; ++i) l += w.sg[i] * x[i];
+    for (double& v : y) v /= 1.0 + std::exp(-l);
   }
   return y;
 }
@@ -208,7 +215,7 @@ struct Result {
   Vec dh;            // (N_g, C)
   Vec dnorm, dgate;  // (C), (E, C)
   std::vector<Vec> dw1, dw2, dw3;
-  Vec ds1, ds2, ds3;  // shared experts
+  Vec ds1, ds2, ds3, dsg;  // shared experts
 };
 
 // Forward values and finite-difference gradients of L at (w, h) with the routing r.
@@ -247,6 +254,7 @@ inline Result evaluate(const Spec& s, Weights w, Vec h, const Vec& c, const Rout
   for (double& x : w.s1) res.ds1.push_back(fd(x, all));
   for (double& x : w.s2) res.ds2.push_back(fd(x, all));
   for (double& x : w.s3) res.ds3.push_back(fd(x, all));
+  for (double& x : w.sg) res.dsg.push_back(fd(x, all));
   for (int e = 0; e < static_cast<int>(s.e); ++e) {
     std::vector<int64_t> users;  // only the tokens that kept e depend on its weights
     for (int64_t t = 0; t < Ng; ++t)

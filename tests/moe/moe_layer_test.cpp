@@ -48,6 +48,7 @@ struct Case {
   bool sigmoid = false;       // moe.score_function = sigmoid
   bool fine_grained = false;  // model.expert_d_ff = kF, model.d_ff another width
   int64_t shared = 0;         // model.num_shared_experts (each of width kFs)
+  bool shared_gate = false;   // model.shared_expert_gate
   double aux = 0.0, z = 0.0, capacity = 0.0;
   double skew = 0.0;                          // random routing: pull toward expert 0
   std::vector<std::vector<int>> forced = {};  // per rank: the k experts of all its tokens
@@ -84,6 +85,7 @@ Problem make_problem(const Case& cs, std::mt19937_64& rng) {
                    .e = kE,
                    .k = cs.k,
                    .fs = cs.shared * kFs,
+                   .shared_gate = cs.shared_gate,
                    .normalize = cs.normalize,
                    .sigmoid = cs.sigmoid,
                    .aux_coef = cs.aux,
@@ -101,6 +103,7 @@ Problem make_problem(const Case& cs, std::mt19937_64& rng) {
   p.w.s1 = randn(p.spec.fs * kC, 1.0 / std::sqrt(double(kC)));
   p.w.s2 = randn(kC * p.spec.fs, 1.0 / std::sqrt(double(std::max<int64_t>(1, p.spec.fs))));
   p.w.s3 = randn(p.spec.fs * kC, 1.0 / std::sqrt(double(kC)));
+  if (cs.shared_gate) p.w.sg = randn(kC, 1.0 / std::sqrt(double(kC)));
   const R::Vec dir = randn(kC, 1.0);  // the skew direction
   for (int64_t i = 0; i < kC; ++i) {
     if (forced && i < kE)
@@ -160,6 +163,7 @@ LayerRun make_run(const Case& cs, const Problem& p, uint64_t seed) {
   run.model.expert_d_ff = cs.fine_grained ? kF : 0;
   run.model.num_shared_experts = cs.shared;
   run.model.shared_expert_d_ff = kFs;
+  run.model.shared_expert_gate = cs.shared_gate;
   run.model.num_experts = kE;
   run.model.top_k = cs.k;
   run.model.norm_eps = p.spec.norm_eps;
@@ -190,6 +194,8 @@ LayerRun make_run(const Case& cs, const Problem& p, uint64_t seed) {
     run.params[x + "gate_proj.weight"] = f32(p.w.s1);
     run.params[x + "down_proj.weight"] = f32(p.w.s2);
     run.params[x + "up_proj.weight"] = f32(p.w.s3);
+    if (cs.shared_gate)
+      run.params[pre + "block_sparse_moe.shared_expert_gate.weight"] = f32(p.w.sg);
   }
   run.h = f32(p.h);
   run.c = f32(p.c);
@@ -382,6 +388,10 @@ Problem run_case(const Case& cs) {
     expect_close(x + "down_proj", summed_grad(outs, x + "down_proj.weight"), ref.ds2, rt_grad,
                  !f32);
     expect_close(x + "up_proj", summed_grad(outs, x + "up_proj.weight"), ref.ds3, rt_grad, !f32);
+    if (cs.shared_gate)
+      expect_close("shared_expert_gate",
+                   summed_grad(outs, pre + "block_sparse_moe.shared_expert_gate.weight"), ref.dsg,
+                   rt_grad, !f32);
   }
   check_protocol(cs, p, outs);
   // Forced routing: the experts in no rank's list got no token, and no rank touched their groups.
@@ -414,6 +424,12 @@ TEST(MoeLayerTest, SigmoidTop2Ep2AuxZLossFineGrained) {
 // Shared experts (2 of width kFs, stored as one of width 2 kFs) beside the routed ones.
 TEST(MoeLayerTest, SharedExpertsTop2Ep2Aux) {
   run_case({.k = 2, .ep = 2, .shared = 2, .aux = 0.05});
+}
+TEST(MoeLayerTest, GatedSharedExpertsTop2Ep2) {
+  run_case({.k = 2, .ep = 2, .shared = 2, .shared_gate = true, .aux = 0.05});
+}
+TEST(MoeLayerTest, Bf16GatedSharedExpertsTop2Ep2) {
+  run_case({.k = 2, .ep = 2, .shared = 1, .shared_gate = true, .dtype = DType::BF16});
 }
 TEST(MoeLayerTest, SharedExpertsSigmoidTop1Ep4FineGrained) {
   run_case({.k = 1, .ep = 4, .sigmoid = true, .fine_grained = true, .shared = 1, .z = 0.01});

@@ -34,6 +34,7 @@ Config layers_cfg(std::vector<std::string> overrides = {}) {
                                 "model.expert_d_ff=24",
                                 "model.num_shared_experts=2",
                                 "model.shared_expert_d_ff=8",
+                                "model.shared_expert_gate=true",
                                 "model.seq_len=16",
                                 "model.num_experts=4",
                                 "model.top_k=2",
