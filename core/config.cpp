@@ -263,8 +263,13 @@ void visit_model(V& v, auto& c) {
           in_range<int64_t>(1, kMaxI));
   v.field("d_model", c.d_model, "model width (HF hidden_size)", in_range<int64_t>(1, 1 << 20));
   v.field("d_ff", c.d_ff,
-          "SwiGLU hidden width of the dense FFN and of each expert (HF intermediate_size)",
+          "SwiGLU hidden width of the dense FFN, and of each expert unless expert_d_ff is set "
+          "(HF intermediate_size)",
           in_range<int64_t>(1, 1 << 22));
+  v.field("expert_d_ff", c.expert_d_ff,
+          "SwiGLU hidden width of each routed expert (fine-grained experts; HF "
+          "moe_intermediate_size); 0: d_ff",
+          in_range<int64_t>(0, 1 << 22));
   v.field("n_layers", c.n_layers, "decoder layers", in_range<int64_t>(1, 4096));
   v.field("n_heads", c.n_heads, "query heads", in_range<int64_t>(1, 4096));
   v.field("n_kv_heads", c.n_kv_heads, "key/value heads (grouped-query attention); divides n_heads",
@@ -280,6 +285,16 @@ void visit_model(V& v, auto& c) {
   v.field("top_k", c.top_k, "experts per token", in_range<int64_t>(1, 65536));
   v.field("moe_every", c.moe_every, "every n-th layer is MoE (1: all layers)",
           in_range<int64_t>(1, 4096));
+  v.field("num_shared_experts", c.num_shared_experts,
+          "shared SwiGLU experts that every token of a MoE layer goes through (DeepSeek-MoE, "
+          "Qwen-MoE), stored as one of the summed width; 0: none",
+          in_range<int64_t>(0, 4096));
+  v.field("shared_expert_d_ff", c.shared_expert_d_ff,
+          "width of each shared expert; 0: the routed experts' width (expert_d_ff or d_ff)",
+          in_range<int64_t>(0, 1 << 22));
+  v.field("shared_expert_gate", c.shared_expert_gate,
+          "Qwen2-MoE: scale the shared experts' output per token by sigmoid(xn . w) (a learned "
+          "(1, d_model) gate)");
 }
 
 template <class V>
@@ -393,6 +408,15 @@ void visit_moe(V& v, auto& c) {
           at_least(0.0));
   v.field("normalize_top_k", c.normalize_top_k,
           "renormalise top-k weights (Mixtral); false keeps raw probabilities");
+  v.choice("score_function", c.score_function,
+           Choices<ScoreFunction>{{"softmax", ScoreFunction::Softmax},
+                                  {"sigmoid", ScoreFunction::Sigmoid}},
+           "router scores: softmax of the logits (Mixtral) or sigmoid (DeepSeek-V3; README, "
+           "MoE layers)");
+  v.field("expert_bias_update_rate", c.expert_bias_update_rate,
+          "auxiliary-loss-free balancing (DeepSeek-V3): per-expert selection bias += rate * "
+          "sign(mean load - load) after each optimizer step; 0: off",
+          at_least(0.0));
 }
 
 template <class V>
@@ -462,6 +486,9 @@ void visit_profile(V& v, auto& c) {
             StepList parsed;
             return StepList::parse_into(s, parsed);
           }));
+  v.field("routing_trace", c.routing_trace,
+          "JSON lines: per step, micro-batch, MoE layer and rank the tokens routed to every "
+          "expert (README, MoE layers of today); empty: none");
   v.field("grad_norms", c.grad_norms, "per-shard and per-group gradient norms in the metrics");
   v.field("check_finite", c.check_finite, "check gradients for NaN/Inf every step");
 }

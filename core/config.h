@@ -19,7 +19,8 @@ namespace moezero {
 struct ModelConfig {
   int64_t vocab_size = 256;  // byte-level by default
   int64_t d_model = 128;
-  int64_t d_ff = 256;  // SwiGLU width of a dense FFN and of each expert
+  int64_t d_ff = 256;       // SwiGLU width of a dense FFN (and of each expert by default)
+  int64_t expert_d_ff = 0;  // SwiGLU width of each routed expert; 0: d_ff
   int64_t n_layers = 4;
   int64_t n_heads = 4;
   int64_t n_kv_heads = 2;
@@ -29,7 +30,13 @@ struct ModelConfig {
   double init_std = 0.02;
   int64_t num_experts = 8;  // 0: a dense model
   int64_t top_k = 2;
-  int64_t moe_every = 1;  // every n-th layer is MoE (1: all), the others dense SwiGLU
+  int64_t moe_every = 1;            // every n-th layer is MoE (1: all), the others dense SwiGLU
+  int64_t num_shared_experts = 0;   // shared SwiGLU experts every token of a MoE layer goes through
+  int64_t shared_expert_d_ff = 0;   // width of each shared expert; 0: expert_width()
+  bool shared_expert_gate = false;  // Qwen2-MoE: shared output *= sigmoid(xn · w_gate)
+
+  // The width of a routed expert: expert_d_ff, or d_ff when it is 0.
+  int64_t expert_width() const { return expert_d_ff > 0 ? expert_d_ff : d_ff; }
 };
 
 enum class NonFinitePolicy : uint8_t { Stop, Skip };
@@ -103,12 +110,21 @@ struct ZeroConfig {
   bool reshard_after_forward = true;
 };
 
+// How the router turns gate logits into scores (README "MoE layers").
+//   Softmax: Mixtral, probs = softmax(logits).
+//   Sigmoid: DeepSeek-V3, scores = sigmoid(logits); probs = scores / Σ_e scores (aux loss).
+enum class ScoreFunction : uint8_t { Softmax, Sigmoid };
+
 struct MoeConfig {
   double aux_loss_coef = 0.01;
   double z_loss_coef = 0.0;
   double router_jitter = 0.0;
   double capacity_factor = 0.0;  // 0: dropless
   bool normalize_top_k = true;   // Mixtral: renormalise the top-k weights; false: raw probs
+  ScoreFunction score_function = ScoreFunction::Softmax;
+  // Auxiliary-loss-free balancing (DeepSeek-V3): after each optimizer step every MoE layer's
+  // per-expert selection bias moves by rate * sign(mean load - load_e); 0: off (no bias).
+  double expert_bias_update_rate = 0.0;
 };
 
 enum class PrefetchPolicy : uint8_t { None, All, Frequency, Cost };
@@ -143,8 +159,9 @@ struct CommConfig {
 };
 
 struct ProfileConfig {
-  std::string trace;  // Chrome trace JSON output; empty: no trace
-  std::string steps;  // which steps to trace: "3-5,10"; empty: all
+  std::string trace;          // Chrome trace JSON output; empty: no trace
+  std::string steps;          // which steps to trace: "3-5,10"; empty: all
+  std::string routing_trace;  // JSON lines of per-rank per-expert token counts; empty: none
   bool grad_norms = false;
   bool check_finite = true;
 };

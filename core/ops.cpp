@@ -457,6 +457,22 @@ void Ops::logsumexp(Stream& s, const Tensor& x, const Tensor& out) {
   do_logsumexp(s, x, out);
 }
 
+void Ops::sigmoid_forward(Stream& s, const Tensor& x, const Tensor& out) {
+  Check ck("sigmoid_forward", s);
+  ck.rank("x", x, 2);
+  ck.dtype("x", x, DType::F32);
+  ck.like("out", out, "x", x);
+  do_sigmoid_forward(s, x, out);
+}
+
+void Ops::normalize_rows(Stream& s, const Tensor& x, const Tensor& out) {
+  Check ck("normalize_rows", s);
+  ck.rank("x", x, 2);
+  ck.dtype("x", x, DType::F32);
+  ck.like("out", out, "x", x);
+  do_normalize_rows(s, x, out);
+}
+
 // ---- column gathers between (R, C) and (R, k) ------------------------------------------------
 
 namespace {

@@ -35,6 +35,18 @@ HfArchitecture hf_architecture(const Config& cfg) {
         "moe.normalize_top_k = false: the model weights experts by their raw top-k "
         "probabilities, but MixtralForCausalLM always renormalises the top-k weights "
         "to sum to 1; the exported model would compute another function");
+  if (m.num_shared_experts > 0)
+    MOEZERO_THROW("model.num_shared_experts = ", m.num_shared_experts,
+                  ": MixtralForCausalLM has no shared experts (Qwen2MoeForCausalLM export is not "
+                  "implemented yet)");
+  if (cfg.moe.score_function != ScoreFunction::Softmax)
+    MOEZERO_THROW(
+        "moe.score_function = sigmoid: MixtralForCausalLM routes with softmax probabilities; "
+        "the exported model would compute another function");
+  if (cfg.moe.expert_bias_update_rate > 0.0)
+    MOEZERO_THROW(
+        "moe.expert_bias_update_rate > 0: the experts' selection bias has no place in "
+        "MixtralForCausalLM; the exported model would route differently");
   return HfArchitecture::Mixtral;
 }
 
@@ -51,7 +63,8 @@ std::string hf_config_json(const Config& cfg, SafetensorsDType dtype) {
   j["model_type"] = arch == HfArchitecture::Mixtral ? "mixtral" : "llama";
   j["vocab_size"] = m.vocab_size;
   j["hidden_size"] = m.d_model;
-  j["intermediate_size"] = m.d_ff;
+  // Mixtral: every layer is MoE (moe_every = 1), so its one width is the experts'.
+  j["intermediate_size"] = arch == HfArchitecture::Mixtral ? m.expert_width() : m.d_ff;
   j["num_hidden_layers"] = m.n_layers;
   j["num_attention_heads"] = m.n_heads;
   j["num_key_value_heads"] = m.n_kv_heads;
@@ -333,10 +346,15 @@ void check_same_shape(const ModelConfig& ours, const HfModel& hf, const std::str
   };
   same(ours.vocab_size, m.vocab_size, "vocab_size", "vocab_size");
   same(ours.d_model, m.d_model, "d_model", "hidden_size");
-  same(ours.d_ff, m.d_ff, "d_ff", "intermediate_size");
+  if (hf.arch == HfArchitecture::Mixtral)
+    same(ours.expert_width(), m.d_ff, "expert_d_ff (or d_ff)", "intermediate_size");
+  else
+    same(ours.d_ff, m.d_ff, "d_ff", "intermediate_size");
   same(ours.n_layers, m.n_layers, "n_layers", "num_hidden_layers");
   same(ours.n_heads, m.n_heads, "n_heads", "num_attention_heads");
   same(ours.n_kv_heads, m.n_kv_heads, "n_kv_heads", "num_key_value_heads");
+  same(ours.num_shared_experts, m.num_shared_experts, "num_shared_experts",
+       "shared experts (Mixtral and Llama have none)");
   same(ours.num_experts, m.num_experts, "num_experts",
        hf.arch == HfArchitecture::Mixtral ? "num_local_experts" : "num_local_experts (Llama: 0)");
   if (m.num_experts > 0) {

@@ -34,6 +34,7 @@ void validate_model_config(const ModelConfig& c) {
           "must fit token ids in int32");
   require(c.d_model >= 1, "d_model", c.d_model, "must be >= 1");
   require(c.d_ff >= 1, "d_ff", c.d_ff, "must be >= 1");
+  require(c.expert_d_ff >= 0, "expert_d_ff", c.expert_d_ff, "must be >= 0 (0: d_ff)");
   require(c.n_layers >= 1, "n_layers", c.n_layers, "must be >= 1");
   require(c.n_heads >= 1, "n_heads", c.n_heads, "must be >= 1");
   require(c.n_kv_heads >= 1, "n_kv_heads", c.n_kv_heads, "must be >= 1");
@@ -50,6 +51,10 @@ void validate_model_config(const ModelConfig& c) {
   require(c.norm_eps >= 0.0, "norm_eps", c.norm_eps, "must be >= 0");
   require(c.init_std >= 0.0, "init_std", c.init_std, "must be >= 0");
   require(c.num_experts >= 0, "num_experts", c.num_experts, "must be >= 0 (0: dense)");
+  require(c.num_shared_experts == 0 || c.num_experts > 0, "num_shared_experts",
+          c.num_shared_experts, "needs MoE layers (model.num_experts > 0)");
+  require(c.shared_expert_d_ff >= 0, "shared_expert_d_ff", c.shared_expert_d_ff,
+          "must be >= 0 (0: the experts' width)");
 }
 
 // The activations of one micro-batch, from forward to backward.
@@ -128,6 +133,36 @@ std::shared_ptr<const std::vector<int32_t>> Transformer::host_positions(int64_t 
 }
 
 void Transformer::discard_activations() { state_.reset(); }
+
+namespace {
+// The MoE FFNs in layer order.
+template <typename F>
+void for_each_moe(const std::vector<std::unique_ptr<FeedForward>>& ffn, F&& f) {
+  for (const auto& layer : ffn)
+    if (auto* m = dynamic_cast<MoeFeedForward*>(layer.get())) f(*m);
+}
+}  // namespace
+
+void Transformer::update_expert_bias() {
+  for_each_moe(ffn_, [](MoeFeedForward& m) { m.update_expert_bias(); });
+}
+
+std::vector<std::vector<float>> Transformer::expert_biases() const {
+  std::vector<std::vector<float>> out;
+  for_each_moe(ffn_, [&](MoeFeedForward& m) { out.push_back(m.expert_bias()); });
+  return out;
+}
+
+void Transformer::set_expert_biases(const std::vector<std::vector<float>>& biases) {
+  size_t i = 0;
+  for_each_moe(ffn_, [&](MoeFeedForward& m) {
+    MOEZERO_REQUIRE(i < biases.size(), "expert biases: ", biases.size(),
+                    " lists for more MoE layers");
+    m.set_expert_bias(biases[i++]);
+  });
+  MOEZERO_REQUIRE(i == biases.size(), "expert biases: ", biases.size(), " lists for ", i,
+                  " MoE layers");
+}
 
 Tensor Transformer::last_logits() const { return state_ ? state_->head.logits.view() : Tensor(); }
 

@@ -102,6 +102,14 @@ class Transformer {
   bool has_activations() const { return state_ != nullptr; }
   // Drops the saved activations (evaluation: forward without backward).
   void discard_activations();
+  // Auxiliary-loss-free balancing (moe.expert_bias_update_rate; MoeFeedForward): after an
+  // applied optimizer step, every MoE layer moves its selection bias from the step's agreed
+  // loads. expert_biases: per MoE layer its bias (E), empty lists when the rate is 0;
+  // set_expert_biases restores them (one list per MoE layer; throws on a count mismatch).
+  void update_expert_bias();
+  std::vector<std::vector<float>> expert_biases() const;
+  void set_expert_biases(const std::vector<std::vector<float>>& biases);
+
   // The logits (B*T, V), compute dtype, of the last forward (valid once its stream has run it,
   // until backward or discard_activations); an undefined tensor without saved activations.
   Tensor last_logits() const;

@@ -24,7 +24,7 @@ LocalExperts::LocalExperts(const ModelConfig& cfg, const MoeRuntime& rt, int lay
 std::vector<GroupSpec> LocalExperts::param_groups() const {
   const std::string p = "model.layers." + std::to_string(layer_) + ".";
   const float std_ = static_cast<float>(cfg_.init_std);
-  const int64_t C = cfg_.d_model, F = cfg_.d_ff;
+  const int64_t C = cfg_.d_model, F = cfg_.expert_width();
   std::vector<GroupSpec> groups;
   for (int j = 0; j < experts_per_rank_; ++j) {
     const int e = expert(j);
@@ -131,7 +131,7 @@ TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& para
                                    const Tensor& x, TensorBuffer& gate, TensorBuffer& up,
                                    std::vector<Tensor>& held) const {
   Stream& s = ctx.s();
-  const int64_t R = rows.received, C = cfg_.d_model, F = cfg_.d_ff;
+  const int64_t R = rows.received, C = cfg_.d_model, F = cfg_.expert_width();
   gate = ctx.alloc_act(Shape{R, F}, "moe.gate");
   up = ctx.alloc_act(Shape{R, F}, "moe.up");
   TensorBuffer act = ctx.alloc_act(Shape{R, F}, "moe.act");
@@ -194,7 +194,7 @@ TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& par
                                     const Tensor& x, const Tensor& gate, const Tensor& up,
                                     const Tensor& dy, std::vector<Tensor>& held) const {
   Stream& s = ctx.s();
-  const int64_t R = rows.received, C = cfg_.d_model, F = cfg_.d_ff;
+  const int64_t R = rows.received, C = cfg_.d_model, F = cfg_.expert_width();
   TensorBuffer dx = ctx.alloc_act(Shape{R, C}, "moe.dxr");
   TensorBuffer act = ctx.alloc_act(Shape{R, F}, "moe.act");
   TensorBuffer dact = ctx.alloc_act(Shape{R, F}, "moe.dact");

@@ -15,13 +15,15 @@ constexpr size_t kNorm = 0, kGate = 1;  // layer group
 }  // namespace
 
 struct MoeFeedForward::MoeSaved : FeedForward::Saved {
-  TensorBuffer rstd, hn;     // norm: f32 (N), (N, C)
-  DispatchState routes;      // the token layout of this micro-batch (and combine's saved input)
-  TensorBuffer xr;           // (R, C) rows received for the local experts
-  TensorBuffer gate, up;     // (R, F) pre-activations of those rows
-  std::vector<char> active;  // (Epr): local expert j is active (globally agreed)
-  std::vector<Tensor> held;  // (Epr) zero.moe_gather fsdp: experts acquired from forward to
-                             // backward; empty otherwise
+  TensorBuffer rstd, hn;        // norm: f32 (N), (N, C)
+  DispatchState routes;         // the token layout of this micro-batch (and combine's saved input)
+  TensorBuffer xr;              // (R, C) rows received for the local experts
+  TensorBuffer gate, up;        // (R, F) pre-activations of those rows
+  std::vector<char> active;     // (Epr): local expert j is active (globally agreed)
+  std::vector<Tensor> held;     // (Epr) zero.moe_gather fsdp: experts acquired from forward to
+                                // backward; empty otherwise
+  std::vector<float> selected;  // (E) agreed top-k selections (the expert-bias load)
+  SharedExperts::Saved shared;  // model.num_shared_experts > 0
 };
 
 MoeFeedForward::MoeFeedForward(const ModelConfig& cfg, const MoeRuntime& rt, int layer,
@@ -40,6 +42,33 @@ MoeFeedForward::MoeFeedForward(const ModelConfig& cfg, const MoeRuntime& rt, int
   MOEZERO_CHECK(rt.ep_size == 1 || (rt.a2a && rt.a2a->size() == rt.ep_size), "layer ", layer,
                 ": the EP communicator must span ep_size = ", rt.ep_size, " ranks");
   if (rt_.stats) rt_.stats->add_layer(moe_index_, cfg.num_experts);
+  if (cfg.num_shared_experts > 0)
+    shared_ = std::make_unique<SharedExperts>(cfg, layer, first_group + 1 + experts_.count());
+  if (rt_.moe.expert_bias_update_rate > 0.0) {
+    router_.set_bias(std::vector<float>(static_cast<size_t>(cfg.num_experts), 0.0f));
+    load_.assign(static_cast<size_t>(cfg.num_experts), 0.0);
+  }
+}
+
+void MoeFeedForward::set_expert_bias(std::vector<float> bias) {
+  if (rt_.moe.expert_bias_update_rate <= 0.0) return;
+  if (bias.empty()) bias.assign(static_cast<size_t>(cfg_.num_experts), 0.0f);
+  router_.set_bias(std::move(bias));
+}
+
+void MoeFeedForward::update_expert_bias() {
+  const double rate = rt_.moe.expert_bias_update_rate;
+  if (rate <= 0.0) return;
+  double mean = 0.0;
+  for (double l : load_) mean += l;
+  mean /= static_cast<double>(load_.size());
+  std::vector<float> b = router_.bias();
+  for (size_t e = 0; e < b.size(); ++e) {
+    const double d = mean - load_[e];
+    b[e] = static_cast<float>(b[e] + rate * static_cast<double>((d > 0.0) - (d < 0.0)));
+  }
+  router_.set_bias(std::move(b));
+  std::fill(load_.begin(), load_.end(), 0.0);
 }
 
 MoeFeedForward::~MoeFeedForward() = default;
@@ -57,6 +86,7 @@ std::vector<GroupSpec> MoeFeedForward::param_groups() const {
               linear_weight(p + "block_sparse_moe.gate.weight", E, C, std_)};
   groups.push_back(g);
   for (GroupSpec& eg : experts_.param_groups()) groups.push_back(std::move(eg));
+  if (shared_) groups.push_back(shared_->param_group());
   return groups;
 }
 
@@ -209,6 +239,17 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   const std::vector<float> h_stats = synchronize(ctx, counts, routing);
   sv->routes = dispatcher_.plan(counts, moe_index_);
   sv->active = apply_agreement(params, router_.stats_layout().kept(h_stats));
+  if (rt_.stats) {  // the step's balance metrics (agreed values)
+    const std::span<const float> sel = router_.stats_layout().selected(h_stats);
+    auto& out = rt_.stats->selected_per_expert[static_cast<size_t>(moe_index_)];
+    for (size_t e = 0; e < out.size(); ++e) out[e] += static_cast<int64_t>(sel[e] + 0.5f);
+    rt_.stats->expert_bias[static_cast<size_t>(moe_index_)] = router_.bias();
+    if (rt_.stats->record_local_counts) rt_.stats->local_counts.push_back(counts.h_local);
+  }
+  if (!load_.empty()) {
+    const std::span<const float> sel = router_.stats_layout().selected(h_stats);
+    sv->selected.assign(sel.begin(), sel.end());
+  }
   // 3. dispatch: rows to the owners of their experts.
   sv->xr = dispatcher_.dispatch(ctx, sv->hn, routing.expert_ids, sv->routes);
   // 4. compute: the active local experts, each over its row blocks (one per source peer).
@@ -217,6 +258,8 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   // 5. combine: back to the token owners, weighted combine, residual.
   dispatcher_.combine(ctx, yr, routing.weights, sv->routes, out);
   ctx.ops().add(ctx.s(), out, h, out);
+  // 6. shared experts: every token, out += shared(xn).
+  if (shared_) shared_->forward(ctx, params, sv->hn, out, sv->shared);
   return sv;
 }
 
@@ -225,9 +268,18 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
   auto* sv = dynamic_cast<MoeSaved*>(saved.get());
   MOEZERO_CHECK(sv != nullptr, "MoeFeedForward::backward of layer ", layer_,
                 ": saved state is missing or not a MoeFeedForward's");
+  for (size_t e = 0; e < sv->selected.size(); ++e) load_[e] += sv->selected[e];
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
   const int64_t N = ctx.rows(), C = cfg_.d_model;
+
+  // 6'. shared experts (the reverse of forward's order): their dxn part, added below.
+  TensorBuffer dhn_shared;
+  if (shared_) {
+    dhn_shared = ctx.alloc_act(Shape{N, C}, "moe.dhn_shared");
+    ops.fill(s, dhn_shared, 0.0);
+    shared_->backward(ctx, params, sv->hn, dresid, dhn_shared, sv->shared);
+  }
 
   // 5'. combine backward: dweights (N, k); the output gradient rows to the expert owners.
   TensorBuffer dweights;
@@ -244,6 +296,10 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
 
   // 3'. dispatch backward: rows back to their tokens.
   TensorBuffer dhn = dispatcher_.dispatch_backward(ctx, dxr, sv->routes);
+  if (dhn_shared) {
+    ops.add(s, dhn, dhn_shared, dhn);
+    dhn_shared.reset();
+  }
 
   // 1'. router and norm: the last writes into the layer group's gradient.
   const Tensor flat = params.acquire(first_group_, s);

@@ -29,7 +29,8 @@
 //
 // Groups (provider indices first_group, first_group + 1, ...): "layers.l.moe"
 // {model.layers.l.post_attention_layernorm.weight, model.layers.l.block_sparse_moe.gate.weight}
-// (Dense), then one per LOCAL expert (moe/local_experts.h).
+// (Dense), then one per LOCAL expert (moe/local_experts.h), then (model.num_shared_experts > 0)
+// the shared experts' dense group (moe/shared_experts.h): out = h + routed + shared(xn).
 #pragma once
 
 #include <memory>
@@ -40,6 +41,7 @@
 #include "moe/local_experts.h"
 #include "moe/moe_runtime.h"
 #include "moe/router.h"
+#include "moe/shared_experts.h"
 #include "moe/token_dispatcher.h"
 
 namespace moezero::moe {
@@ -67,6 +69,18 @@ class MoeFeedForward final : public FeedForward {
 
   int local_experts() const { return experts_.count(); }
 
+  // Auxiliary-loss-free balancing (moe.expert_bias_update_rate > 0; DeepSeek-V3): the router's
+  // per-expert selection bias b (E). After each optimizer step the trainer calls
+  // update_expert_bias: b_e += rate · sign(mean_e' load_e' - load_e), load_e = the globally
+  // agreed top-k selections (before capacity) of expert e summed over the step's trained
+  // micro-batches (counted in backward, so evaluation forwards do not count); identical on
+  // every rank. A no-op when the rate is 0 (then the bias is empty).
+  void update_expert_bias();
+  const std::vector<float>& expert_bias() const { return router_.bias(); }
+  // Restores a saved bias (E finite values, else throws). With the rate 0 the bias is off and
+  // stays empty whatever is given; with a rate > 0 an empty list means zeros.
+  void set_expert_bias(std::vector<float> bias);
+
  private:
   struct MoeSaved;
   // The steps of forward (moe_layer.cpp), in order.
@@ -90,9 +104,11 @@ class MoeFeedForward final : public FeedForward {
   int layer_, moe_index_, first_group_;
   Router router_;
   TokenDispatcher dispatcher_;
-  LocalExperts experts_;        // provider groups first_group_ + 1, ...
+  LocalExperts experts_;                   // provider groups first_group_ + 1, ...
+  std::unique_ptr<SharedExperts> shared_;  // model.num_shared_experts > 0: the last group
   std::vector<int> planned_;    // (global) expert ids prefetched by prepare() for this micro-batch
   std::vector<double> plan_p_;  // (E) P(active) the plan of this micro-batch used; empty: none
+  std::vector<double> load_;    // (E) agreed selections of this step's trained micro-batches
 };
 
 }  // namespace moezero::moe

@@ -23,6 +23,17 @@ struct MoeStats {
   // Per MoE layer (in layer order): tokens routed to each expert in this step, summed over
   // micro-batches, globally agreed (all ranks), after capacity drops. (layers, E)
   std::vector<std::vector<int64_t>> tokens_per_expert;
+  // Per MoE layer: the agreed top-k selections of each expert BEFORE capacity drops, summed
+  // over the step's micro-batches (dropped = selected - tokens_per_expert). (layers, E)
+  std::vector<std::vector<int64_t>> selected_per_expert;
+  // Per MoE layer: the selection bias the step routed with (moe.expert_bias_update_rate > 0;
+  // identical on every rank); empty when off. (layers, E or 0)
+  std::vector<std::vector<float>> expert_bias;
+  // profile.routing_trace: when record_local_counts, every MoE forward appends this rank's kept
+  // assignments per expert (E), in forward order (micro-batch, then MoE layer); cleared with
+  // the step's counters.
+  bool record_local_counts = false;
+  std::vector<std::vector<int32_t>> local_counts;
   // Per MoE layer: experts that were active (gathered and computed) in the last micro-batch.
   std::vector<int> active_experts;
   uint64_t a2a_bytes = 0;  // this rank's all-to-all send bytes (tokens, both passes)
@@ -50,6 +61,8 @@ struct MoeStats {
     const size_t m = static_cast<size_t>(moe_index), E = static_cast<size_t>(experts);
     if (tokens_per_expert.size() <= m) {
       tokens_per_expert.resize(m + 1);
+      selected_per_expert.resize(m + 1);
+      expert_bias.resize(m + 1);
       active_experts.resize(m + 1);
       a2a_tokens_in.resize(m + 1);
       a2a_tokens_out.resize(m + 1);
@@ -59,11 +72,14 @@ struct MoeStats {
       calibration_active.resize(m + 1, std::vector<int64_t>(kCalibrationBuckets, 0));
     }
     tokens_per_expert[m].assign(E, 0);
+    selected_per_expert[m].assign(E, 0);
     a2a_tokens_in[m].assign(E, 0);
     a2a_tokens_out[m].assign(E, 0);
   }
   void clear() {
     for (auto& v : tokens_per_expert) std::fill(v.begin(), v.end(), 0);
+    for (auto& v : selected_per_expert) std::fill(v.begin(), v.end(), 0);
+    local_counts.clear();
     for (auto& v : a2a_tokens_in) std::fill(v.begin(), v.end(), 0);
     for (auto& v : a2a_tokens_out) std::fill(v.begin(), v.end(), 0);
     a2a_bytes = 0;

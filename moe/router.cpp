@@ -54,16 +54,19 @@ RouterConfig router_config(const ModelConfig& model, const MoeConfig& moe, uint6
                       .aux_coef = static_cast<float>(moe.aux_loss_coef),
                       .z_coef = static_cast<float>(moe.z_loss_coef),
                       .capacity_factor = static_cast<float>(moe.capacity_factor),
-                      .seed = seed};
+                      .seed = seed,
+                      .score = moe.score_function};
 }
 
 struct Router::State {
   Routing routing;
   int64_t n = 0, c = 0;
   TensorBuffer stats;   // f32 (3E)
-  TensorBuffer probs;   // f32 (N, E)
+  TensorBuffer probs;   // f32 (N, E)  softmax, or (sigmoid) the scores normalised per token
+  TensorBuffer scores;  // f32 (N, E)  sigmoid only: sigmoid(logits) (softmax: probs)
+  TensorBuffer zprobs;  // f32 (N, E)  sigmoid with z_coef > 0: softmax(logits), the z gradient
   TensorBuffer ids;     // i32 (N, k)  top-k choices before dropping
-  TensorBuffer vals;    // f32 (N, k)  their probabilities
+  TensorBuffer vals;    // f32 (N, k)  their scores (without the bias)
   TensorBuffer w_norm;  // f32 (N, k)  renormalised weights before dropping (normalize_top_k)
   TensorBuffer ones;    // f32 (N)     column sums and row broadcasts
   TensorBuffer lse;     // f32 (N)     logsumexp of the logits (z_coef > 0)
@@ -74,6 +77,8 @@ struct Router::State {
   bool finished = false;
 
   const Tensor& weights_before_drop() const { return w_norm ? w_norm.view() : vals.view(); }
+  const Tensor& score_view() const { return scores ? scores.view() : probs.view(); }
+  const Tensor& z_probs() const { return zprobs ? zprobs.view() : probs.view(); }
 };
 
 Router::Router(const RouterConfig& cfg, int layer) : cfg_(cfg), layer_(layer) {
@@ -91,6 +96,16 @@ Router::Router(const RouterConfig& cfg, int layer) : cfg_(cfg), layer_(layer) {
 }
 
 Router::~Router() = default;
+
+void Router::set_bias(std::vector<float> bias) {
+  MOEZERO_CHECK(bias.empty() || static_cast<int64_t>(bias.size()) == cfg_.num_experts,
+                "router of layer ", layer_, ": bias has ", bias.size(), " values for ",
+                cfg_.num_experts, " experts");
+  for (float b : bias)
+    MOEZERO_CHECK(std::isfinite(b), "router of layer ", layer_, ": bias value ", b,
+                  " is not finite");
+  bias_ = std::move(bias);
+}
 
 int64_t Router::capacity(int64_t tokens) const {
   if (cfg_.capacity_factor <= 0.0f || tokens <= 0) return 0;
@@ -212,7 +227,7 @@ TensorBuffer Router::select(const ModuleContext& ctx, State& st, const Tensor& x
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
   const int64_t E = cfg_.num_experts, k = cfg_.top_k, N = st.n;
-  // logits (N, E) = xj @ Wg^T in f32; probs; top-k.
+  // logits (N, E) = xj @ Wg^T in f32; scores and probs; top-k.
   TensorBuffer x_tmp, gate_tmp;
   const Tensor xj = gate_input(ctx, x, st.noise ? st.noise.view() : Tensor(), x_tmp);
   const Tensor wg = gate_f32(ctx, gate, gate_tmp);
@@ -220,17 +235,46 @@ TensorBuffer Router::select(const ModuleContext& ctx, State& st, const Tensor& x
   mm(ctx, xj, wg, logits, 1.0f, 0.0f, Transpose::No, Transpose::Yes);
   x_tmp.reset();
   gate_tmp.reset();
-  ops.softmax_forward(s, logits, st.probs);
-  ops.topk(s, st.probs, static_cast<int>(k), st.vals, st.ids);
+  const bool sigmoid = cfg_.score == ScoreFunction::Sigmoid;
+  if (sigmoid) {
+    st.scores = ctx.alloc(DType::F32, Shape{N, E}, "router.scores");
+    ops.sigmoid_forward(s, logits, st.scores);
+    ops.normalize_rows(s, st.scores, st.probs);
+  } else {
+    ops.softmax_forward(s, logits, st.probs);
+  }
+  const Tensor scores = st.score_view();
+  if (bias_.empty()) {
+    ops.topk(s, scores, static_cast<int>(k), st.vals, st.ids);
+  } else {  // choose on scores + bias; keep the unbiased scores of the chosen experts
+    TensorBuffer b = ctx.alloc(DType::F32, Shape{1, E}, "router.bias");
+    upload(s, bias_, b);
+    TensorBuffer biased = ctx.alloc(DType::F32, Shape{N, E}, "router.biased");
+    ops.cast(s, scores, biased);
+    mm(ctx, ones(ctx, st).reshape({N, 1}), b, biased, 1.0f, 1.0f);
+    ops.topk(s, biased, static_cast<int>(k), st.vals, st.ids);
+    ops.gather_cols(s, scores, st.ids, st.vals);
+  }
 
-  // Renormalised weights = softmax over the chosen logits (= p_j / Σ_j p_j).
   if (cfg_.normalize_top_k) {
     st.w_norm = ctx.alloc(DType::F32, Shape{N, k}, "router.w_norm");
-    ops.gather_cols(s, logits, st.ids, st.w_norm);
-    ops.softmax_forward(s, st.w_norm, st.w_norm);
+    if (sigmoid) {  // s_j / Σ_j s_j
+      ops.normalize_rows(s, st.vals, st.w_norm);
+    } else {  // softmax over the chosen logits (= p_j / Σ_j p_j)
+      ops.gather_cols(s, logits, st.ids, st.w_norm);
+      ops.softmax_forward(s, st.w_norm, st.w_norm);
+    }
     st.routing.weights = st.w_norm;
   }
   return logits;
+}
+
+Tensor Router::ones(const ModuleContext& ctx, State& st) const {
+  if (!st.ones) {
+    st.ones = ctx.alloc(DType::F32, Shape{st.n}, "router.ones");
+    ctx.ops().fill(ctx.s(), st.ones, 1.0);
+  }
+  return st.ones;
 }
 
 void Router::local_statistics(const ModuleContext& ctx, State& st) const {
@@ -240,14 +284,16 @@ void Router::local_statistics(const ModuleContext& ctx, State& st) const {
   TensorBuffer counts = ctx.alloc(DType::I32, Shape{E}, "router.counts");
   ctx.ops().expert_histogram(ctx.s(), st.routing.expert_ids, static_cast<int>(E), counts);
   ctx.ops().cast(ctx.s(), counts, layout.selected(st.stats).reshape({E}));
-  st.ones = ctx.alloc(DType::F32, Shape{N}, "router.ones");
-  ctx.ops().fill(ctx.s(), st.ones, 1.0);
-  mm(ctx, st.ones.view().reshape({1, N}), st.probs, layout.prob_sum(st.stats));
+  mm(ctx, ones(ctx, st).reshape({1, N}), st.probs, layout.prob_sum(st.stats));
 }
 
 void Router::logsumexp(const ModuleContext& ctx, State& st, const Tensor& logits) const {
   st.lse = ctx.alloc(DType::F32, Shape{st.n}, "router.lse");
   ctx.ops().logsumexp(ctx.s(), logits, st.lse);
+  if (cfg_.score == ScoreFunction::Sigmoid) {  // the z gradient needs softmax(logits)
+    st.zprobs = ctx.alloc(DType::F32, Shape{st.n, cfg_.num_experts}, "router.zprobs");
+    ctx.ops().softmax_forward(ctx.s(), logits, st.zprobs);
+  }
 }
 
 void Router::drop_over_capacity(const ModuleContext& ctx, State& st) const {
@@ -361,7 +407,9 @@ TensorBuffer Router::logits_backward(const ModuleContext& ctx, const State& st,
     mm(ctx, st.ones.view().view_elems(0, {N, 1}), stats_layout().selected(st.stats), dprobs,
        static_cast<float>(st.scale * cfg_.aux_coef * E / (ng * ng)));
   }
-  if (cfg_.normalize_top_k) {  // d(chosen logits) = softmax_backward(w, dw), scattered
+  if (cfg_.score == ScoreFunction::Sigmoid) {
+    sigmoid_scores_backward(ctx, st, dw, aux ? dprobs.view() : Tensor(), dlogits);
+  } else if (cfg_.normalize_top_k) {  // d(chosen logits) = softmax_backward(w, dw), scattered
     if (aux) {
       ops.softmax_backward(s, st.probs, dprobs, dlogits);
     } else {
@@ -377,11 +425,40 @@ TensorBuffer Router::logits_backward(const ModuleContext& ctx, const State& st,
   }
   dprobs.reset();
   if (cfg_.z_coef > 0.0f) {  // dlogits_t += scale·z_coef·2·lse_t/N_g · probs_t
-    mm(ctx, st.lse.view().reshape({N, 1, 1}), st.probs.view().reshape({N, 1, E}),
+    mm(ctx, st.lse.view().reshape({N, 1, 1}), st.z_probs().reshape({N, 1, E}),
        dlogits.view().reshape({N, 1, E}), static_cast<float>(2.0 * st.scale * cfg_.z_coef / ng),
        1.0f);
   }
   return dlogits;
+}
+
+void Router::sigmoid_scores_backward(const ModuleContext& ctx, const State& st, const Tensor& dw,
+                                     const Tensor& dprobs, const Tensor& dlogits) const {
+  // With s = sigmoid(l), ds/dl = s (1 - s), and for y = v / Σ v (probs from scores, normalised
+  // weights from chosen scores) dL/dv_j · v_j = softmax_backward(y, dy)_j (both equal
+  // y_j (dy_j - Σ_i dy_i y_i)), so no division by s is needed:
+  //   G = softmax_backward(probs, dprobs) + scatter(softmax_backward(w, dw))   (normalised)
+  //   G = softmax_backward(probs, dprobs) + scatter(dw ⊙ s_chosen)              (raw)
+  //   dlogits = G ⊙ (1 - s).
+  Ops& ops = ctx.ops();
+  Stream& s = ctx.s();
+  const int64_t E = cfg_.num_experts, k = cfg_.top_k, N = st.n;
+  if (dprobs.defined()) {
+    ops.softmax_backward(s, st.probs, dprobs, dlogits);
+  } else {
+    ops.fill(s, dlogits, 0.0);
+  }
+  TensorBuffer dchosen = ctx.alloc(DType::F32, Shape{N, k}, "router.dchosen");
+  if (cfg_.normalize_top_k) {
+    ops.softmax_backward(s, st.w_norm, dw, dchosen);
+  } else {
+    ops.mul(s, dw, st.vals, dchosen);
+  }
+  ops.scatter_add_cols(s, dchosen, st.ids, dlogits);
+  TensorBuffer one_minus = ctx.alloc(DType::F32, Shape{N, E}, "router.one_minus_s");
+  ops.fill(s, one_minus, 1.0);
+  ops.axpy(s, -1.0f, st.scores, one_minus);
+  ops.mul(s, dlogits, one_minus, dlogits);
 }
 
 void Router::input_backward(const ModuleContext& ctx, const State& st, const Tensor& dlogits,

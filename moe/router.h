@@ -1,24 +1,33 @@
-// moe/router.h — the top-k router of an MoE layer (Mixtral's gate, with Switch / ST-MoE options):
+// moe/router.h — the top-k router of an MoE layer (Mixtral's gate, with Switch / ST-MoE options,
+// and DeepSeek-V3's sigmoid scores and selection bias):
 //
 //   xj     = x ⊙ noise                      (N, C) f32   jitter, training only (else xj = x)
 //   logits = xj @ Wg^T                      (N, E) f32   "linear gate in fp32" (bf16 cast first)
-//   probs  = softmax(logits)                (N, E) f32
-//   choice = topk(probs, k)                 (N, k)       descending, ties -> lower expert index
-//   w      = probs[choice] / Σ_j probs[choice]  (normalize_top_k, Mixtral) or probs[choice] (raw)
+//   softmax scores (Mixtral):  s = probs = softmax(logits)                       (N, E) f32
+//   sigmoid scores (DeepSeek-V3): s = sigmoid(logits), probs = s / Σ_e s          (N, E) f32
+//   choice = topk(s + b, k)                 (N, k)       descending, ties -> lower expert index;
+//            b (E): the selection bias (auxiliary-loss-free balancing; 0 unless set_bias). It
+//            changes which experts are chosen, never their weights.
+//   w      = s[choice] / Σ_j s[choice]  (normalize_top_k) or s[choice] (raw)
+//            (softmax: computed as the softmax of the chosen logits, the same value)
 //   capacity (factor f > 0): each expert keeps at most cap = ceil(k·N·f/E) of this rank's
-//            assignments; the rest are dropped lowest probability first (equal probabilities:
+//            assignments; the rest are dropped lowest score first (equal scores:
 //            the higher token index is dropped first); a dropped assignment has expert id -1 and
 //            weight 0. Renormalisation is over all k choices, before dropping (as Mixtral + drop).
 //
 // Losses, over the GLOBAL batch of one micro-batch (N_g tokens on all data-parallel ranks):
 //   aux = E · Σ_e F_e · P_e   (Hugging Face Mixtral load_balancing_loss_func, one layer):
 //         F_e = Σ_j #{t : choice[t, j] == e} / N_g   (counts BEFORE capacity dropping; Σ_e F_e = k)
-//         P_e = Σ_t probs[t, e] / N_g
+//         P_e = Σ_t probs[t, e] / N_g   (sigmoid: probs = the scores normalised per token)
 //         so a perfectly balanced router gives aux = k (HF's value), not 1. HF concatenates the
 //         gate logits of all layers before taking the means; we take them per layer (the caller
 //         sums or averages layers). F is a constant for the gradient (as in HF/Switch):
 //         d aux / d probs[t, e] = E · F_e / N_g.
-//   z   = (1/N_g) Σ_t logsumexp(logits_t)^2   (ST-MoE); d z / d logits_t = 2 lse_t probs_t / N_g.
+//   z   = (1/N_g) Σ_t logsumexp(logits_t)^2   (ST-MoE, either score function);
+//         d z / d logits_t = 2 lse_t softmax(logits_t) / N_g.
+// Sigmoid backward: with G = dL/dprobs·(softmax_backward through p = s/Σs) + the weights' part,
+// dlogits = G ⊙ (1 - s); normalised weights: softmax_backward(w, dw) ⊙ (1 - s_chosen); raw:
+// dw ⊙ s_chosen ⊙ (1 - s_chosen) (router.cpp derives them).
 //
 // Two phases, so that F and P are global without the router knowing about ranks:
 //   1. forward_local: routing of this rank's N tokens, and a local statistics vector `stats`;
@@ -35,6 +44,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "core/config.h"
 #include "layers/module.h"
@@ -50,6 +60,7 @@ struct RouterConfig {
   float z_coef = 0.0f;           // coefficient of the router z-loss
   float capacity_factor = 0.0f;  // f > 0: capacity per expert ceil(k·N·f/E); 0 = dropless
   uint64_t seed = 0;             // jitter noise seed
+  ScoreFunction score = ScoreFunction::Softmax;
 };
 
 // The router settings of a run (model.num_experts, model.top_k, the moe section).
@@ -72,6 +83,10 @@ struct RouterStats {
   Tensor selected(const Tensor& stats) const { return stats.view_elems(0, {1, experts}); }
   Tensor kept(const Tensor& stats) const { return stats.view_elems(experts, {1, experts}); }
   Tensor prob_sum(const Tensor& stats) const { return stats.view_elems(2 * experts, {1, experts}); }
+  // The top-k selection counts (E) of a host copy of stats (3E).
+  std::span<const float> selected(std::span<const float> host) const {
+    return host.subspan(0, static_cast<size_t>(experts));
+  }
   // The kept counts (E) of a host copy of stats (3E).
   std::span<const float> kept(std::span<const float> host) const {
     return host.subspan(static_cast<size_t>(experts), static_cast<size_t>(experts));
@@ -87,7 +102,7 @@ class Router {
     int64_t capacity = 0;  // per-expert capacity of this rank; 0 when dropless
     Tensor expert_ids;     // i32 (N*k): assignment t*k+j -> expert, -1 when dropped
     Tensor weights;        // f32 (N, k): combine weights, 0 when dropped
-    Tensor probs;          // f32 (N, E): softmax of the gate logits
+    Tensor probs;          // f32 (N, E): softmax of the gate logits (sigmoid: normalised scores)
     // f32 (3E), laid out as RouterStats says (Router::stats_layout()); local on return, the
     // caller all-reduces it (Sum, in place) over the data-parallel ranks before finish().
     Tensor stats;
@@ -137,6 +152,11 @@ class Router {
   // The routing of the current micro-batch (throws when there is none).
   Routing& routing();
 
+  // The per-expert selection bias b (E) added to the scores for top-k only (auxiliary-loss-free
+  // balancing); empty: none (the default). Applies from the next forward_local.
+  void set_bias(std::vector<float> bias);
+  const std::vector<float>& bias() const { return bias_; }
+
   // The jitter factor of element (token, channel), a pure function of its arguments, uniform in
   // [1-eps, 1+eps). The device applies silu(g) with g = silu^-1(this) in f32 (see router.cpp),
   // which equals it to ~1e-7 relative.
@@ -149,18 +169,24 @@ class Router {
   std::unique_ptr<State> new_state(const ModuleContext& ctx, int64_t N, int64_t C) const;
   void make_noise(const ModuleContext& ctx, State& st, int64_t token_offset,
                   int64_t micro_batch) const;  // jitter, training only
-  // logits, probs, top-k, renormalised weights; returns the logits f32 (N, E).
+  // logits, scores, probs, top-k (with the bias), weights; returns the logits f32 (N, E).
   TensorBuffer select(const ModuleContext& ctx, State& st, const Tensor& x,
                       const Tensor& gate) const;
   void local_statistics(const ModuleContext& ctx, State& st) const;  // selected, prob_sum
   void logsumexp(const ModuleContext& ctx, State& st, const Tensor& logits) const;  // z_coef > 0
   void drop_over_capacity(const ModuleContext& ctx, State& st) const;  // capacity > 0: host sync
+  // The f32 (N) column of ones (column sums, row broadcasts), made on first use.
+  Tensor ones(const ModuleContext& ctx, State& st) const;
   // The steps of backward, in order:
   // dweights with dropped assignments masked (in `tmp`), or dweights itself when dropless.
   Tensor kept_dweights(const ModuleContext& ctx, const State& st, const Tensor& dweights,
                        TensorBuffer& tmp) const;
   // dlogits f32 (N, E) from the combine weights, the aux loss and the z-loss.
   TensorBuffer logits_backward(const ModuleContext& ctx, const State& st, const Tensor& dw) const;
+  // Sigmoid scores: dlogits `=` from dw (N, k) and dprobs (N, E) (the aux part; may be
+  // undefined) through probs = s / Σs, the weights and s = sigmoid(logits).
+  void sigmoid_scores_backward(const ModuleContext& ctx, const State& st, const Tensor& dw,
+                               const Tensor& dprobs, const Tensor& dlogits) const;
   // dgate `+=` dlogits^T @ xj; dx `+=` (dlogits @ Wg) · noise.
   void input_backward(const ModuleContext& ctx, const State& st, const Tensor& dlogits,
                       const Tensor& x, const Tensor& gate, const Tensor& dx,
@@ -168,6 +194,7 @@ class Router {
 
   RouterConfig cfg_;
   int layer_;
+  std::vector<float> bias_;  // (E) or empty
   std::unique_ptr<State> st_;
 };
 

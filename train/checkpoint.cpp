@@ -16,10 +16,10 @@
 #include "core/error.h"
 #include "core/host_exchange.h"
 #include "core/tensor.h"
-#include "zero/zero_engine.h"
-#include "train/checkpoint_io.h"
 #include "model/transformer.h"
 #include "prefetch/frequency_model.h"
+#include "train/checkpoint_io.h"
+#include "zero/zero_engine.h"
 
 namespace moezero::checkpoint {
 
@@ -149,6 +149,12 @@ void commit_checkpoint(const RankState& s, const fs::path& root, const fs::path&
   }
   for (const GroupSpec& spec : moe::Transformer(cfg.model).param_groups())
     m.groups.push_back({spec.name, GroupLayout(spec).numel(), std::move(segments[spec.name])});
+  if (s.model) {
+    m.expert_bias = s.model->expert_biases();
+    if (std::all_of(m.expert_bias.begin(), m.expert_bias.end(),
+                    [](const std::vector<float>& b) { return b.empty(); }))
+      m.expert_bias.clear();
+  }
   if (s.frequency) {
     const auto [bytes, crc] =
         io::write_text_atomic((tmp / kFrequencyFile).string(), s.frequency->to_json().dump());
@@ -280,6 +286,7 @@ int64_t restore(const RankState& s, const std::string& dir) {
   if (m.world_size == cfg.parallel.world_size && m.ep_size == cfg.parallel.ep_size &&
       m.zero_stage == cfg.zero.stage && rank < static_cast<int>(m.prefetch_orders.size()))
     eng.set_prefetch_orders(m.prefetch_orders[static_cast<size_t>(rank)]);
+  if (s.model && !m.expert_bias.empty()) s.model->set_expert_biases(m.expert_bias);
   if (s.frequency) {
     if (m.frequency_model.empty())
       MOEZERO_THROW("checkpoint: '", m.dir, "/manifest.json' has no frequency model");

@@ -16,6 +16,8 @@
 //                             token), initialisation by (seed, parameter name)
 //   gradient accumulation     none: a step is atomic (step() zeroes the accumulators)
 //   frequency model           frequency_model.json (identical on every rank; saved once)
+//   expert selection bias     manifest "expert_bias" (moe.expert_bias_update_rate > 0; per MoE
+//                             layer, identical on every rank)
 //   dense prefetch order      manifest "prefetch_orders" (per rank; used on the same layout)
 //   config                    manifest "config"
 //
@@ -39,6 +41,9 @@ class Stream;
 class ZeroEngine;
 namespace prefetch {
 class FrequencyModel;
+}
+namespace moe {
+class Transformer;
 }
 }  // namespace moezero
 
@@ -84,6 +89,7 @@ struct RankState {
   Communicator* world = nullptr;
   Device* device = nullptr;
   Stream* stream = nullptr;
+  moe::Transformer* model = nullptr;  // its experts' selection biases; null: none saved
 };
 
 // Every rank calls it after step `step` (1-based count of completed steps). Writes

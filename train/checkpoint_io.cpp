@@ -221,6 +221,7 @@ std::string manifest_text(const Manifest& m) {
     orders.push_back(o);
   }
   j["prefetch_orders"] = orders;
+  if (!m.expert_bias.empty()) j["expert_bias"] = m.expert_bias;
   j["config"] = nlohmann::ordered_json::parse(m.config.dump());
   return j.dump(1);
 }
@@ -274,6 +275,9 @@ void read_manifest_fields(const nlohmann::json& j, const std::string& path, Mani
       for (const auto& [key, ids] : r.items()) o.emplace_back(key, ids.get<std::vector<int>>());
       m.prefetch_orders.push_back(std::move(o));
     }
+    where = "expert_bias";
+    if (j.contains("expert_bias"))
+      m.expert_bias = j["expert_bias"].get<std::vector<std::vector<float>>>();
   } catch (const nlohmann::json::exception& e) {
     MOEZERO_THROW("checkpoint: '", path, "': field '", where,
                   "' is missing or malformed: ", e.what());

@@ -92,6 +92,9 @@ struct Manifest {
   std::string frequency_model;  // file name; empty: none (a dense model)
   std::vector<GroupEntry> groups;
   std::vector<PrefetchOrders> prefetch_orders;  // per rank
+  // Per MoE layer the experts' selection bias (moe.expert_bias_update_rate > 0); empty when
+  // off. Optional in the file (absent: empty).
+  std::vector<std::vector<float>> expert_bias;
   const FileEntry& file(const std::string& name) const;
   const GroupEntry* group(const std::string& name) const;  // nullptr when absent
 };

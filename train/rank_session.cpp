@@ -16,6 +16,7 @@
 #include "core/ops.h"
 #include "core/process_groups.h"
 #include "model/transformer.h"
+#include "moe/routing_trace.h"
 #include "prefetch/frequency_model.h"
 #include "prefetch/shard_cache.h"
 #include "zero/zero_engine.h"
@@ -173,6 +174,7 @@ class RankSession {
   checkpoint::RankState ckpt_;
   int64_t first_step_ = 0, end_step_ = 0;
   std::unique_ptr<StepStatsCollector> step_stats_;
+  std::unique_ptr<RoutingTrace> routing_trace_;  // profile.routing_trace; null: off
   EngineCounters before_;  // the engine's counters at the end of the last step
 };
 
@@ -206,6 +208,14 @@ RankSession::RankSession(comm::RankContext& ctx, const TrainRun& run)
   for (Communicator* c : comms_.all())
     if (c) c->set_observer(recorder_.get());
   step_stats_ = std::make_unique<StepStatsCollector>(cfg_.model, *engine_);
+  if (!cfg_.profile.routing_trace.empty()) {
+    std::vector<int> moe_layer_ids;
+    for (int l = 0; l < static_cast<int>(cfg_.model.n_layers); ++l)
+      if (is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
+    moe_stats_.record_local_counts = true;
+    routing_trace_ = std::make_unique<RoutingTrace>(cfg_, std::move(moe_layer_ids), ctx_.rank == 0,
+                                                    !run_.options.resume_from.empty());
+  }
 }
 
 EngineStreams RankSession::create_streams() {
@@ -277,8 +287,8 @@ void RankSession::build_engine() {
 void RankSession::load_start_state() {
   for (int g = 0; g < engine_->group_count() && !run_.init_values.empty(); ++g)
     engine_->set_full_params_host(g, run_.init_values.at(engine_->layout(g).spec().name));
-  ckpt_ =
-      checkpoint::RankState{&cfg_, engine_.get(), frequency_.get(), comms_.misc.get(), &dev_, &cs_};
+  ckpt_ = checkpoint::RankState{&cfg_, engine_.get(), frequency_.get(), comms_.misc.get(),
+                                &dev_, &cs_,          model_.get()};
   const TrainOptions& options = run_.options;
   first_step_ = options.resume_from.empty() ? 0 : checkpoint::restore(ckpt_, options.resume_from);
   if (first_step_ > 0 && ctx_.rank == 0 && options.progress)
@@ -311,6 +321,8 @@ void RankSession::run_step(int64_t step, Clock::time_point t_start) {
   const auto predicted = step_stats_->predicted(frequency_.get());
   const StepOutcome o = device_step(step, loss, aux);
   StepExchange ex = exchange_step_stats(o.timing);
+  // The routing trace reads this step's counts before evaluation runs (which records none).
+  if (routing_trace_) routing_trace_->record_step(step + 1, moe_stats_, dev_, cs_, *comms_.misc);
   const auto te = Clock::now();
   const std::optional<double> val_loss = o.stop_error.empty() ? evaluate(step) : std::nullopt;
   const Clock::duration eval_time = Clock::now() - te;                    // not in tok/s
@@ -341,6 +353,7 @@ StepOutcome RankSession::device_step(int64_t step, TensorBuffer& loss, TensorBuf
                recorder_.get());
   cs_.synchronize();
   o.timing = recorder_->finish_step();
+  model_->update_expert_bias();  // moe.expert_bias_update_rate (from the agreed loads)
   // A non-finite norm is the same on every rank (computed from the same all-gathered
   // squares), so every rank takes this branch, agrees on the report, and stops or skips.
   if (!o.result.finite) o.nonfinite = health_->agree_nonfinite(o.result, step + 1);

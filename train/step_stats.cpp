@@ -2,7 +2,9 @@
 // timing (step_stats.h).
 #include "train/step_stats.h"
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <type_traits>
@@ -201,6 +203,10 @@ void StepStatsCollector::sum(const std::vector<uint64_t>& all_words, int world,
 #undef MOEZERO_INIT_Sum
 #undef MOEZERO_AGREED_Plan
 #undef MOEZERO_AGREED_Routing
+    if (m < stats.selected_per_expert.size()) {
+      L.selected = stats.selected_per_expert[m];
+      L.expert_bias = stats.expert_bias[m];
+    }
     if (m < stats.brier_sum.size()) {
       L.brier_sum = stats.brier_sum[m];
       L.brier_count = stats.brier_count[m];
@@ -230,6 +236,34 @@ void StepStatsCollector::sum(const std::vector<uint64_t>& all_words, int world,
   }
 }
 
+namespace {
+// A layer's balance fields (MoeLayerStats): selected, dropped, load_max_over_mean, load_cv,
+// expert_bias.
+void add_balance_json(const MoeLayerStats& L, nlohmann::json& o) {
+  o["selected"] = L.selected;
+  int64_t dropped = 0, total = 0, most = 0;
+  for (size_t e = 0; e < L.tokens.size(); ++e) {
+    if (e < L.selected.size()) dropped += L.selected[e] - L.tokens[e];
+    total += L.tokens[e];
+    most = std::max(most, L.tokens[e]);
+  }
+  o["dropped"] = dropped;
+  const double n = static_cast<double>(L.tokens.size());
+  const double mean = n > 0 ? static_cast<double>(total) / n : 0.0;
+  if (mean > 0.0) {
+    double var = 0.0;
+    for (int64_t t : L.tokens)
+      var += (static_cast<double>(t) - mean) * (static_cast<double>(t) - mean);
+    o["load_max_over_mean"] = static_cast<double>(most) / mean;
+    o["load_cv"] = std::sqrt(var / n) / mean;
+  } else {
+    o["load_max_over_mean"] = nullptr;
+    o["load_cv"] = nullptr;
+  }
+  o["expert_bias"] = L.expert_bias;
+}
+}  // namespace
+
 void add_step_stats_json(nlohmann::json& j, const std::vector<MoeLayerStats>& layers,
                          const CommStepStats& comm) {
   auto arr = nlohmann::json::array();
@@ -243,6 +277,7 @@ void add_step_stats_json(nlohmann::json& j, const std::vector<MoeLayerStats>& la
     o["brier_count"] = L.brier_count;
     o["calibration_count"] = L.calibration_count;
     o["calibration_active"] = L.calibration_active;
+    add_balance_json(L, o);
     arr.push_back(std::move(o));
   }
   j["moe_layers"] = std::move(arr);

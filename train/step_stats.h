@@ -84,6 +84,12 @@ struct MoeLayerStats {
   double brier_sum = 0.0;
   int64_t brier_count = 0;
   std::vector<int64_t> calibration_count, calibration_active;
+  // Balance (MoeStats, agreed): top-k selections per expert before capacity (E), and the
+  // selection bias the step routed with (E, or empty when moe.expert_bias_update_rate = 0).
+  // The metrics line adds from them and `tokens`: dropped (sum of selected - tokens),
+  // load_max_over_mean and load_cv (coefficient of variation) of `tokens` (null when no token).
+  std::vector<int64_t> selected;
+  std::vector<float> expert_bias;
 };
 
 // The step's communication time, over all ranks.

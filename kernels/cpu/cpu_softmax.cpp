@@ -110,6 +110,31 @@ void topk(Stream& s, const Tensor& x, int k, const Tensor& values, const Tensor&
   });
 }
 
+// out = 1 / (1 + exp(-x)); x, out f32 (R, C), out may alias x.
+void sigmoid_forward(Stream& s, const Tensor& x, const Tensor& out) {
+  s.enqueue_host([x, out] {
+    const float* px = x.data_as<float>();
+    float* po = out.data_as<float>();
+    parallel_for_each(x.numel(), 4096,
+                      [&](int64_t i) { po[i] = 1.0f / (1.0f + std::exp(-px[i])); });
+  });
+}
+
+// out[r] = x[r] / sum(x[r]) (0 when the sum is 0); x, out f32 (R, C), out may alias x.
+void normalize_rows(Stream& s, const Tensor& x, const Tensor& out) {
+  s.enqueue_host([x, out] {
+    const int64_t rows = x.dim(0), c = x.dim(1);
+    const float* px = x.data_as<float>();
+    float* po = out.data_as<float>();
+    parallel_for_each(rows, row_grain(c), [&](int64_t r) {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < c; ++j) sum += px[r * c + j];
+      const float inv = sum != 0.0f ? 1.0f / sum : 0.0f;
+      for (int64_t j = 0; j < c; ++j) po[r * c + j] = px[r * c + j] * inv;
+    });
+  });
+}
+
 // losses[t] = logsumexp(logits[t]) - logits[t, target]; 0 where target == -1.
 void cross_entropy_forward(Stream& s, const Tensor& logits, const Tensor& targets,
                            const Tensor& losses) {

@@ -1,5 +1,5 @@
 // kernels/cuda/cuda_softmax_topk_ce.cu — row softmax (forward/backward), logsumexp, top-k,
-// cross-entropy.
+// cross-entropy, and the router's sigmoid and row normalisation.
 //
 // One block per row for softmax, logsumexp and cross-entropy (fixed-order block reductions, so
 // results are deterministic); every element is read before the same thread overwrites it, so the
@@ -45,6 +45,25 @@ __global__ void logsumexp_kernel(const float* x, float* out, int64_t C) {
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += expf(xr[c] - mx);
   sum = block_sum(sum, scratch);
   if (threadIdx.x == 0) out[blockIdx.x] = mx + logf(sum);
+}
+
+// out = 1 / (1 + exp(-x)), f32, grid-stride.
+__global__ void sigmoid_kernel(const float* x, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = 1.0f / (1.0f + expf(-x[i]));
+}
+
+// out[row] = x[row] / sum(x[row]), 0 when the sum is 0; f32, one block per row.
+__global__ void normalize_rows_kernel(const float* x, float* out, int64_t C) {
+  __shared__ float scratch[32];
+  const float* xr = x + blockIdx.x * C;
+  float* o = out + blockIdx.x * C;
+  float sum = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += xr[c];
+  sum = block_sum(sum, scratch);
+  const float inv = sum != 0.0f ? 1.0f / sum : 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) o[c] = xr[c] * inv;
 }
 
 // dx = y * (dy - sum(dy * y))
@@ -183,6 +202,22 @@ void CudaOps::do_logsumexp(Stream& s, const Tensor& x, const Tensor& out) {
   const int64_t R = x.dim(0), C = x.dim(1);
   if (R == 0) return;
   logsumexp_kernel<<<grid_rows(R), kThreads, 0, ctx.st>>>(ptr<float>(x), ptr<float>(out), C);
+  MOEZERO_CUDA_CHECK_LAUNCH();
+}
+
+void CudaOps::do_sigmoid_forward(Stream& s, const Tensor& x, const Tensor& out) {
+  OpContext ctx(s);
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  sigmoid_kernel<<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<float>(x), ptr<float>(out), n);
+  MOEZERO_CUDA_CHECK_LAUNCH();
+}
+
+void CudaOps::do_normalize_rows(Stream& s, const Tensor& x, const Tensor& out) {
+  OpContext ctx(s);
+  const int64_t R = x.dim(0), C = x.dim(1);
+  if (R == 0 || C == 0) return;
+  normalize_rows_kernel<<<grid_rows(R), kThreads, 0, ctx.st>>>(ptr<float>(x), ptr<float>(out), C);
   MOEZERO_CUDA_CHECK_LAUNCH();
 }
 

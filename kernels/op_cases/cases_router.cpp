@@ -1,6 +1,6 @@
 // kernels/op_cases/cases_router.cpp — cases of the row ops of the router and the loss: softmax
 // forward/backward, logsumexp, topk, cross-entropy forward/backward, gather_cols and
-// scatter_add_cols.
+// scatter_add_cols, sigmoid_forward and normalize_rows.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -97,6 +97,42 @@ OpCase logsumexp_case(SizeClass size, int64_t r, int64_t c) {
     for (int64_t i = 0; i < r; ++i) v[1][i] = row_lse(&v[0][i * c], c);
   };
   k.run = [](Ops& ops, Stream& s, std::span<const Tensor> x) { ops.logsumexp(s, x[0], x[1]); };
+  return k;
+}
+
+// sigmoid_forward (elementwise) or normalize_rows (one row of zeros: out 0, not NaN).
+OpCase sigmoid_case(SizeClass size, int64_t r, int64_t c, bool normalize) {
+  OpCase k;
+  k.op = normalize ? "normalize_rows" : "sigmoid_forward";
+  k.size = size;
+  k.name = rc_name(k.op, DType::F32, r, c);
+  k.tensors = {{"x", DType::F32, Shape{r, c}}, {"out", DType::F32, Shape{r, c}, Role::Out}};
+  k.tol = normalize ? Tol{1e-6 * std::sqrt(double(c)) + 1e-6, 1e-7, "fp32 row sum of C terms"}
+                    : Tol{1e-6, 1e-7, "fp32 exp: a few ulps"};
+  k.flops = (normalize ? 2.0 : 4.0) * r * c;
+  k.inputs = [=](uint64_t seed) {
+    HostValues v{Gen(seed).uniform(DType::F32, r * c, normalize ? 0 : -20, normalize ? 1 : 20), {}};
+    if (normalize)
+      for (int64_t j = 0; j < c; ++j) v[0][j] = 0.0;
+    return v;
+  };
+  k.reference = [=](HostValues& v) {
+    v[1].resize(size_t(r * c));
+    for (int64_t i = 0; i < r; ++i) {
+      const double* x = &v[0][i * c];
+      double sum = 0;
+      for (int64_t j = 0; j < c; ++j) sum += x[j];
+      for (int64_t j = 0; j < c; ++j)
+        v[1][i * c + j] = normalize ? (sum != 0 ? x[j] / sum : 0.0) : 1.0 / (1.0 + std::exp(-x[j]));
+    }
+  };
+  k.run = [normalize](Ops& ops, Stream& s, std::span<const Tensor> x) {
+    if (normalize) {
+      ops.normalize_rows(s, x[0], x[1]);
+    } else {
+      ops.sigmoid_forward(s, x[0], x[1]);
+    }
+  };
   return k;
 }
 
@@ -246,6 +282,10 @@ void add_router_cases(std::vector<OpCase>& out) {
   out.push_back(logsumexp_case(kT, 5, 1000));
   out.push_back(logsumexp_case(kT, 3, 1));
   out.push_back(topk_case(kT, 5, 129, 7));
+  for (bool normalize : {false, true}) {
+    out.push_back(sigmoid_case(kT, 17, 129, normalize));
+    out.push_back(sigmoid_case(kT, 3, 8, normalize));
+  }
   out.push_back(topk_case(kT, 17, 8, 8));
   for (bool scatter : {false, true}) out.push_back(cols_case(kT, 37, 9, 3, scatter));
   // Benchmarks: router rows (tokens, experts) and the loss over a vocabulary.
@@ -253,6 +293,7 @@ void add_router_cases(std::vector<OpCase>& out) {
     const int64_t tok = sc == kC ? 4096 : 16384;
     out.push_back(softmax_case(sc, DType::F32, tok, 64, false));
     out.push_back(topk_case(sc, tok, 64, 2));
+    for (bool normalize : {false, true}) out.push_back(sigmoid_case(sc, tok, 64, normalize));
     out.push_back(logsumexp_case(sc, tok, 64));
     for (bool scatter : {false, true}) out.push_back(cols_case(sc, tok, 64, 2, scatter));
     for (bool bwd : {false, true}) {

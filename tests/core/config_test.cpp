@@ -57,6 +57,23 @@ TEST(Config, ReadsValuesOfEveryKind) {
   EXPECT_EQ(c.parallel.ep_size, 2);
 }
 
+TEST(Config, MoeLayerKeys) {
+  Config d = parse_config("{}", "cfg.json");
+  EXPECT_EQ(d.model.expert_d_ff, 0);
+  EXPECT_EQ(d.model.expert_width(), d.model.d_ff);  // default: the dense width
+  EXPECT_EQ(d.moe.score_function, ScoreFunction::Softmax);
+  EXPECT_EQ(d.moe.expert_bias_update_rate, 0.0);
+  Config c = parse_config(
+      R"({"model": {"d_ff": 256, "expert_d_ff": 64},
+          "moe": {"score_function": "sigmoid", "expert_bias_update_rate": 0.001}})",
+      "cfg.json");
+  EXPECT_EQ(c.model.expert_width(), 64);
+  EXPECT_EQ(c.moe.score_function, ScoreFunction::Sigmoid);
+  EXPECT_DOUBLE_EQ(c.moe.expert_bias_update_rate, 0.001);
+  const Config r = parse_config(config_to_json(c), "round trip");
+  EXPECT_EQ(config_to_json(r), config_to_json(c));
+}
+
 TEST(Config, RejectsUnknownKeysWithPathAndHint) {
   expect_rejected(R"({"train": {"lrr": 0.1}})",
                   {"cfg.json", "unknown key 'train.lrr'", "did you mean 'train.lr'"});
@@ -91,6 +108,12 @@ TEST(Config, RejectsWrongTypesAndValues) {
                   {"data.format", "must be one of bytes, tokens", "parquet"});
   expect_rejected(R"({"train": {"eval_every": -1}})", {"train.eval_every", "must be >= 0"});
   expect_rejected(R"({"train": {"eval_batches": 0}})", {"train.eval_batches", "must be in [1"});
+  // Keys of the MoE layers (issue 17).
+  expect_rejected(R"({"model": {"expert_d_ff": -1}})", {"model.expert_d_ff", "must be in [0"});
+  expect_rejected(R"({"moe": {"score_function": "tanh"}})",
+                  {"moe.score_function", "softmax, sigmoid", "tanh"});
+  expect_rejected(R"({"moe": {"expert_bias_update_rate": -0.001}})",
+                  {"moe.expert_bias_update_rate", "must be >= 0"});
   expect_rejected(R"({"train": []})", {"section 'train' must be an object"});
   expect_rejected(R"([1, 2])", {"top level must be a JSON object"});
   expect_rejected(R"({"train": {)", {"cfg.json", "not valid JSON"});

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "train/data.h"
 #include "hf/hf_score.h"
+#include "train/data.h"
 #include "train/trainer.h"
 
 namespace moezero::moe {
@@ -99,6 +99,39 @@ TEST(HfExport, DenseModelIsLlamaAndMixedModelsAreRefused) {
   EXPECT_NE(error_of([] {
               hf_architecture(tiny({"moe.normalize_top_k=false"}));
             }).find("moe.normalize_top_k = false"),
+            std::string::npos);
+}
+
+// The MoE layers of issue 17: fine-grained experts export their width as intermediate_size
+// (every Mixtral layer is MoE); sigmoid scores, the selection bias and shared experts have no
+// place in MixtralForCausalLM and are refused naming the key; init_from refuses a Mixtral
+// directory for a model with shared experts.
+TEST(HfExport, MoeLayersOfTodayExportOrAreRefused) {
+  const json j = json::parse(hf_config_json(tiny({"model.expert_d_ff=24"}), SafetensorsDType::F32));
+  EXPECT_EQ(j["intermediate_size"], 24);
+  EXPECT_NE(error_of([] {
+              hf_architecture(tiny({"moe.score_function=sigmoid"}));
+            }).find("moe.score_function = sigmoid"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              hf_architecture(tiny({"moe.expert_bias_update_rate=0.001"}));
+            }).find("moe.expert_bias_update_rate"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              hf_architecture(tiny({"model.num_shared_experts=1"}));
+            }).find("model.num_shared_experts = 1"),
+            std::string::npos);
+  HfModel hf;
+  hf.arch = HfArchitecture::Mixtral;
+  hf.model = tiny({"model.expert_d_ff=24"}).model;
+  hf.model.d_ff = 24;  // as read back: intermediate_size
+  hf.model.expert_d_ff = 0;
+  hf.dir = "exported";
+  EXPECT_NO_THROW(check_same_shape(tiny({"model.expert_d_ff=24"}).model, hf, "train.init_from"));
+  EXPECT_NE(error_of([&] {
+              check_same_shape(tiny({"model.expert_d_ff=24", "model.num_shared_experts=1"}).model,
+                               hf, "train.init_from");
+            }).find("num_shared_experts"),
             std::string::npos);
 }
 

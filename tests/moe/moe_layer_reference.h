@@ -1,11 +1,12 @@
 // tests/moe/moe_layer_reference.h — the float64 reference of the MoE FFN sub-layer
 // (moe/moe_layer.h) over the GLOBAL batch of all ranks, for tests/moe/moe_layer_test.cpp.
 // Written naively from the definitions in moe/moe_layer.h and moe/router.h:
-//   xn = rmsnorm(h) · g;  logits = xn Wg^T;  probs = softmax;  top-k (ties: lower expert index);
-//   w = p / Σ_chosen p (normalize_top_k) or p;  capacity per RANK (its own N tokens):
+//   xn = rmsnorm(h) · g;  logits = xn Wg^T;  scores s = probs = softmax (sigmoid: s = sigmoid,
+//   probs = s / Σ s);  top-k of s (ties: lower expert index);
+//   w = s / Σ_chosen s (normalize_top_k) or s;  capacity per RANK (its own N tokens):
 //   cap = max(1, ceil(k·N·f/E · (1 - 1e-6))), per expert keep the cap assignments of highest
 //   probability (ties: lower token index kept), dropped: weight 0;
-//   out = h + Σ_j w_j · W2 (silu(W1 xn) ⊙ W3 xn);
+//   out = h + Σ_j w_j · W2 (silu(W1 xn) ⊙ W3 xn) [+ S2 (silu(S1 xn) ⊙ S3 xn): shared experts];
 //   L = Σ c·out + aux_coef · E Σ_e F_e P_e + z_coef · (1/N_g) Σ_t lse_t²,
 //   F_e = top-k selections of e (before drops) / N_g, P_e = Σ_t probs[t, e] / N_g.
 // Gradients: central finite differences with the routing (top-k choices, drops, F) held fixed at
@@ -30,8 +31,11 @@ struct Spec {
   int ranks = 4;
   int64_t n = 8;  // tokens per rank
   int64_t c = 8, f = 12, e = 8, k = 2;
+  int64_t fs = 0;            // shared experts' summed width (0: none)
+  bool shared_gate = false;  // model.shared_expert_gate: shared output · sigmoid(xn · sg)
   double norm_eps = 1e-5;
   bool normalize = true;
+  bool sigmoid = false;  // moe.score_function = sigmoid
   double aux_coef = 0.0, z_coef = 0.0, capacity_factor = 0.0;
   int64_t tokens() const { return ranks * n; }
 };
@@ -39,7 +43,29 @@ struct Spec {
 struct Weights {
   Vec norm, gate;               // (C), (E, C)
   std::vector<Vec> w1, w2, w3;  // per expert: (F, C) gate, (C, F) down, (F, C) up
+  Vec s1, s2, s3;               // shared experts: (Fs, C) gate, (C, Fs) down, (Fs, C) up
+  Vec sg;                       // (C) the shared experts' sigmoid gate (shared_gate)
 };
+
+// y (C) = S2 (silu(S1 x) ⊙ S3 x), the shared experts as one SwiGLU of width Fs.
+inline Vec shared_forward(const Spec& s, const Weights& w, const Vec& x) {
+  Vec y(static_cast<size_t>(s.c), 0.0);
+  for (int64_t o = 0; o < s.fs; ++o) {
+    double g = 0.0, u = 0.0;
+    for (int64_t i = 0; i < s.c; ++i) {
+      g += w.s1[o * s.c + i] * x[i];
+      u += w.s3[o * s.c + i] * x[i];
+    }
+    const double a = g / (1.0 + std::exp(-g)) * u;
+    for (int64_t i = 0; i < s.c; ++i) y[i] += w.s2[i * s.fs + o] * a;
+  }
+  if (s.shared_gate) {
+    double l = 0.0;
+    for (int64_t i = 0; i < s.c; ++i) l += w.sg[i] * x[i];
+    for (double& v : y) v /= 1.0 + std::exp(-l);
+  }
+  return y;
+}
 
 struct Routing {
   std::vector<int> ids, kept;  // (N_g * k): choices before / after capacity (-1 dropped)
@@ -50,12 +76,13 @@ struct Routing {
 
 inline int64_t capacity(const Spec& s) {
   if (s.capacity_factor <= 0.0) return 0;
-  const double exact = static_cast<double>(s.k * s.n) * s.capacity_factor / static_cast<double>(s.e);
+  const double exact =
+      static_cast<double>(s.k * s.n) * s.capacity_factor / static_cast<double>(s.e);
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(exact * (1.0 - 1e-6))));
 }
 
 struct TokenFwd {
-  Vec xn, probs;  // (C), (E)
+  Vec xn, probs, scores;  // (C), (E), (E): probs = scores for softmax
   double lse = 0.0;
 };
 
@@ -75,6 +102,12 @@ inline TokenFwd token_forward(const Spec& s, const Weights& w, const double* h) 
   r.lse = m + std::log(sum);
   r.probs.resize(static_cast<size_t>(s.e));
   for (int64_t e = 0; e < s.e; ++e) r.probs[e] = std::exp(l[e] - r.lse);
+  r.scores = r.probs;
+  if (s.sigmoid) {
+    double ssum = 0.0;
+    for (int64_t e = 0; e < s.e; ++e) ssum += r.scores[e] = 1.0 / (1.0 + std::exp(-l[e]));
+    for (int64_t e = 0; e < s.e; ++e) r.probs[e] = r.scores[e] / ssum;
+  }
   return r;
 }
 
@@ -106,15 +139,15 @@ inline Routing route(const Spec& s, const Weights& w, const Vec& h, double margi
     std::vector<int> order(static_cast<size_t>(E));
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
-                     [&](int a, int b) { return f.probs[a] > f.probs[b]; });
+                     [&](int a, int b) { return f.scores[a] > f.scores[b]; });
     for (int64_t j = 0; j < k; ++j) {
       r.ids.push_back(order[j]);
-      p_of[t * k + j] = f.probs[order[j]];
+      p_of[t * k + j] = f.scores[order[j]];
       r.selected[order[j]] += 1.0;
     }
     bool bad = false;
     for (int64_t j = 0; j + 1 < E && j < k; ++j)  // gaps inside the top-k and at its boundary
-      bad |= f.probs[order[j]] - f.probs[order[j + 1]] < margin;
+      bad |= f.scores[order[j]] - f.scores[order[j + 1]] < margin;
     if (bad) r.bad_tokens.push_back(t);
   }
   r.kept = r.ids;
@@ -152,18 +185,23 @@ inline double token_loss(const Spec& s, const Weights& w, const Routing& r, int6
   const double Ng = static_cast<double>(s.tokens());
   const TokenFwd f = token_forward(s, w, h);
   double chosen = 0.0;
-  for (int64_t j = 0; j < s.k; ++j) chosen += f.probs[r.ids[t * s.k + j]];
+  for (int64_t j = 0; j < s.k; ++j) chosen += f.scores[r.ids[t * s.k + j]];
   Vec o(h, h + s.c);
   for (int64_t j = 0; j < s.k; ++j) {
     const int e = r.kept[t * s.k + j];
     if (e < 0) continue;
-    const double wj = s.normalize ? f.probs[e] / chosen : f.probs[e];
+    const double wj = s.normalize ? f.scores[e] / chosen : f.scores[e];
     const Vec y = expert_forward(s, w, e, f.xn);
     for (int64_t i = 0; i < s.c; ++i) o[i] += wj * y[i];
   }
+  if (s.fs > 0) {
+    const Vec y = shared_forward(s, w, f.xn);
+    for (int64_t i = 0; i < s.c; ++i) o[i] += y[i];
+  }
   double l = 0.0, aux = 0.0;
   for (int64_t i = 0; i < s.c; ++i) l += c[i] * o[i];
-  for (int64_t e = 0; e < s.e; ++e) aux += static_cast<double>(s.e) * (r.selected[e] / Ng) * f.probs[e] / Ng;
+  for (int64_t e = 0; e < s.e; ++e)
+    aux += static_cast<double>(s.e) * (r.selected[e] / Ng) * f.probs[e] / Ng;
   const double z = f.lse * f.lse / Ng;
   if (out) std::copy(o.begin(), o.end(), out);
   if (aux_part) *aux_part = aux;
@@ -172,11 +210,12 @@ inline double token_loss(const Spec& s, const Weights& w, const Routing& r, int6
 }
 
 struct Result {
-  Vec out;              // (N_g, C)
+  Vec out;  // (N_g, C)
   double aux = 0.0, z = 0.0, loss = 0.0;
-  Vec dh;               // (N_g, C)
-  Vec dnorm, dgate;     // (C), (E, C)
+  Vec dh;            // (N_g, C)
+  Vec dnorm, dgate;  // (C), (E, C)
   std::vector<Vec> dw1, dw2, dw3;
+  Vec ds1, ds2, ds3, dsg;  // shared experts
 };
 
 // Forward values and finite-difference gradients of L at (w, h) with the routing r.
@@ -212,6 +251,10 @@ inline Result evaluate(const Spec& s, Weights w, Vec h, const Vec& c, const Rout
     for (int64_t i = 0; i < C; ++i) res.dh[t * C + i] = fd(h[t * C + i], {t});
   for (double& x : w.norm) res.dnorm.push_back(fd(x, all));
   for (double& x : w.gate) res.dgate.push_back(fd(x, all));
+  for (double& x : w.s1) res.ds1.push_back(fd(x, all));
+  for (double& x : w.s2) res.ds2.push_back(fd(x, all));
+  for (double& x : w.s3) res.ds3.push_back(fd(x, all));
+  for (double& x : w.sg) res.dsg.push_back(fd(x, all));
   for (int e = 0; e < static_cast<int>(s.e); ++e) {
     std::vector<int64_t> users;  // only the tokens that kept e depend on its weights
     for (int64_t t = 0; t < Ng; ++t)

@@ -39,14 +39,18 @@ namespace R = moe_ref;
 using Call = SimpleParams::Call;
 
 constexpr int kRanks = 4;
-constexpr int64_t kC = 8, kF = 12, kE = 8;
+constexpr int64_t kC = 8, kF = 12, kE = 8, kFs = 5;
 
 struct Case {
   int64_t k = 2;
   int ep = 1;
   bool normalize = true;
+  bool sigmoid = false;       // moe.score_function = sigmoid
+  bool fine_grained = false;  // model.expert_d_ff = kF, model.d_ff another width
+  int64_t shared = 0;         // model.num_shared_experts (each of width kFs)
+  bool shared_gate = false;   // model.shared_expert_gate
   double aux = 0.0, z = 0.0, capacity = 0.0;
-  double skew = 0.0;                      // random routing: pull toward expert 0
+  double skew = 0.0;                          // random routing: pull toward expert 0
   std::vector<std::vector<int>> forced = {};  // per rank: the k experts of all its tokens
   DType dtype = DType::F32;
 };
@@ -74,8 +78,18 @@ double representable(double x, DType dt) {
 
 Problem make_problem(const Case& cs, std::mt19937_64& rng) {
   Problem p;
-  p.spec = R::Spec{.ranks = kRanks, .n = 8, .c = kC, .f = kF, .e = kE, .k = cs.k,
-                   .normalize = cs.normalize, .aux_coef = cs.aux, .z_coef = cs.z,
+  p.spec = R::Spec{.ranks = kRanks,
+                   .n = 8,
+                   .c = kC,
+                   .f = kF,
+                   .e = kE,
+                   .k = cs.k,
+                   .fs = cs.shared * kFs,
+                   .shared_gate = cs.shared_gate,
+                   .normalize = cs.normalize,
+                   .sigmoid = cs.sigmoid,
+                   .aux_coef = cs.aux,
+                   .z_coef = cs.z,
                    .capacity_factor = cs.capacity};
   std::normal_distribution<double> nd(0.0, 1.0);
   auto randn = [&](int64_t n, double sd, double mean = 0.0) {
@@ -86,9 +100,14 @@ Problem make_problem(const Case& cs, std::mt19937_64& rng) {
   const bool forced = !cs.forced.empty();
   p.w.norm = randn(kC, 0.1, 1.0);
   p.w.gate = randn(kE * kC, forced ? 0.05 : 1.5 / std::sqrt(double(kC)));
+  p.w.s1 = randn(p.spec.fs * kC, 1.0 / std::sqrt(double(kC)));
+  p.w.s2 = randn(kC * p.spec.fs, 1.0 / std::sqrt(double(std::max<int64_t>(1, p.spec.fs))));
+  p.w.s3 = randn(p.spec.fs * kC, 1.0 / std::sqrt(double(kC)));
+  if (cs.shared_gate) p.w.sg = randn(kC, 1.0 / std::sqrt(double(kC)));
   const R::Vec dir = randn(kC, 1.0);  // the skew direction
   for (int64_t i = 0; i < kC; ++i) {
-    if (forced && i < kE) p.w.gate[i * kC + i] = representable(p.w.gate[i * kC + i] + 2.0, cs.dtype);
+    if (forced && i < kE)
+      p.w.gate[i * kC + i] = representable(p.w.gate[i * kC + i] + 2.0, cs.dtype);
     if (cs.skew > 0) p.w.gate[i] = representable(p.w.gate[i] + cs.skew * dir[i] / kC, cs.dtype);
   }
   for (int64_t e = 0; e < kE; ++e) {
@@ -140,7 +159,11 @@ Problem make_problem(const Case& cs, std::mt19937_64& rng) {
 LayerRun make_run(const Case& cs, const Problem& p, uint64_t seed) {
   LayerRun run;
   run.model.d_model = kC;
-  run.model.d_ff = kF;
+  run.model.d_ff = cs.fine_grained ? 4 * kF : kF;
+  run.model.expert_d_ff = cs.fine_grained ? kF : 0;
+  run.model.num_shared_experts = cs.shared;
+  run.model.shared_expert_d_ff = kFs;
+  run.model.shared_expert_gate = cs.shared_gate;
   run.model.num_experts = kE;
   run.model.top_k = cs.k;
   run.model.norm_eps = p.spec.norm_eps;
@@ -148,6 +171,7 @@ LayerRun make_run(const Case& cs, const Problem& p, uint64_t seed) {
   run.moe.z_loss_coef = cs.z;
   run.moe.capacity_factor = cs.capacity;
   run.moe.normalize_top_k = cs.normalize;
+  run.moe.score_function = cs.sigmoid ? ScoreFunction::Sigmoid : ScoreFunction::Softmax;
   run.moe.router_jitter = 0.0;
   run.ranks = kRanks;
   run.ep = cs.ep;
@@ -164,6 +188,14 @@ LayerRun make_run(const Case& cs, const Problem& p, uint64_t seed) {
     run.params[x + "w1.weight"] = f32(p.w.w1[e]);
     run.params[x + "w2.weight"] = f32(p.w.w2[e]);
     run.params[x + "w3.weight"] = f32(p.w.w3[e]);
+  }
+  if (cs.shared > 0) {
+    const std::string x = pre + "block_sparse_moe.shared_expert.";
+    run.params[x + "gate_proj.weight"] = f32(p.w.s1);
+    run.params[x + "down_proj.weight"] = f32(p.w.s2);
+    run.params[x + "up_proj.weight"] = f32(p.w.s3);
+    if (cs.shared_gate)
+      run.params[pre + "block_sparse_moe.shared_expert_gate.weight"] = f32(p.w.sg);
   }
   run.h = f32(p.h);
   run.c = f32(p.c);
@@ -192,8 +224,9 @@ void expect_close(const std::string& what, const std::vector<double>& got, const
     EXPECT_LE(std::sqrt(diff2), tol * std::sqrt(want2) + 1e-6)
         << what << ": relative L2 error " << std::sqrt(diff2 / std::max(want2, 1e-300));
   } else {
-    EXPECT_LE(err, tol * scale + 1e-6) << what << ": worst entry " << worst << " got " << got[worst]
-                                       << " want " << want[worst] << " (max |want| " << scale << ")";
+    EXPECT_LE(err, tol * scale + 1e-6)
+        << what << ": worst entry " << worst << " got " << got[worst] << " want " << want[worst]
+        << " (max |want| " << scale << ")";
   }
 }
 
@@ -274,17 +307,17 @@ void check_protocol(const Case& cs, const Problem& p, const std::vector<RankOut>
           ++count[i >= ro.backward_begin][static_cast<int>(ro.calls[i].call)];
       const int want_fwd[4] = {used ? 1 : 0, used ? 1 : 0, 0, 0};
       for (int c = 0; c < 4; ++c) {
-        EXPECT_EQ(count[0][c], want_fwd[c]) << "forward, group " << g << " (expert " << e
-                                            << "), call kind " << c;
+        EXPECT_EQ(count[0][c], want_fwd[c])
+            << "forward, group " << g << " (expert " << e << "), call kind " << c;
         if (c != static_cast<int>(Call::Grad)) {
-          EXPECT_EQ(count[1][c], used ? 1 : 0) << "backward, group " << g << " (expert " << e
-                                               << "), call kind " << c;
+          EXPECT_EQ(count[1][c], used ? 1 : 0)
+              << "backward, group " << g << " (expert " << e << "), call kind " << c;
         }
       }
       EXPECT_EQ(count[1][static_cast<int>(Call::Grad)] > 0, used) << "group " << g;
-      EXPECT_EQ(e < 0 || (e >= pg.first_local_expert(rank) &&
-                          e < pg.first_local_expert(rank) + Epr),
-                true);
+      EXPECT_EQ(
+          e < 0 || (e >= pg.first_local_expert(rank) && e < pg.first_local_expert(rank) + Epr),
+          true);
     }
   }
   // The ranks of each EDP group issue the same expert calls in the same order.
@@ -331,8 +364,9 @@ Problem run_case(const Case& cs) {
 
   const std::string pre = "model.layers.0.";
   int holders = 0;
-  expect_close("norm weight grad", summed_grad(outs, pre + "post_attention_layernorm.weight", &holders),
-               ref.dnorm, rt_grad, !f32);
+  expect_close("norm weight grad",
+               summed_grad(outs, pre + "post_attention_layernorm.weight", &holders), ref.dnorm,
+               rt_grad, !f32);
   EXPECT_EQ(holders, kRanks);
   expect_close("gate weight grad", summed_grad(outs, pre + "block_sparse_moe.gate.weight"),
                ref.dgate, rt_grad, !f32);
@@ -341,9 +375,23 @@ Problem run_case(const Case& cs) {
     const R::Vec* want[] = {&ref.dw1[e], &ref.dw2[e], &ref.dw3[e]};
     const char* names[] = {"w1.weight", "w2.weight", "w3.weight"};
     for (int i = 0; i < 3; ++i) {
-      expect_close(x + names[i], summed_grad(outs, x + names[i], &holders), *want[i], rt_grad, !f32);
+      expect_close(x + names[i], summed_grad(outs, x + names[i], &holders), *want[i], rt_grad,
+                   !f32);
       EXPECT_EQ(holders, kRanks / cs.ep) << x << names[i] << ": held by the EDP group only";
     }
+  }
+  if (cs.shared > 0) {  // a dense group: every rank holds a shard, the sum is the gradient
+    const std::string x = pre + "block_sparse_moe.shared_expert.";
+    expect_close(x + "gate_proj", summed_grad(outs, x + "gate_proj.weight", &holders), ref.ds1,
+                 rt_grad, !f32);
+    EXPECT_EQ(holders, kRanks);
+    expect_close(x + "down_proj", summed_grad(outs, x + "down_proj.weight"), ref.ds2, rt_grad,
+                 !f32);
+    expect_close(x + "up_proj", summed_grad(outs, x + "up_proj.weight"), ref.ds3, rt_grad, !f32);
+    if (cs.shared_gate)
+      expect_close("shared_expert_gate",
+                   summed_grad(outs, pre + "block_sparse_moe.shared_expert_gate.weight"), ref.dsg,
+                   rt_grad, !f32);
   }
   check_protocol(cs, p, outs);
   // Forced routing: the experts in no rank's list got no token, and no rank touched their groups.
@@ -368,8 +416,33 @@ TEST(MoeLayerTest, Top2Ep4RawAuxZLoss) {
   run_case({.k = 2, .ep = 4, .normalize = false, .aux = 0.05, .z = 0.01});
 }
 TEST(MoeLayerTest, Top2Ep2) { run_case({.k = 2, .ep = 2}); }
+// DeepSeek-style layers: sigmoid scores (normalised and raw weights) and fine-grained experts
+// (model.expert_d_ff narrower than model.d_ff).
+TEST(MoeLayerTest, SigmoidTop2Ep2AuxZLossFineGrained) {
+  run_case({.k = 2, .ep = 2, .sigmoid = true, .fine_grained = true, .aux = 0.1, .z = 0.01});
+}
+// Shared experts (2 of width kFs, stored as one of width 2 kFs) beside the routed ones.
+TEST(MoeLayerTest, SharedExpertsTop2Ep2Aux) {
+  run_case({.k = 2, .ep = 2, .shared = 2, .aux = 0.05});
+}
+TEST(MoeLayerTest, GatedSharedExpertsTop2Ep2) {
+  run_case({.k = 2, .ep = 2, .shared = 2, .shared_gate = true, .aux = 0.05});
+}
+TEST(MoeLayerTest, Bf16GatedSharedExpertsTop2Ep2) {
+  run_case({.k = 2, .ep = 2, .shared = 1, .shared_gate = true, .dtype = DType::BF16});
+}
+TEST(MoeLayerTest, SharedExpertsSigmoidTop1Ep4FineGrained) {
+  run_case({.k = 1, .ep = 4, .sigmoid = true, .fine_grained = true, .shared = 1, .z = 0.01});
+}
+TEST(MoeLayerTest, SigmoidRawTop1Ep4Aux) {
+  run_case({.k = 1, .ep = 4, .normalize = false, .sigmoid = true, .aux = 0.05});
+}
+TEST(MoeLayerTest, SigmoidCapacityTop2Ep1) {
+  run_case({.k = 2, .ep = 1, .sigmoid = true, .aux = 0.05, .capacity = 0.5});
+}
 
-// ---- capacity: skewed routing, so that assignments really are dropped ----------------------------
+// ---- capacity: skewed routing, so that assignments really are dropped
+// ----------------------------
 
 TEST(MoeLayerTest, CapacityTop2Ep2) {
   const Problem p = run_case({.k = 2, .ep = 2, .aux = 0.05, .capacity = 1.0, .skew = 2.0});
@@ -384,13 +457,14 @@ TEST(MoeLayerTest, CapacityTop2Ep1ZLoss) {
   EXPECT_GT(p.r.dropped, 0);
 }
 
-// ---- forced (adversarial) routing ----------------------------------------------------------------
-// Rank 0 -> expert 0, rank 1 -> expert 3, rank 2 -> expert 1, rank 3 -> expert 6 (top-1).
-// EP 2 (experts 0-3 on EP rank 0, 4-7 on EP rank 1): rank 1 sends everything to its EP peer,
-// ranks 0, 2, 3 keep everything local; ranks 2 (and 0) hold experts 0 and 3 with no rows of
-// their own EP group for them, yet must gather and reduce them with their EDP peer.
-// EP 4 (experts 2r, 2r+1 on rank r): rank 0, 1 and 3 local only, rank 2 sends all to rank 0.
-// Experts 2, 4, 5, 7 are used by no rank: no call touches their groups anywhere.
+// ---- forced (adversarial) routing
+// ---------------------------------------------------------------- Rank 0 -> expert 0, rank 1 ->
+// expert 3, rank 2 -> expert 1, rank 3 -> expert 6 (top-1). EP 2 (experts 0-3 on EP rank 0, 4-7 on
+// EP rank 1): rank 1 sends everything to its EP peer, ranks 0, 2, 3 keep everything local; ranks 2
+// (and 0) hold experts 0 and 3 with no rows of their own EP group for them, yet must gather and
+// reduce them with their EDP peer. EP 4 (experts 2r, 2r+1 on rank r): rank 0, 1 and 3 local only,
+// rank 2 sends all to rank 0. Experts 2, 4, 5, 7 are used by no rank: no call touches their groups
+// anywhere.
 const std::vector<std::vector<int>> kForced1 = {{0}, {3}, {1}, {6}};
 
 TEST(MoeLayerTest, ForcedTop1Ep2) { run_case({.k = 1, .ep = 2, .aux = 0.05, .forced = kForced1}); }
@@ -407,9 +481,13 @@ TEST(MoeLayerTest, ForcedCapacityOverflowTop1Ep2) {
   EXPECT_EQ(p.r.dropped, kRanks * 6);
 }
 
-// ---- bf16 compute ---------------------------------------------------------------------------------
+// ---- bf16 compute
+// ---------------------------------------------------------------------------------
 TEST(MoeLayerTest, Bf16ForcedTop2Ep2) {
-  run_case({.k = 2, .ep = 2, .aux = 0.05, .forced = {{0, 4}, {3, 6}, {1, 2}, {6, 5}},
+  run_case({.k = 2,
+            .ep = 2,
+            .aux = 0.05,
+            .forced = {{0, 4}, {3, 6}, {1, 2}, {6, 5}},
             .dtype = DType::BF16});
 }
 

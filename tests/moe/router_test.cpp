@@ -102,6 +102,7 @@ class RouterTest : public ::testing::TestWithParam<DeviceKind> {
              double scale = 1.0, RouterMode mode = RouterMode::Train) {
     const int64_t E = p.cfg.num_experts, k = p.cfg.top_k, N = p.n, C = p.c;
     Router router(p.cfg, 3);
+    router.set_bias(std::vector<float>(p.bias.begin(), p.bias.end()));
     ModuleContext cx = ctx(dt);
     TensorBuffer xt = up(x, Shape{N, C}, dt), gt = up(wg, Shape{E, C}, dt);
     TensorBuffer loss = zeros(Shape{1}, DType::F32), aux = zeros(Shape{1}, DType::F32),
@@ -235,6 +236,78 @@ TEST_P(RouterTest, BackwardMatchesFiniteDifferences) {
     expect_close(o.dx, fd(x, wg, true), 2e-5, 1e-6, "dx");
     expect_close(o.dwg, fd(x, wg, false), 2e-5, 1e-6, "dWg");
   }
+}
+
+// Sigmoid scores (DeepSeek-V3) with and without the selection bias: choices, weights, probs,
+// stats and aux against the reference, and the backward against finite differences (weights
+// normalised and raw, with capacity, aux and z on).
+TEST_P(RouterTest, SigmoidScoresAndBiasMatchReference) {
+  struct Case {
+    bool normalize;
+    float cap;
+    bool bias;
+  };
+  for (const Case cs : {Case{true, 0.0f, false}, Case{false, 0.0f, false}, Case{true, 0.0f, true},
+                        Case{false, 0.0f, true}, Case{true, 0.5f, true}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "normalize " << cs.normalize << " capacity " << cs.cap << " bias " << cs.bias);
+    Problem p = problem(cs.normalize, 2, cs.cap, 0.05f, 0.02f);
+    p.cfg.score = ScoreFunction::Sigmoid;
+    if (cs.bias) p.bias = {0.3, -0.2, 0.0, 0.15, -0.4, 0.05};
+    const Router shape_only(p.cfg, 3);
+    const Vec x = randn(p.n * p.c, 1.0), wg = randn(6 * p.c, 0.5), c = randn(p.n * 2, 1.0);
+    const double scale = 0.7;
+    const Ref fixed = reference(p, x, wg, nullptr, shape_only.capacity(p.n));
+    const DevOut o = run(p, x, wg, DType::F32, &c, scale);
+    ASSERT_EQ(o.kept_ids, std::vector<int32_t>(fixed.kept_ids.begin(), fixed.kept_ids.end()));
+    expect_close(o.w, fixed.w, 1e-5, 1e-7, "weights");
+    expect_close(o.probs, fixed.probs, 1e-5, 1e-7, "probs");
+    expect_close(o.stats, fixed.stats, 1e-5, 1e-6, "stats");
+    EXPECT_NEAR(o.aux, fixed.aux, 1e-5 * fixed.aux);
+    EXPECT_NEAR(o.z, fixed.z, 1e-5 * fixed.z);
+    EXPECT_NEAR(o.loss, scale * (0.05 * fixed.aux + 0.02 * fixed.z), 1e-5);
+    if (cs.normalize && cs.cap == 0.0f) {  // weights of a token sum to 1
+      for (int64_t t = 0; t < p.n; ++t) EXPECT_NEAR(o.w[2 * t] + o.w[2 * t + 1], 1.0f, 1e-6);
+    }
+    auto fd = [&](Vec xx, Vec ww, bool wrt_x) {
+      Vec& v = wrt_x ? xx : ww;
+      Vec g(v.size());
+      const double h = 1e-5;
+      for (size_t i = 0; i < v.size(); ++i) {
+        const double v0 = v[i];
+        v[i] = v0 + h;
+        const double lp = ref_loss(p, xx, ww, fixed, c, scale);
+        v[i] = v0 - h;
+        const double lm = ref_loss(p, xx, ww, fixed, c, scale);
+        v[i] = v0;
+        g[i] = (lp - lm) / (2 * h);
+      }
+      return g;
+    };
+    expect_close(o.dx, fd(x, wg, true), 2e-5, 1e-6, "dx");
+    expect_close(o.dwg, fd(x, wg, false), 2e-5, 1e-6, "dWg");
+  }
+}
+
+// The bias changes the choice, never the weights: a large bias on expert 5 makes every token
+// choose it, with the weight its unbiased score gives.
+TEST_P(RouterTest, BiasSelectsButDoesNotWeigh) {
+  for (const ScoreFunction sf : {ScoreFunction::Softmax, ScoreFunction::Sigmoid}) {
+    Problem p = problem(false, 1, 0.0f, 0.0f, 0.0f);
+    p.cfg.score = sf;
+    const Vec x = randn(p.n * p.c, 1.0), wg = randn(6 * p.c, 0.5);
+    const Ref plain = reference(p, x, wg, nullptr, 0);
+    p.bias = {0, 0, 0, 0, 0, 10.0};
+    const DevOut o = run(p, x, wg, DType::F32, nullptr);
+    for (int64_t t = 0; t < p.n; ++t) {
+      EXPECT_EQ(o.kept_ids[t], 5) << "token " << t;
+      EXPECT_NEAR(o.w[t], plain.scores[t * 6 + 5], 1e-6) << "token " << t;
+    }
+    expect_close(o.probs, plain.probs, 1e-6, 1e-7, "probs do not see the bias");
+  }
+  Router r(RouterConfig{.num_experts = 4, .top_k = 2}, 0);
+  EXPECT_THROW(r.set_bias({1.0f, 2.0f}), Error);
+  EXPECT_THROW(r.set_bias({0.0f, 0.0f, NAN, 0.0f}), Error);
 }
 
 TEST_P(RouterTest, JitterIsKeyedByGlobalTokenAndOffInEval) {
