@@ -92,9 +92,9 @@ std::vector<Value> step_values(const moe::StepLog& s) {
   set("exposed_comm_ms_max", max_over_ranks(s, "exposed_comm_ms"));
   set("comm_ms", rank0_time(s, "comm_ms", s.comm.comm_ms));
   set("peak_state_bytes", double(peak_state_bytes(r0)));
-  for (const char* name : {"gathered_expert_bytes", "gathered_dense_bytes", "a2a_bytes",
-                           "prefetch_hits", "prefetch_misses", "miss_bytes", "exact_prefetches",
-                           "wasted_bytes", "needed_expert_bytes"})
+  for (const char* name :
+       {"gathered_expert_bytes", "gathered_dense_bytes", "a2a_bytes", "prefetch_hits",
+        "prefetch_misses", "miss_bytes", "exact_prefetches", "wasted_bytes", "needed_expert_bytes"})
     set(name, rank_counter(r0, name));
   // A ratio, not a counter: the agreed active layer-experts over the slots, both summed over the
   // step's MoE layers and micro-batches (the same on every rank of an EDP group).
@@ -149,7 +149,7 @@ Strategy resolve_strategy(const std::string& name, const Config& base) {
   }
   std::string known;
   for (const auto& [n, o] : table) known += n + ", ";
-  MOEZERO_THROW("bench: unknown strategy '", name, "' (known: ", known, "moezero-cache=P)");
+  MOEZERO_USER_ERROR("bench: unknown strategy '", name, "' (known: ", known, "moezero-cache=P)");
 }
 
 std::optional<double> rank_counter(const moe::RankStepStats& s, std::string_view name) {

@@ -18,11 +18,11 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser
 }  // namespace
 
 std::string builtin_corpus() {
-  static const char* kSubjects[] = {"the cat", "a dog", "the old man", "my sister", "the bird",
-                                    "a small fox", "the teacher", "our neighbour"};
+  static const char* kSubjects[] = {"the cat",  "a dog",       "the old man", "my sister",
+                                    "the bird", "a small fox", "the teacher", "our neighbour"};
   static const char* kVerbs[] = {"sees", "likes", "follows", "finds", "paints", "feeds"};
-  static const char* kObjects[] = {"the red ball", "a green tree", "the river", "a wooden box",
-                                   "the moon", "a yellow kite"};
+  static const char* kObjects[] = {"the red ball", "a green tree", "the river",
+                                   "a wooden box", "the moon",     "a yellow kite"};
   static const char* kPlaces[] = {"in the garden", "by the sea", "at home", "in the park",
                                   "under the bridge"};
   std::string out;
@@ -51,7 +51,8 @@ std::string builtin_corpus() {
       }
       default: {  // sums of small numbers: "4 + 3 = 7."
         int a = static_cast<int>(pick(10)), b = static_cast<int>(pick(10));
-        out += std::to_string(a) + " + " + std::to_string(b) + " = " + std::to_string(a + b) + ".\n";
+        out +=
+            std::to_string(a) + " + " + std::to_string(b) + " = " + std::to_string(a + b) + ".\n";
         break;
       }
     }
@@ -68,20 +69,21 @@ TokenData::TokenData(const std::string& path, int64_t vocab_size, int64_t seq_le
     source_ = "<built-in corpus>";
   } else {
     std::ifstream in(path, std::ios::binary);
-    if (!in) MOEZERO_THROW("data.path: cannot read '", path, "'");
+    if (!in) MOEZERO_USER_ERROR("data.path: cannot read '", path, "'");
     bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     source_ = path;
-    if (bytes_.empty()) MOEZERO_THROW("data.path: '", path, "' is empty");
+    if (bytes_.empty()) MOEZERO_USER_ERROR("data.path: '", path, "' is empty");
   }
   for (size_t i = 0; i < bytes_.size(); ++i)
     if (bytes_[i] >= vocab_size)
-      MOEZERO_THROW("data.path: ", source_, " has byte ", int(bytes_[i]), " at offset ", i,
-                    ", outside model.vocab_size (", vocab_size, ")");
+      MOEZERO_USER_ERROR("data.path: ", source_, " has byte ", int(bytes_[i]), " at offset ", i,
+                         ", outside model.vocab_size (", vocab_size, ")");
   const auto total = static_cast<int64_t>(bytes_.size());
   train_end_ = total - static_cast<int64_t>(static_cast<double>(total) * val_fraction);
   if (train_end_ < seq_len + 1)
-    MOEZERO_THROW("data.path: ", source_, " has ", train_end_, " training bytes, fewer than one ",
-                  "sequence of model.seq_len + 1 = ", seq_len + 1);
+    MOEZERO_USER_ERROR("data.path: ", source_, " has ", train_end_,
+                       " training bytes, fewer than one ",
+                       "sequence of model.seq_len + 1 = ", seq_len + 1);
 }
 
 void TokenData::batch(uint64_t seed, int64_t m, int64_t row_begin, int64_t rows,
