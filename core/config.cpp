@@ -568,7 +568,7 @@ Config parse_config(const std::string& json_text, const std::string& source,
   json root;
   try {
     root = json::parse(json_text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, out_of_range (a number like 1e400)
     MOEZERO_USER_ERROR(source, ": not valid JSON: ", e.what());
   }
   if (root.is_null()) root = json::object();

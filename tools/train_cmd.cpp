@@ -154,12 +154,13 @@ std::string resume_command(const std::vector<std::string>& args, const std::stri
 
 // After a SIGTERM / SIGINT stop: what was kept and how to continue; the exit status.
 int report_stop(const moe::TrainResult& r, const Config& cfg, const std::vector<std::string>& args,
-                bool lead) {
+                bool lead, bool under_mpi) {
   if (lead) {
     std::printf("stopped by %s after step %lld of %lld\n", moe::signal_name(r.stop_signal),
                 (long long)r.stopped_after_step, (long long)cfg.train.steps);
     if (r.stop_saved)
-      std::printf("checkpoint saved in %s; resume with:\n  %s\n", cfg.train.save_dir.c_str(),
+      std::printf("checkpoint saved in %s; resume with%s:\n  %s\n", cfg.train.save_dir.c_str(),
+                  under_mpi ? " (under the same mpirun command)" : "",
                   resume_command(args, cfg.train.save_dir).c_str());
     else
       std::printf(
@@ -206,7 +207,7 @@ int train(const std::vector<std::string>& args) {
   if (lead && !r.steps.empty())
     std::printf("done: %zu steps in %.1f s, loss %.4f -> %.4f\n", r.steps.size(), secs,
                 r.steps.front().loss, r.steps.back().loss);
-  if (r.stop_signal != 0) return report_stop(r, cfg, args, lead);
+  if (r.stop_signal != 0) return report_stop(r, cfg, args, lead, mpi.has_value());
   if (lead && !a.export_dir.empty()) export_trained(cfg, r, a, mpi.has_value());
   const std::string trace_file = a.trace_path.empty() ? cfg.profile.trace : a.trace_path;
   if (lead && !trace_file.empty())

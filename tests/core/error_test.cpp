@@ -65,3 +65,19 @@ TEST(Error, ConfigErrorsAreUserErrors) {
 
 }  // namespace
 }  // namespace moezero
+
+namespace moezero {
+namespace {
+// Found by fuzz/config_fuzz.cpp: a number out of double's range escaped as nlohmann's
+// out_of_range (no file named); now a UserError naming the source.
+TEST(Error, ConfigNumberOverflowNamesTheFile) {
+  try {
+    parse_config(R"({"model": {"d_model": 1e400}})", "big.json", {});
+    FAIL() << "no throw";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("big.json: not valid JSON"), std::string::npos)
+        << e.what();
+  }
+}
+}  // namespace
+}  // namespace moezero
