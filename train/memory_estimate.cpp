@@ -79,9 +79,17 @@ uint64_t proc_kb_field(const char* path, const std::string& field) {
   return 0;
 }
 
-void take_min(MemoryLimit& m, uint64_t bytes, const char* source) {
+void take_min(MemoryLimit& m, uint64_t bytes, const char* source, bool address_space = false) {
   if (bytes == 0) return;
-  if (m.bytes == 0 || bytes < m.bytes) m = MemoryLimit{bytes, source};
+  if (m.bytes == 0 || bytes < m.bytes) m = MemoryLimit{bytes, source, address_space};
+}
+
+// What the ranks of this process certainly take from `machine`: their certain bytes, the
+// initialisation's host copy and, against an address-space limit, the runtime's reservations.
+uint64_t process_need(const MemoryEstimate& e, const MemoryLimit& machine) {
+  const uint64_t per_rank =
+      e.certain() + e.init_host + (machine.address_space ? kRuntimeAddressSpacePerRank : 0);
+  return per_rank * static_cast<uint64_t>(e.ranks_in_process);
 }
 
 std::string gib(uint64_t bytes) { return format_bytes(bytes); }
@@ -151,7 +159,7 @@ MemoryLimit machine_memory_limit() {
   if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     const uint64_t mapped = proc_kb_field("/proc/self/status", "VmSize");
     const uint64_t cap = static_cast<uint64_t>(rl.rlim_cur);
-    take_min(lim, cap > mapped ? cap - mapped : 1, "the address-space limit (ulimit -v)");
+    take_min(lim, cap > mapped ? cap - mapped : 1, "the address-space limit (ulimit -v)", true);
   }
   bool ok = false;
   const uint64_t max2 = read_u64_file("/sys/fs/cgroup/memory.max", &ok);
@@ -175,8 +183,13 @@ std::string memory_estimate_text(const MemoryEstimate& e, const MemoryLimit& mac
      << gib(e.cache) << ", activations " << gib(e.activations) << " = " << gib(e.per_rank());
   if (memory_limit > 0) os << " (train.memory_limit " << gib(memory_limit) << ")";
   if (e.host_is_device) {
-    const uint64_t total = e.per_rank() * static_cast<uint64_t>(e.ranks_in_process);
+    const uint64_t total =
+        e.per_rank() * static_cast<uint64_t>(e.ranks_in_process) +
+        (machine.address_space ? kRuntimeAddressSpacePerRank * uint64_t(e.ranks_in_process) : 0);
     os << "\n           this process: " << e.ranks_in_process << " rank(s) x " << gib(e.per_rank())
+       << (machine.address_space
+               ? " + runtime address space " + gib(kRuntimeAddressSpacePerRank) + " per rank"
+               : std::string())
        << " = " << gib(total);
     if (machine.bytes > 0) {
       os << " of " << gib(machine.bytes) << " (" << machine.source << ")";
@@ -201,15 +214,17 @@ void check_memory_fits(const Config& cfg, const MemoryEstimate& e, const MemoryL
                      what_to_change, " or raise train.memory_limit");
   if (!e.host_is_device || machine.bytes == 0) return;
   const uint64_t ranks = static_cast<uint64_t>(e.ranks_in_process);
-  const uint64_t need = (e.certain() + e.init_host) * ranks;
+  const uint64_t need = process_need(e, machine);
+  const std::string runtime =
+      machine.address_space ? ", runtime address space " + gib(kRuntimeAddressSpacePerRank) : "";
   if (need > machine.bytes)
     MOEZERO_THROW_AS(OutOfMemoryError, "OutOfMemoryError: the run needs at least ", gib(need),
                      " in this process (", ranks, " rank(s) x (params ", gib(e.params), ", grads ",
                      gib(e.grads), ", optimizer ", gib(e.optim), ", largest gathered group ",
-                     gib(e.largest_group), ", initialisation ", gib(e.init_host),
-                     "); estimate with activations and working set ", gib(e.per_rank() * ranks),
+                     gib(e.largest_group), ", initialisation ", gib(e.init_host), runtime,
+                     "); buffers with activations and working set ", gib(e.per_rank() * ranks),
                      "), but ", machine.source, " allows ", gib(machine.bytes), ": ",
-                     what_to_change);
+                     what_to_change, ", or raise that limit");
 }
 
 }  // namespace moezero::moe

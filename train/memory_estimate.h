@@ -48,8 +48,17 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi);
 // The memory this process may use, and where that bound comes from.
 struct MemoryLimit {
   uint64_t bytes = 0;  // 0: unknown / unlimited
-  std::string source;  // "RLIMIT_AS (ulimit -v)", "cgroup memory.max", "MemAvailable"
+  std::string source;  // "the address-space limit (ulimit -v)", "the cgroup's memory.max", ...
+  // The bound is on address space (RLIMIT_AS): reserved, not only touched, memory counts, so
+  // each rank's runtime reservations (kRuntimeAddressSpacePerRank) count too.
+  bool address_space = false;
 };
+
+// Address space one rank's runtime reserves beyond its buffers on the CPU backend: its stream
+// threads' stacks, their malloc arenas and OpenBLAS's per-thread buffers (128 MiB each).
+// Measured with examples/configs/tiny.json (2 ranks) under ulimit -v: 521 MiB left after
+// start-up hangs inside OpenBLAS (its buffer mmap fails and it retries forever), 1.0 GiB runs.
+constexpr uint64_t kRuntimeAddressSpacePerRank = 384ull << 20;
 // The smallest of the address-space limit (RLIMIT_AS, less what is mapped now), the cgroup's
 // memory.max (less memory.current) and /proc/meminfo's MemAvailable.
 MemoryLimit machine_memory_limit();

@@ -120,6 +120,22 @@ TEST(MemoryEstimate, RefusesWhatCannotFitTheMachine) {
   }
 }
 
+// Against an address-space limit (ulimit -v) each rank's runtime reservations count too
+// (stacks, arenas, OpenBLAS buffers), so a limit that would leave OpenBLAS spinning on a failed
+// mmap is refused up front.
+TEST(MemoryEstimate, AddressSpaceCountsTheRuntime) {
+  const Config cfg = small({"parallel.world_size=2"});
+  const MemoryEstimate e = estimate_memory(cfg, false);
+  const uint64_t buffers = 2 * (e.certain() + e.init_host);
+  EXPECT_NO_THROW(check_memory_fits(cfg, e, MemoryLimit{buffers + 1, "MemAvailable", false}));
+  EXPECT_THROW(check_memory_fits(cfg, e, MemoryLimit{buffers + 1, "ulimit -v", true}),
+               OutOfMemoryError);
+  EXPECT_NO_THROW(check_memory_fits(
+      cfg, e, MemoryLimit{buffers + 2 * kRuntimeAddressSpacePerRank, "ulimit -v", true}));
+  const std::string t = memory_estimate_text(e, MemoryLimit{1ull << 30, "ulimit -v", true}, 0);
+  EXPECT_NE(t.find("+ runtime address space 384.0 MiB per rank"), std::string::npos) << t;
+}
+
 TEST(MemoryEstimate, HeaderText) {
   const Config cfg = small({"parallel.world_size=2", "train.memory_limit=1GiB"});
   const std::string t = memory_estimate_text(
