@@ -269,18 +269,31 @@ void read_manifest_fields(const nlohmann::json& j, const std::string& path, Mani
     m.frequency_model = j.at("frequency_model").get<std::string>();
     where = "config";
     m.config = j.at("config");
+    // Sizes, offsets and element counts: non-negative integers (a -1 would wrap to 2^64 - 1).
+    const auto count = [&](const nlohmann::json& v, const char* field) -> uint64_t {
+      if (!v.is_number_unsigned())
+        MOEZERO_USER_ERROR("checkpoint: '", path, "': field '", where, ".", field,
+                           "' must be a non-negative integer, got ", v.dump());
+      return v.get<uint64_t>();
+    };
     where = "files";
     for (const auto& f : j.at("files"))
-      m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<uint64_t>(),
+      m.files.push_back({f.at("name").get<std::string>(), count(f.at("bytes"), "bytes"),
                          parse_crc(f.at("crc32"))});
     where = "groups";
     for (const auto& g : j.at("groups")) {
       GroupEntry e{g.at("name").get<std::string>(), g.at("numel").get<int64_t>(), {}};
       where = "groups." + e.name;
-      for (const auto& s : g.at("shards"))
-        e.segments.push_back({s.at("rank").get<int>(), s.at("begin").get<int64_t>(),
-                              s.at("count").get<int64_t>(), s.at("file").get<std::string>(),
-                              s.at("offset").get<uint64_t>(), parse_crc(s.at("crc32"))});
+      for (const auto& s : g.at("shards")) {
+        const int rank = s.at("rank").get<int>();
+        if (rank < 0 || rank >= m.world_size)
+          MOEZERO_USER_ERROR("checkpoint: '", path, "': field '", where, "': shard of rank ", rank,
+                             " outside the saving run's world of ", m.world_size, " rank(s)");
+        e.segments.push_back({rank, static_cast<int64_t>(count(s.at("begin"), "begin")),
+                              static_cast<int64_t>(count(s.at("count"), "count")),
+                              s.at("file").get<std::string>(), count(s.at("offset"), "offset"),
+                              parse_crc(s.at("crc32"))});
+      }
       m.groups.push_back(std::move(e));
     }
     where = "prefetch_orders";
