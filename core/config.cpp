@@ -82,7 +82,7 @@ class Reader {
       : obj_(obj), source_(std::move(source)), section_(std::move(section)) {}
 
   [[noreturn]] void fail(const std::string& key, const std::string& why) const {
-    MOEZERO_THROW(source_, ": ", section_, ".", key, ": ", why);
+    MOEZERO_USER_ERROR(source_, ": ", section_, ".", key, ": ", why);
   }
 
   template <typename T>
@@ -152,9 +152,9 @@ class Reader {
       }
       std::string known;
       for (const auto& k : seen_) known += (known.empty() ? "" : ", ") + k;
-      MOEZERO_THROW(source_, ": unknown key '", section_, ".", it.key(), "'",
-                    best.empty() ? "" : " (did you mean '" + section_ + "." + best + "'?)",
-                    "; known keys of '", section_, "': ", known);
+      MOEZERO_USER_ERROR(source_, ": unknown key '", section_, ".", it.key(), "'",
+                         best.empty() ? "" : " (did you mean '" + section_ + "." + best + "'?)",
+                         "; known keys of '", section_, "': ", known);
     }
   }
 
@@ -523,7 +523,7 @@ void for_each_section(C& c, F&& f) {
 // Rules between keys, checked after every key is valid on its own.
 void validate(const Config& c, const std::string& src) {
   const auto& m = c.model;
-  auto fail = [&](auto&&... why) { MOEZERO_THROW(src, ": ", why...); };
+  auto fail = [&](auto&&... why) { MOEZERO_USER_ERROR(src, ": ", why...); };
   if (m.d_model % m.n_heads != 0)
     fail("model.d_model (", m.d_model, ") must be divisible by model.n_heads (", m.n_heads, ")");
   if ((m.d_model / m.n_heads) % 2 != 0)
@@ -563,18 +563,19 @@ void validate(const Config& c, const std::string& src) {
 void apply_override(json& root, const std::string& item, const std::string& source) {
   auto eq = item.find('=');
   if (eq == std::string::npos || eq == 0)
-    MOEZERO_THROW(source, ": override '", item, "' must look like section.key=value");
+    MOEZERO_USER_ERROR(source, ": override '", item, "' must look like section.key=value");
   std::string path = item.substr(0, eq), text = item.substr(eq + 1);
   auto dot = path.find('.');
   if (dot == std::string::npos || dot == 0 || dot + 1 == path.size() ||
       path.find('.', dot + 1) != std::string::npos)
-    MOEZERO_THROW(source, ": override '", item, "': key must be section.key, got '", path, "'");
+    MOEZERO_USER_ERROR(source, ": override '", item, "': key must be section.key, got '", path,
+                       "'");
   json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) value = text;  // not JSON: a plain string
   std::string section = path.substr(0, dot), key = path.substr(dot + 1);
   if (!root.contains(section)) root[section] = json::object();
   if (!root[section].is_object())
-    MOEZERO_THROW(source, ": override '", item, "': section '", section, "' is not an object");
+    MOEZERO_USER_ERROR(source, ": override '", item, "': section '", section, "' is not an object");
   root[section][key] = value;
 }
 
@@ -586,8 +587,8 @@ uint64_t parse_bytes(const std::string& text, const std::string& what) {
   try {
     number = std::stod(text, &pos);
   } catch (const std::exception&) {
-    MOEZERO_THROW(what, ": '", text,
-                  "' is not a byte count (examples: 4096, \"64MiB\", \"1.5GB\")");
+    MOEZERO_USER_ERROR(what, ": '", text,
+                       "' is not a byte count (examples: 4096, \"64MiB\", \"1.5GB\")");
   }
   std::string unit = text.substr(pos);
   unit.erase(0, unit.find_first_not_of(' '));
@@ -605,12 +606,12 @@ uint64_t parse_bytes(const std::string& text, const std::string& what) {
     if (unit == name) {
       double bytes = number * mult;
       if (!(bytes >= 0) || bytes > 1.8e19 || bytes != std::floor(bytes))
-        MOEZERO_THROW(what, ": '", text, "' is not a whole, non-negative number of bytes");
+        MOEZERO_USER_ERROR(what, ": '", text, "' is not a whole, non-negative number of bytes");
       return static_cast<uint64_t>(bytes);
     }
   }
-  MOEZERO_THROW(what, ": unknown unit '", unit, "' in '", text,
-                "' (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");
+  MOEZERO_USER_ERROR(what, ": unknown unit '", unit, "' in '", text,
+                     "' (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");
 }
 
 Config parse_config(const std::string& json_text, const std::string& source,
@@ -618,11 +619,11 @@ Config parse_config(const std::string& json_text, const std::string& source,
   json root;
   try {
     root = json::parse(json_text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    MOEZERO_THROW(source, ": not valid JSON: ", e.what());
+  } catch (const json::exception& e) {  // parse_error, out_of_range (a number like 1e400)
+    MOEZERO_USER_ERROR(source, ": not valid JSON: ", e.what());
   }
   if (root.is_null()) root = json::object();
-  if (!root.is_object()) MOEZERO_THROW(source, ": the top level must be a JSON object");
+  if (!root.is_object()) MOEZERO_USER_ERROR(source, ": the top level must be a JSON object");
   for (const auto& o : overrides) apply_override(root, o, "--set");
 
   Config c;
@@ -631,7 +632,7 @@ Config parse_config(const std::string& json_text, const std::string& source,
     sections.insert(name);
     auto it = root.find(name);
     if (it == root.end()) return;
-    if (!it->is_object()) MOEZERO_THROW(source, ": section '", name, "' must be an object");
+    if (!it->is_object()) MOEZERO_USER_ERROR(source, ": section '", name, "' must be an object");
     Reader r(*it, source, name);
     visit_fn(r, s);
     r.finish();
@@ -640,7 +641,7 @@ Config parse_config(const std::string& json_text, const std::string& source,
     if (sections.count(it.key())) continue;
     std::string known;
     for (const auto& s : sections) known += (known.empty() ? "" : ", ") + s;
-    MOEZERO_THROW(source, ": unknown section '", it.key(), "' (sections: ", known, ")");
+    MOEZERO_USER_ERROR(source, ": unknown section '", it.key(), "' (sections: ", known, ")");
   }
   validate(c, source);
   return c;
@@ -648,7 +649,7 @@ Config parse_config(const std::string& json_text, const std::string& source,
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) MOEZERO_THROW("cannot read config file '", path, "'");
+  if (!in) MOEZERO_USER_ERROR("cannot read config file '", path, "'");
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_config(ss.str(), path, overrides);

@@ -10,9 +10,13 @@ std::string with_location(const std::string& what, const char* file, int line) {
 }  // namespace
 
 Error::Error(std::string what, const char* file, int line)
-    : std::runtime_error(with_location(what, file, line)),
+    : Error(std::move(what), file, line, false) {}
+
+Error::Error(std::string what, const char* file, int line, bool user_error)
+    : std::runtime_error(user_error ? what : with_location(what, file, line)),
       message_(std::move(what)),
       file_(file),
-      line_(line) {}
+      line_(line),
+      user_error_(user_error) {}
 
 }  // namespace moezero

@@ -17,15 +17,32 @@ namespace moezero {
 class Error : public std::runtime_error {
  public:
   Error(std::string what, const char* file, int line);
+  // True for UserError: what the user gave was wrong; what() carries no source location.
+  bool user_error() const { return user_error_; }
   // The message without the location suffix.
   const std::string& message() const { return message_; }
   const char* file() const { return file_; }
   int line() const { return line_; }
 
+ protected:
+  // user_error: what() is the message alone (no "[file:line]").
+  Error(std::string what, const char* file, int line, bool user_error);
+
  private:
   std::string message_;
   const char* file_;
   int line_;
+  bool user_error_ = false;
+};
+
+// Wrong input from the user (flags, config, data and checkpoint files, a run that cannot fit):
+// what() is the message alone, which must say what is wrong and where; the source location
+// (file(), line()) stays available to debuggers but is not printed. Internal errors (Error,
+// MOEZERO_CHECK) keep "[file:line]" in what().
+class UserError : public Error {
+ public:
+  UserError(std::string what, const char* file, int line)
+      : Error(std::move(what), file, line, true) {}
 };
 
 // A collective or wait that could not complete in time. Separate type so that callers (and
@@ -35,10 +52,13 @@ class TimeoutError : public Error {
   using Error::Error;
 };
 
-// Out of memory on a device: names the tag and the request size.
+// Out of memory (a device allocator, a host allocation, or a run refused by the memory
+// estimate): names what was asked and what was available. A resource limit, not a bug: what()
+// carries no source location.
 class OutOfMemoryError : public Error {
  public:
-  using Error::Error;
+  OutOfMemoryError(std::string what, const char* file, int line)
+      : Error(std::move(what), file, line, true) {}
 };
 
 namespace detail {
@@ -55,17 +75,20 @@ std::string concat(Args&&... args) {
 #define MOEZERO_THROW_AS(Type, ...) \
   throw Type(::moezero::detail::concat(__VA_ARGS__), __FILE__, __LINE__)
 #define MOEZERO_THROW(...) MOEZERO_THROW_AS(::moezero::Error, __VA_ARGS__)
+// Wrong user input (UserError): printed without the source location.
+#define MOEZERO_USER_ERROR(...) MOEZERO_THROW_AS(::moezero::UserError, __VA_ARGS__)
 #define MOEZERO_CHECK(cond, ...)                                                          \
   do {                                                                                    \
     if (!(cond)) [[unlikely]] {                                                           \
       MOEZERO_THROW("check failed: " #cond ": ", ::moezero::detail::concat(__VA_ARGS__)); \
     }                                                                                     \
   } while (0)
-// A check of what the user gave (flags, files, config): the message alone, which must say what
-// is wrong and where; MOEZERO_CHECK (an internal invariant) also prints the condition.
-#define MOEZERO_REQUIRE(cond, ...) \
-  do {                             \
-    if (!(cond)) [[unlikely]] {    \
-      MOEZERO_THROW(__VA_ARGS__);  \
-    }                              \
+// A check of what the user gave (flags, files, config): throws UserError with the message
+// alone, which must say what is wrong and where; MOEZERO_CHECK (an internal invariant) also
+// prints the condition and the source location.
+#define MOEZERO_REQUIRE(cond, ...)     \
+  do {                                 \
+    if (!(cond)) [[unlikely]] {        \
+      MOEZERO_USER_ERROR(__VA_ARGS__); \
+    }                                  \
   } while (0)

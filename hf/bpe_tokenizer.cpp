@@ -67,11 +67,11 @@ struct BpeTokenizer::Regex {
 BpeTokenizer::BpeTokenizer(const std::string& path)
     : path_(path), regex_(std::make_unique<Regex>()) {
   std::ifstream in(path);
-  if (!in) MOEZERO_THROW("tokenizer '", path, "': cannot read");
+  if (!in) MOEZERO_USER_ERROR("tokenizer '", path, "': cannot read");
   nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) MOEZERO_THROW("tokenizer '", path, "': not valid JSON");
+  if (j.is_discarded() || !j.is_object()) MOEZERO_USER_ERROR("tokenizer '", path, "': not valid JSON");
   auto refuse = [&](const std::string& key, const std::string& why) {
-    MOEZERO_THROW("tokenizer '", path, "': ", key, ": ", why,
+    MOEZERO_USER_ERROR("tokenizer '", path, "': ", key, ": ", why,
                   " (only byte-level BPE tokenizers, as scripts/prepare_data.py writes, are read)");
   };
   const nlohmann::json& m = j.value("model", nlohmann::json());

@@ -41,7 +41,7 @@ int64_t parse_count(const std::string& v, const char* flag, int64_t min) {
     used = 0;
   }
   if (used != v.size() || n < min)
-    MOEZERO_THROW("bench: ", flag, " needs an integer >= ", min, ", got '", v, "'");
+    MOEZERO_USER_ERROR("bench: ", flag, " needs an integer >= ", min, ", got '", v, "'");
   return n;
 }
 
@@ -74,7 +74,7 @@ BenchArgs parse_bench_args(const std::vector<std::string>& args) {
     else if (args[i] == "--json")
       a.json_path = value("--json");
     else
-      MOEZERO_THROW("bench: unknown option '", args[i], "' (see `moezero help`)");
+      MOEZERO_USER_ERROR("bench: unknown option '", args[i], "' (see `moezero help`)");
   }
   MOEZERO_REQUIRE(!a.config_path.empty(), "bench: --config FILE is required");
   if (a.strategies.empty()) a.strategies = bench::default_strategy_names();

@@ -149,7 +149,7 @@ Strategy resolve_strategy(const std::string& name, const Config& base) {
   }
   std::string known;
   for (const auto& [n, o] : table) known += n + ", ";
-  MOEZERO_THROW("bench: unknown strategy '", name, "' (known: ", known, "moezero-cache=P)");
+  MOEZERO_USER_ERROR("bench: unknown strategy '", name, "' (known: ", known, "moezero-cache=P)");
 }
 
 std::optional<double> rank_counter(const moe::RankStepStats& s, std::string_view name) {

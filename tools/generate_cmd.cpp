@@ -111,7 +111,7 @@ int generate(const std::vector<std::string>& args) {
     else if (a == "--seed")
       s.seed = static_cast<uint64_t>(parse_count(a, value("--seed"), 0));
     else
-      MOEZERO_THROW("generate: unknown option '", a, "' (see `moezero help`)");
+      MOEZERO_USER_ERROR("generate: unknown option '", a, "' (see `moezero help`)");
   }
   MOEZERO_REQUIRE(checkpoint.empty() != hf_dir.empty(),
                   "generate: give exactly one of --checkpoint DIR and --model HF_DIR");

@@ -30,7 +30,7 @@ int64_t parse_positive(const std::string& flag, const std::string& text) {
 moe::SafetensorsDType parse_export_dtype(const std::string& text) {
   if (text == "f32") return moe::SafetensorsDType::F32;  // the spellings of train --export-dtype
   if (text == "bf16") return moe::SafetensorsDType::BF16;
-  MOEZERO_THROW("export: --dtype must be f32 or bf16, got '", text, "'");
+  MOEZERO_USER_ERROR("export: --dtype must be f32 or bf16, got '", text, "'");
 }
 
 }  // namespace
@@ -50,7 +50,7 @@ int export_model(const std::vector<std::string>& args) {
     else if (args[i] == "--dtype")
       opt.dtype = parse_export_dtype(value("--dtype"));
     else
-      MOEZERO_THROW("export: unknown option '", args[i], "' (see `moezero help`)");
+      MOEZERO_USER_ERROR("export: unknown option '", args[i], "' (see `moezero help`)");
   }
   MOEZERO_REQUIRE(!checkpoint.empty(), "export: --checkpoint DIR is required");
   MOEZERO_REQUIRE(!out.empty(), "export: --out HF_DIR is required");
@@ -96,7 +96,7 @@ int score(const std::vector<std::string>& args) {
     else if (args[i] == "--logits-out")
       logits_out = value("--logits-out");
     else
-      MOEZERO_THROW("score: unknown option '", args[i], "' (see `moezero help`)");
+      MOEZERO_USER_ERROR("score: unknown option '", args[i], "' (see `moezero help`)");
   }
   MOEZERO_REQUIRE(!model.empty(), "score: --model HF_DIR is required");
   MOEZERO_REQUIRE(!text.empty(), "score: --text FILE is required");

@@ -2,6 +2,7 @@
 // error into one clear line on stderr and a non-zero exit.
 #include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -66,9 +67,16 @@ int main(int argc, char** argv) {
     std::cerr << "moezero: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
   } catch (const moezero::Error& e) {
-    std::cerr << "moezero " << cmd << ": error: " << e.message() << " [" << e.file() << ":"
-              << e.line() << "]\n";
+    // what(): user errors (UserError, OutOfMemoryError) without a source location, internal
+    // errors with "[file:line]".
+    std::cerr << "moezero " << cmd << ": error: " << e.what() << "\n";
     moezero::comm::mpi_abort_if_active(1);  // under mpirun: no peer waits for this process
+    return 1;
+  } catch (const std::bad_alloc& e) {
+    std::cerr << "moezero " << cmd << ": error: OutOfMemoryError: a host allocation failed ("
+              << e.what() << "); lower the memory the run needs (see the memory line of the "
+              << "run header) or raise the limit\n";
+    moezero::comm::mpi_abort_if_active(1);
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "moezero " << cmd << ": error: " << e.what() << "\n";

@@ -15,10 +15,10 @@ namespace {
 
 void write_file(const std::string& path, const std::string& text, const char* what) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) MOEZERO_THROW(what, ": cannot open '", path, "' for writing");
+  if (!f) MOEZERO_USER_ERROR(what, ": cannot open '", path, "' for writing");
   f << text;
   f.close();
-  if (!f) MOEZERO_THROW(what, ": write to '", path, "' failed");
+  if (!f) MOEZERO_USER_ERROR(what, ": write to '", path, "' failed");
 }
 
 }  // namespace
@@ -39,11 +39,11 @@ int report(const std::vector<std::string>& args) {
     else if (a == "--quiet")
       quiet = true;
     else if (a.rfind("--", 0) == 0)
-      MOEZERO_THROW("unknown option '", a, "' (expected --html FILE, --json FILE, --quiet)");
+      MOEZERO_USER_ERROR("unknown option '", a, "' (expected --html FILE, --json FILE, --quiet)");
     else if (input.empty())
       input = a;
     else
-      MOEZERO_THROW("one input file expected, got '", input, "' and '", a, "'");
+      MOEZERO_USER_ERROR("one input file expected, got '", input, "' and '", a, "'");
   }
   MOEZERO_REQUIRE(!input.empty(),
                   "usage: moezero report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]");

@@ -54,7 +54,7 @@ int selfcheck(const std::vector<std::string>& args) {
       try {
         ranks = std::stoi(v);
       } catch (const std::exception&) {
-        MOEZERO_THROW("selfcheck: --ranks '", v, "' is not an integer");
+        MOEZERO_USER_ERROR("selfcheck: --ranks '", v, "' is not an integer");
       }
       MOEZERO_REQUIRE(ranks >= 1 && ranks <= 64, "selfcheck: --ranks must be in [1, 64], got ",
                       ranks);
@@ -63,7 +63,7 @@ int selfcheck(const std::vector<std::string>& args) {
       MOEZERO_REQUIRE(backend == "cpu" || backend == "cuda" || backend == "all",
                       "selfcheck: --backend must be cpu, cuda or all, got '", backend, "'");
     } else {
-      MOEZERO_THROW("selfcheck: unknown option '", args[i], "'");
+      MOEZERO_USER_ERROR("selfcheck: unknown option '", args[i], "'");
     }
   }
   Report r;

@@ -13,6 +13,8 @@
 #include "kernels/backend.h"
 #include "model/transformer.h"
 #include "tools/cli.h"
+#include "train/memory_estimate.h"
+#include "train/stop_signal.h"
 #include "train/trainer.h"
 
 namespace moezero::cli {
@@ -27,7 +29,7 @@ int64_t parse_step(const std::string& v, const char* flag) {
     used = 0;
   }
   if (used != v.size() || step <= 0)
-    MOEZERO_THROW("train: ", flag, " needs a step number > 0, got '", v, "'");
+    MOEZERO_USER_ERROR("train: ", flag, " needs a step number > 0, got '", v, "'");
   return step;
 }
 // The command line of `moezero train`.
@@ -69,7 +71,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
                       d, "'");
       a.export_opt.dtype = d == "f32" ? moe::SafetensorsDType::F32 : moe::SafetensorsDType::BF16;
     } else
-      MOEZERO_THROW("train: unknown option '", args[i], "' (see `moezero help`)");
+      MOEZERO_USER_ERROR("train: unknown option '", args[i], "' (see `moezero help`)");
   }
   MOEZERO_REQUIRE(!a.config_path.empty(), "train: --config FILE is required");
   return a;
@@ -109,6 +111,9 @@ void print_plan(const Config& cfg, const std::string& config_path, bool under_mp
       (long long)cfg.train.warmup_steps);
   std::printf("  data     %s\n",
               cfg.data.path.empty() ? "<built-in corpus>" : cfg.data.path.c_str());
+  std::printf("%s\n", moe::memory_estimate_text(moe::estimate_memory(cfg, under_mpi),
+                                                moe::machine_memory_limit(), cfg.train.memory_limit)
+                          .c_str());
 }
 
 // --export-hf after the run: from the final checkpoint under mpirun (each process holds only
@@ -124,6 +129,49 @@ void export_trained(const Config& cfg, moe::TrainResult& r, const TrainArgs& a, 
   moe::export_hf(cfg, groups, a.export_dir, a.export_opt);
   std::printf("exported %s to %s\n", moe::hf_architecture_name(moe::hf_architecture(cfg)),
               a.export_dir.c_str());
+}
+
+// A word for a POSIX shell: as is when plain, else in single quotes.
+std::string shell_quote(const std::string& s) {
+  const bool plain = !s.empty() && s.find_first_not_of(
+                                       "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN"
+                                       "OPQRSTUVWXYZ0123456789_-+=./,:@%") == std::string::npos;
+  if (plain) return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The command line that continues a stopped run: this one, --resume replaced by train.save_dir.
+std::string resume_command(const std::vector<std::string>& args, const std::string& save_dir) {
+  std::string cmd = "moezero train";
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--resume") {
+      ++i;
+      continue;
+    }
+    cmd += " " + shell_quote(args[i]);
+  }
+  return cmd + " --resume " + shell_quote(save_dir);
+}
+
+// After a SIGTERM / SIGINT stop: what was kept and how to continue; the exit status.
+int report_stop(const moe::TrainResult& r, const Config& cfg, const std::vector<std::string>& args,
+                bool lead, bool under_mpi) {
+  if (lead) {
+    std::printf("stopped by %s after step %lld of %lld\n", moe::signal_name(r.stop_signal),
+                (long long)r.stopped_after_step, (long long)cfg.train.steps);
+    if (r.stop_saved)
+      std::printf("checkpoint saved in %s; resume with%s:\n  %s\n", cfg.train.save_dir.c_str(),
+                  under_mpi ? " (under the same mpirun command)" : "",
+                  resume_command(args, cfg.train.save_dir).c_str());
+    else
+      std::printf(
+          "no checkpoint saved (train.save_dir is not set): set it to keep the steps of "
+          "a stopped run\n");
+    std::fflush(stdout);
+  }
+  return moe::kExitStopped;
 }
 
 }  // namespace
@@ -153,12 +201,16 @@ int train(const std::vector<std::string>& args) {
   if (!a.resume.empty()) std::printf("  resume   %s\n", a.resume.c_str());
   opt.collect_params = !a.export_dir.empty() && !mpi;
   opt.trace_path = a.trace_path;
+  // SIGTERM / SIGINT: every rank finishes the step, a checkpoint is saved, exit kExitStopped.
+  moe::install_stop_handlers();
+  opt.stop_flag = &moe::stop_signal_flag();
   const auto t0 = std::chrono::steady_clock::now();
   moe::TrainResult r = moe::train(cfg, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (lead && !r.steps.empty())
     std::printf("done: %zu steps in %.1f s, loss %.4f -> %.4f\n", r.steps.size(), secs,
                 r.steps.front().loss, r.steps.back().loss);
+  if (r.stop_signal != 0) return report_stop(r, cfg, args, lead, mpi.has_value());
   if (lead && !a.export_dir.empty()) export_trained(cfg, r, a, mpi.has_value());
   const std::string trace_file = a.trace_path.empty() ? cfg.profile.trace : a.trace_path;
   if (lead && !trace_file.empty())

@@ -60,8 +60,8 @@ void agree(const RankState& s, const std::string& error, int64_t step, const cha
   const auto errors = all_gather_strings(s, error);
   for (size_t r = 0; r < errors.size(); ++r)
     if (!errors[r].empty())
-      MOEZERO_THROW("checkpoint save of step ", step, " failed on rank ", r, " (", phase,
-                    "): ", errors[r], "; the previous checkpoint and 'latest' are intact");
+      MOEZERO_USER_ERROR("checkpoint save of step ", step, " failed on rank ", r, " (", phase,
+                         "): ", errors[r], "; the previous checkpoint and 'latest' are intact");
 }
 
 // Writes this rank's file into `dir`; returns its index entry (JSON).
@@ -76,6 +76,7 @@ nlohmann::json write_rank_file(const RankState& s, const fs::path& dir, int64_t 
   f.write(header.data(), header.size());
   auto segs = nlohmann::json::array();
   for (int g = 0; g < eng.group_count(); ++g) {
+    if (rank == 0 && g == eng.group_count() / 2) io::crash_point("rank_file", step);  // half
     const ZeroEngine::StateRange r = eng.checkpoint_range(g);
     if (r.count_elems == 0) continue;
     const uint64_t offset = f.bytes();
@@ -85,6 +86,7 @@ nlohmann::json write_rank_file(const RankState& s, const fs::path& dir, int64_t 
       crc = io::crc32_of(v.data(), v.size() * 4, crc);
       f.write(v.data(), v.size() * 4);
     }
+
     segs.push_back({{"group", eng.layout(g).spec().name},
                     {"begin", r.begin_elems},
                     {"count", r.count_elems},
@@ -92,6 +94,7 @@ nlohmann::json write_rank_file(const RankState& s, const fs::path& dir, int64_t 
                     {"crc32", io::crc_hex(crc)}});
   }
   f.commit();
+  if (rank == 0) io::crash_point("rank_file_done", step);
   auto orders = nlohmann::json::object();
   for (const auto& [key, ids] : eng.prefetch_orders()) orders[key] = ids;
   return {{"file", name},
@@ -163,10 +166,13 @@ void commit_checkpoint(const RankState& s, const fs::path& root, const fs::path&
   }
   io::write_text_atomic((tmp / "manifest.json").string(), io::manifest_text(m));
   (void)io::read_manifest(tmp.string());  // the same checks a loader makes (shards tile groups)
+  io::crash_point("manifest", step);
   const std::string name = io::step_dir_name(step);
   const fs::path final_dir = root / name;
   io::replace_dir(tmp.string(), final_dir.string());  // an older save of this step: swapped out
+  io::crash_point("step_dir", step);
   io::write_text_atomic((root / "latest").string(), name + "\n");
+  io::crash_point("latest", step);
   prune(root, cfg.train.keep_checkpoints, name);
 }
 
@@ -197,16 +203,17 @@ class SegmentReader {
       std::vector<char> got(io::kRankHeaderBytes);
       io::read_range(path, 0, got.size(), got.data());
       if (got != io::rank_header(s.rank, m_.step))
-        MOEZERO_THROW("checkpoint: '", path, "': the header is not that of rank ", s.rank,
-                      " at step ", m_.step, " (corrupt or from another checkpoint)");
+        MOEZERO_USER_ERROR("checkpoint: '", path, "': the header is not that of rank ", s.rank,
+                           " at step ", m_.step, " (corrupt or from another checkpoint)");
     }
     std::vector<float> v(static_cast<size_t>(s.count) * io::kStateTensors);
     io::read_range(path, s.offset, v.size() * 4, v.data());
     const uint32_t crc = io::crc32_of(v.data(), v.size() * 4);
     if (crc != s.crc)
-      MOEZERO_THROW("checkpoint: '", path, "': checksum mismatch in group '", g.name, "' (bytes [",
-                    s.offset, ", ", s.offset + v.size() * 4, ")): crc32 ", io::crc_hex(crc),
-                    ", manifest.json says ", io::crc_hex(s.crc), " (the file is corrupt)");
+      MOEZERO_USER_ERROR("checkpoint: '", path, "': checksum mismatch in group '", g.name,
+                         "' (bytes [", s.offset, ", ", s.offset + v.size() * 4, ")): crc32 ",
+                         io::crc_hex(crc), ", manifest.json says ", io::crc_hex(s.crc),
+                         " (the file is corrupt)");
     auto& slot = cache_[s.offset];
     slot = {s.file, std::move(v)};
     return slot.second;
@@ -224,19 +231,20 @@ void check_model(const io::Manifest& m, const Config& cfg) {
   const auto mine = nlohmann::json::parse(config_to_json(cfg))["model"];
   for (const auto& [key, value] : mine.items())
     if (!saved.contains(key) || saved[key] != value)
-      MOEZERO_THROW("checkpoint: '", m.dir, "/manifest.json' was saved by another model: model.",
-                    key, " is ", saved.contains(key) ? saved[key].dump() : "absent", " there and ",
-                    value.dump(), " in this run's config");
+      MOEZERO_USER_ERROR("checkpoint: '", m.dir,
+                         "/manifest.json' was saved by another model: model.", key, " is ",
+                         saved.contains(key) ? saved[key].dump() : "absent", " there and ",
+                         value.dump(), " in this run's config");
 }
 
 const io::GroupEntry& entry_of(const io::Manifest& m, const GroupLayout& layout) {
   const io::GroupEntry* e = m.group(layout.spec().name);
   if (!e)
-    MOEZERO_THROW("checkpoint: '", m.dir, "/manifest.json' has no parameter group '",
-                  layout.spec().name, "' (saved by another model)");
+    MOEZERO_USER_ERROR("checkpoint: '", m.dir, "/manifest.json' has no parameter group '",
+                       layout.spec().name, "' (saved by another model)");
   if (e->numel != layout.numel())
-    MOEZERO_THROW("checkpoint: '", m.dir, "/manifest.json': group '", e->name, "' has ", e->numel,
-                  " elements, this model's has ", layout.numel());
+    MOEZERO_USER_ERROR("checkpoint: '", m.dir, "/manifest.json': group '", e->name, "' has ",
+                       e->numel, " elements, this model's has ", layout.numel());
   return *e;
 }
 
@@ -261,9 +269,9 @@ void save(const RankState& s, int64_t step, const SaveFault& fault) {
   std::vector<std::string> indices = all_gather_strings(s, err.empty() ? index.dump() : "!" + err);
   for (size_t r = 0; r < indices.size(); ++r)
     if (!indices[r].empty() && indices[r][0] == '!')
-      MOEZERO_THROW("checkpoint save of step ", step, " failed on rank ", r,
-                    " (writing its rank file): ", indices[r].substr(1),
-                    "; the previous checkpoint and 'latest' are intact");
+      MOEZERO_USER_ERROR("checkpoint save of step ", step, " failed on rank ", r,
+                         " (writing its rank file): ", indices[r].substr(1),
+                         "; the previous checkpoint and 'latest' are intact");
   agree(s, lead ? capture([&] { commit_checkpoint(s, root, tmp, step, indices); }) : std::string(),
         step, "writing the manifest");
 }
@@ -289,18 +297,18 @@ int64_t restore(const RankState& s, const std::string& dir) {
   if (s.model && !m.expert_bias.empty()) s.model->set_expert_biases(m.expert_bias);
   if (s.frequency) {
     if (m.frequency_model.empty())
-      MOEZERO_THROW("checkpoint: '", m.dir, "/manifest.json' has no frequency model");
+      MOEZERO_USER_ERROR("checkpoint: '", m.dir, "/manifest.json' has no frequency model");
     const io::FileEntry& f = m.file(m.frequency_model);
     const std::string path = m.dir + "/" + f.name;
     const std::string text = io::read_text(path);
     const uint32_t crc = io::crc32_of(text.data(), text.size());
     if (crc != f.crc)
-      MOEZERO_THROW("checkpoint: '", path, "': checksum mismatch: crc32 ", io::crc_hex(crc),
-                    ", manifest.json says ", io::crc_hex(f.crc), " (the file is corrupt)");
+      MOEZERO_USER_ERROR("checkpoint: '", path, "': checksum mismatch: crc32 ", io::crc_hex(crc),
+                         ", manifest.json says ", io::crc_hex(f.crc), " (the file is corrupt)");
     try {
       s.frequency->restore(nlohmann::json::parse(text));
     } catch (const nlohmann::json::exception& e) {
-      MOEZERO_THROW("checkpoint: '", path, "' is not valid JSON: ", e.what());
+      MOEZERO_USER_ERROR("checkpoint: '", path, "' is not valid JSON: ", e.what());
     }
   }
   return m.step;
@@ -312,9 +320,9 @@ FullParams load_full_params(const std::string& dir) {
   for (const auto& f : m.files) {  // everything is read: verify whole files too
     const uint32_t crc = io::file_crc(m.dir + "/" + f.name);
     if (crc != f.crc)
-      MOEZERO_THROW("checkpoint: '", m.dir, "/", f.name, "': checksum mismatch: crc32 ",
-                    io::crc_hex(crc), ", manifest.json says ", io::crc_hex(f.crc),
-                    " (the file is corrupt)");
+      MOEZERO_USER_ERROR("checkpoint: '", m.dir, "/", f.name, "': checksum mismatch: crc32 ",
+                         io::crc_hex(crc), ", manifest.json says ", io::crc_hex(f.crc),
+                         " (the file is corrupt)");
   }
   FullParams out;
   out.config = parse_config(m.config.dump(), m.dir + "/manifest.json (config)");

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -42,7 +43,7 @@ std::vector<char> rank_header(int rank, int64_t step) {
 AtomicFile::AtomicFile(std::string path, uint64_t fail_after_bytes)
     : path_(std::move(path)), tmp_(path_ + ".tmp"), fail_after_(fail_after_bytes) {
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) MOEZERO_THROW("checkpoint: cannot create '", tmp_, "': ", std::strerror(errno));
+  if (fd_ < 0) MOEZERO_USER_ERROR("checkpoint: cannot create '", tmp_, "': ", std::strerror(errno));
 }
 
 AtomicFile::~AtomicFile() {
@@ -63,38 +64,49 @@ void AtomicFile::write(const void* data, size_t bytes) {
   while (left > 0) {
     const ssize_t n = ::write(fd_, p, left);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) MOEZERO_THROW("checkpoint: writing '", tmp_, "' failed: ", std::strerror(errno));
+    if (n < 0)
+      MOEZERO_USER_ERROR("checkpoint: writing '", tmp_, "' failed: ", std::strerror(errno));
     p += n;
     left -= static_cast<size_t>(n);
   }
   bytes_ += bytes;
   if (bytes_ >= fail_after_)
-    MOEZERO_THROW("checkpoint: writing '", tmp_, "' failed after ", bytes_,
-                  " bytes (injected fault)");
+    MOEZERO_USER_ERROR("checkpoint: writing '", tmp_, "' failed after ", bytes_,
+                       " bytes (injected fault)");
 }
 
 void AtomicFile::commit() {
   if (::fsync(fd_) != 0)
-    MOEZERO_THROW("checkpoint: fsync of '", tmp_, "' failed: ", std::strerror(errno));
+    MOEZERO_USER_ERROR("checkpoint: fsync of '", tmp_, "' failed: ", std::strerror(errno));
   ::close(fd_);
   fd_ = -1;
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp_.c_str());
-    MOEZERO_THROW("checkpoint: renaming '", tmp_, "' to '", path_, "' failed: ", std::strerror(e));
+    MOEZERO_USER_ERROR("checkpoint: renaming '", tmp_, "' to '", path_,
+                       "' failed: ", std::strerror(e));
   }
   fsync_dir(fs::path(path_).parent_path().string());
+}
+
+void crash_point(const char* point, int64_t step) {
+  static const char* const want = std::getenv("MOEZERO_TEST_CRASH_AT");
+  if (want == nullptr || *want == '\0') return;
+  if (std::string(want) != std::string(point) + "@" + std::to_string(step)) return;
+  const char msg[] = "moezero: MOEZERO_TEST_CRASH_AT: crashing now (test hook)\n";
+  [[maybe_unused]] const ssize_t n = ::write(2, msg, sizeof msg - 1);
+  ::_exit(86);
 }
 
 void fsync_dir(const std::string& dir) {
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
-    MOEZERO_THROW("checkpoint: cannot open directory '", dir, "': ", std::strerror(errno));
+    MOEZERO_USER_ERROR("checkpoint: cannot open directory '", dir, "': ", std::strerror(errno));
   const int rc = ::fsync(fd);
   const int e = errno;
   ::close(fd);
   if (rc != 0)
-    MOEZERO_THROW("checkpoint: fsync of directory '", dir, "' failed: ", std::strerror(e));
+    MOEZERO_USER_ERROR("checkpoint: fsync of directory '", dir, "' failed: ", std::strerror(e));
 }
 
 bool replace_dir(const std::string& from, const std::string& to) {
@@ -109,11 +121,13 @@ bool replace_dir(const std::string& from, const std::string& to) {
     } else if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
       fs::remove_all(to);  // no atomic swap on this file system
     } else {
-      MOEZERO_THROW("checkpoint: cannot swap '", from, "' and '", to, "': ", std::strerror(errno));
+      MOEZERO_USER_ERROR("checkpoint: cannot swap '", from, "' and '", to,
+                         "': ", std::strerror(errno));
     }
   }
   if (!swapped && ::rename(from.c_str(), to.c_str()) != 0)
-    MOEZERO_THROW("checkpoint: cannot rename '", from, "' to '", to, "': ", std::strerror(errno));
+    MOEZERO_USER_ERROR("checkpoint: cannot rename '", from, "' to '", to,
+                       "': ", std::strerror(errno));
   fsync_dir(parent);
   return swapped;
 }
@@ -127,13 +141,13 @@ std::pair<uint64_t, uint32_t> write_text_atomic(const std::string& path, const s
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) MOEZERO_THROW("checkpoint: cannot read '", path, "'");
+  if (!in) MOEZERO_USER_ERROR("checkpoint: cannot read '", path, "'");
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 void read_range(const std::string& path, uint64_t offset, size_t bytes, void* dst) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) MOEZERO_THROW("checkpoint: cannot open '", path, "': ", std::strerror(errno));
+  if (fd < 0) MOEZERO_USER_ERROR("checkpoint: cannot open '", path, "': ", std::strerror(errno));
   char* p = static_cast<char*>(dst);
   size_t done = 0;
   while (done < bytes) {
@@ -143,9 +157,9 @@ void read_range(const std::string& path, uint64_t offset, size_t bytes, void* ds
       const int e = errno;
       ::close(fd);
       if (n == 0)
-        MOEZERO_THROW("checkpoint: '", path, "' is truncated: reading bytes [", offset, ", ",
-                      offset + bytes, ") hit the end of the file after ", offset + done);
-      MOEZERO_THROW("checkpoint: reading '", path, "' failed: ", std::strerror(e));
+        MOEZERO_USER_ERROR("checkpoint: '", path, "' is truncated: reading bytes [", offset, ", ",
+                           offset + bytes, ") hit the end of the file after ", offset + done);
+      MOEZERO_USER_ERROR("checkpoint: reading '", path, "' failed: ", std::strerror(e));
     }
     done += static_cast<size_t>(n);
   }
@@ -154,7 +168,7 @@ void read_range(const std::string& path, uint64_t offset, size_t bytes, void* ds
 
 uint32_t file_crc(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) MOEZERO_THROW("checkpoint: cannot read '", path, "'");
+  if (!in) MOEZERO_USER_ERROR("checkpoint: cannot read '", path, "'");
   std::vector<char> buf(1 << 20);
   uint32_t crc = 0;
   while (in) {
@@ -177,7 +191,7 @@ uint32_t parse_crc(const nlohmann::json& v) {
 const FileEntry& Manifest::file(const std::string& name) const {
   for (const auto& f : files)
     if (f.name == name) return f;
-  MOEZERO_THROW("checkpoint: '", dir, "/manifest.json' lists no file '", name, "'");
+  MOEZERO_USER_ERROR("checkpoint: '", dir, "/manifest.json' lists no file '", name, "'");
 }
 
 const GroupEntry* Manifest::group(const std::string& name) const {
@@ -233,13 +247,14 @@ void read_manifest_fields(const nlohmann::json& j, const std::string& path, Mani
   std::string where = "format";
   try {
     if (!j.is_object() || j.value("format", "") != kFormatName)
-      MOEZERO_THROW("checkpoint: '", path,
-                    "' is not a moezero checkpoint manifest (format is not \"", kFormatName, "\")");
+      MOEZERO_USER_ERROR("checkpoint: '", path,
+                         "' is not a moezero checkpoint manifest (format is not \"", kFormatName,
+                         "\")");
     where = "format_version";
     const int version = j.at("format_version").get<int>();
     if (version != kFormatVersion)
-      MOEZERO_THROW("checkpoint: '", path, "': unknown format_version ", version,
-                    " (this build reads version ", kFormatVersion, ")");
+      MOEZERO_USER_ERROR("checkpoint: '", path, "': unknown format_version ", version,
+                         " (this build reads version ", kFormatVersion, ")");
     for (const char* k : {"step", "engine_step", "world_size", "ep_size", "zero_stage"}) {
       where = k;
       (void)j.at(k).get<int64_t>();
@@ -255,18 +270,31 @@ void read_manifest_fields(const nlohmann::json& j, const std::string& path, Mani
     m.frequency_model = j.at("frequency_model").get<std::string>();
     where = "config";
     m.config = j.at("config");
+    // Sizes, offsets and element counts: non-negative integers (a -1 would wrap to 2^64 - 1).
+    const auto count = [&](const nlohmann::json& v, const char* field) -> uint64_t {
+      if (!v.is_number_unsigned())
+        MOEZERO_USER_ERROR("checkpoint: '", path, "': field '", where, ".", field,
+                           "' must be a non-negative integer, got ", v.dump());
+      return v.get<uint64_t>();
+    };
     where = "files";
     for (const auto& f : j.at("files"))
-      m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<uint64_t>(),
+      m.files.push_back({f.at("name").get<std::string>(), count(f.at("bytes"), "bytes"),
                          parse_crc(f.at("crc32"))});
     where = "groups";
     for (const auto& g : j.at("groups")) {
       GroupEntry e{g.at("name").get<std::string>(), g.at("numel").get<int64_t>(), {}};
       where = "groups." + e.name;
-      for (const auto& s : g.at("shards"))
-        e.segments.push_back({s.at("rank").get<int>(), s.at("begin").get<int64_t>(),
-                              s.at("count").get<int64_t>(), s.at("file").get<std::string>(),
-                              s.at("offset").get<uint64_t>(), parse_crc(s.at("crc32"))});
+      for (const auto& s : g.at("shards")) {
+        const int rank = s.at("rank").get<int>();
+        if (rank < 0 || rank >= m.world_size)
+          MOEZERO_USER_ERROR("checkpoint: '", path, "': field '", where, "': shard of rank ", rank,
+                             " outside the saving run's world of ", m.world_size, " rank(s)");
+        e.segments.push_back({rank, static_cast<int64_t>(count(s.at("begin"), "begin")),
+                              static_cast<int64_t>(count(s.at("count"), "count")),
+                              s.at("file").get<std::string>(), count(s.at("offset"), "offset"),
+                              parse_crc(s.at("crc32"))});
+      }
       m.groups.push_back(std::move(e));
     }
     where = "prefetch_orders";
@@ -279,11 +307,11 @@ void read_manifest_fields(const nlohmann::json& j, const std::string& path, Mani
     if (j.contains("expert_bias"))
       m.expert_bias = j["expert_bias"].get<std::vector<std::vector<float>>>();
   } catch (const nlohmann::json::exception& e) {
-    MOEZERO_THROW("checkpoint: '", path, "': field '", where,
-                  "' is missing or malformed: ", e.what());
+    MOEZERO_USER_ERROR("checkpoint: '", path, "': field '", where,
+                       "' is missing or malformed: ", e.what());
   } catch (const std::logic_error& e) {  // stoul of a crc
-    MOEZERO_THROW("checkpoint: '", path, "': field '", where,
-                  "' has a malformed crc32: ", e.what());
+    MOEZERO_USER_ERROR("checkpoint: '", path, "': field '", where,
+                       "' has a malformed crc32: ", e.what());
   }
 }
 
@@ -295,18 +323,19 @@ void check_segments(Manifest& m, const std::string& path) {
     int64_t next = 0;
     for (const auto& s : g.segments) {
       if (s.begin != next || s.count <= 0)
-        MOEZERO_THROW("checkpoint: '", path, "': group '", g.name, "': shard of rank ", s.rank,
-                      " covers [", s.begin, ", ", s.begin + s.count, "), expected to start at ",
-                      next, " (the shards must tile [0, ", g.numel, "))");
+        MOEZERO_USER_ERROR("checkpoint: '", path, "': group '", g.name, "': shard of rank ", s.rank,
+                           " covers [", s.begin, ", ", s.begin + s.count,
+                           "), expected to start at ", next, " (the shards must tile [0, ", g.numel,
+                           "))");
       next += s.count;
       const FileEntry& f = m.file(s.file);
       if (s.offset + uint64_t(kStateTensors) * 4 * uint64_t(s.count) > f.bytes)
-        MOEZERO_THROW("checkpoint: '", path, "': group '", g.name, "': shard of rank ", s.rank,
-                      " lies past the end of '", s.file, "' (", f.bytes, " bytes)");
+        MOEZERO_USER_ERROR("checkpoint: '", path, "': group '", g.name, "': shard of rank ", s.rank,
+                           " lies past the end of '", s.file, "' (", f.bytes, " bytes)");
     }
     if (next != g.numel)
-      MOEZERO_THROW("checkpoint: '", path, "': group '", g.name, "': shards cover [0, ", next,
-                    "), expected [0, ", g.numel, ")");
+      MOEZERO_USER_ERROR("checkpoint: '", path, "': group '", g.name, "': shards cover [0, ", next,
+                         "), expected [0, ", g.numel, ")");
   }
 }
 
@@ -315,12 +344,13 @@ void check_segments(Manifest& m, const std::string& path) {
 Manifest read_manifest(const std::string& step_dir) {
   const std::string path = step_dir + "/manifest.json";
   if (!fs::exists(path))
-    MOEZERO_THROW("checkpoint: '", path, "' does not exist (an incomplete or foreign directory)");
+    MOEZERO_USER_ERROR("checkpoint: '", path,
+                       "' does not exist (an incomplete or foreign directory)");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_text(path));
   } catch (const nlohmann::json::exception& e) {
-    MOEZERO_THROW("checkpoint: '", path, "' is not valid JSON: ", e.what());
+    MOEZERO_USER_ERROR("checkpoint: '", path, "' is not valid JSON: ", e.what());
   }
   Manifest m;
   m.dir = step_dir;
@@ -335,14 +365,14 @@ void check_files(const Manifest& m) {
     std::error_code ec;
     const auto size = fs::file_size(path, ec);
     if (ec)
-      MOEZERO_THROW("checkpoint: '", path,
-                    "' is missing (listed in manifest.json): ", ec.message());
+      MOEZERO_USER_ERROR("checkpoint: '", path,
+                         "' is missing (listed in manifest.json): ", ec.message());
     if (size < f.bytes)
-      MOEZERO_THROW("checkpoint: '", path, "' is truncated: ", size, " bytes, manifest.json says ",
-                    f.bytes);
+      MOEZERO_USER_ERROR("checkpoint: '", path, "' is truncated: ", size,
+                         " bytes, manifest.json says ", f.bytes);
     if (size > f.bytes)
-      MOEZERO_THROW("checkpoint: '", path, "' is ", size, " bytes, manifest.json says ", f.bytes,
-                    " (overwritten or appended to)");
+      MOEZERO_USER_ERROR("checkpoint: '", path, "' is ", size, " bytes, manifest.json says ",
+                         f.bytes, " (overwritten or appended to)");
   }
 }
 
@@ -353,20 +383,21 @@ std::string step_dir_name(int64_t step) {
 }
 
 std::string resolve_step_dir(const std::string& dir) {
-  if (!fs::is_directory(dir)) MOEZERO_THROW("checkpoint: '", dir, "' is not a directory");
+  if (!fs::is_directory(dir)) MOEZERO_USER_ERROR("checkpoint: '", dir, "' is not a directory");
   if (fs::exists(dir + "/manifest.json")) return dir;
   const std::string latest = dir + "/latest";
   if (!fs::exists(latest))
-    MOEZERO_THROW("checkpoint: no checkpoint in '", dir,
-                  "': it holds neither manifest.json nor a 'latest' pointer");
+    MOEZERO_USER_ERROR("checkpoint: no checkpoint in '", dir,
+                       "': it holds neither manifest.json nor a 'latest' pointer");
   std::string name = read_text(latest);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   if (name.empty() || name.find('/') != std::string::npos)
-    MOEZERO_THROW("checkpoint: '", latest, "' does not name a step directory (got '", name, "')");
+    MOEZERO_USER_ERROR("checkpoint: '", latest, "' does not name a step directory (got '", name,
+                       "')");
   const std::string step_dir = dir + "/" + name;
   if (!fs::exists(step_dir + "/manifest.json"))
-    MOEZERO_THROW("checkpoint: '", latest, "' names '", name, "', but '", step_dir,
-                  "/manifest.json' does not exist");
+    MOEZERO_USER_ERROR("checkpoint: '", latest, "' names '", name, "', but '", step_dir,
+                       "/manifest.json' does not exist");
   return step_dir;
 }
 

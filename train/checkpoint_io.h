@@ -49,6 +49,12 @@ class AtomicFile {
 };
 
 void fsync_dir(const std::string& dir);
+// Test hook for crash safety: when the environment has MOEZERO_TEST_CRASH_AT=<point>@<step>
+// and this is that point of the save of that step, the process ends at once (_exit(86), as
+// kill -9 would: no destructor, no flush). Points: rank_file (half of rank 0's file written),
+// rank_file_done, manifest (the manifest written in the temporary directory), step_dir (the
+// step directory in place, 'latest' not yet moved), latest (after 'latest', before pruning).
+void crash_point(const char* point, int64_t step);
 // Moves directory `from` to `to`, replacing an existing `to` atomically where the file system
 // can swap two directories (Linux renameat2 RENAME_EXCHANGE: ext4, xfs, btrfs, tmpfs): a crash
 // leaves either the old or the new `to`, never neither; the old one is then removed. Elsewhere

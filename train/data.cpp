@@ -137,7 +137,7 @@ TokenData::TokenData(const DataConfig& data, int64_t vocab_size, int64_t seq_len
     try {
       loaded = std::make_unique<BpeTokenizer>(data.tokenizer);
     } catch (const Error& e) {
-      MOEZERO_THROW("data.tokenizer: ", e.message());
+      MOEZERO_USER_ERROR("data.tokenizer: ", e.message());
     }
     const BpeTokenizer& tok = *loaded;
     MOEZERO_REQUIRE(tok.vocab_size() <= vocab_size, "data.tokenizer: '", data.tokenizer, "' has ",
@@ -146,7 +146,7 @@ TokenData::TokenData(const DataConfig& data, int64_t vocab_size, int64_t seq_len
   train_ = make_split(std::move(train), seq_len);
   val_ = make_split(std::move(val), seq_len);
   if (train_.starts <= 0)
-    MOEZERO_THROW("data.path: ", source_, " has ", train_.tokens,
+    MOEZERO_USER_ERROR("data.path: ", source_, " has ", train_.tokens,
                   " training tokens, fewer than one sequence of model.seq_len + 1 = ", seq_len + 1,
                   data.format == DataFormat::Tokens ? " in any one shard" : "");
 }
@@ -162,14 +162,14 @@ void TokenData::load(const std::string& pattern, const std::string& key, DataFor
       name = "<built-in corpus>";
     } else {
       std::ifstream in(pattern, std::ios::binary);
-      if (!in) MOEZERO_THROW(key, ": cannot read '", pattern, "'");
+      if (!in) MOEZERO_USER_ERROR(key, ": cannot read '", pattern, "'");
       bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
       name = pattern;
-      if (bytes.empty()) MOEZERO_THROW(key, ": '", pattern, "' is empty");
+      if (bytes.empty()) MOEZERO_USER_ERROR(key, ": '", pattern, "' is empty");
     }
     for (size_t i = 0; i < bytes.size(); ++i)
       if (bytes[i] >= vocab_size)
-        MOEZERO_THROW(key, ": ", name, " has byte ", int(bytes[i]), " at offset ", i,
+        MOEZERO_USER_ERROR(key, ": ", name, " has byte ", int(bytes[i]), " at offset ", i,
                       ", outside model.vocab_size (", vocab_size, ")");
     byte_files_.push_back(std::move(bytes));
     const std::vector<uint8_t>& b = byte_files_.back();
@@ -185,13 +185,13 @@ void TokenData::load(const std::string& pattern, const std::string& key, DataFor
     try {
       shard = std::make_unique<TokenShard>(f);
     } catch (const Error& e) {
-      MOEZERO_THROW(key, ": ", e.message());
+      MOEZERO_USER_ERROR(key, ": ", e.message());
     }
-    if (shard->count() == 0) MOEZERO_THROW(key, ": token shard '", f, "' holds no tokens");
+    if (shard->count() == 0) MOEZERO_USER_ERROR(key, ": token shard '", f, "' holds no tokens");
     const Piece p{shard->tokens(), shard->width_bytes(), 0, shard->count()};
     for (int64_t i = 0; i < p.count; ++i)
       if (token_at(p, i) >= static_cast<uint64_t>(vocab_size))
-        MOEZERO_THROW(key, ": token shard '", f, "' has token ", token_at(p, i), " at offset ", i,
+        MOEZERO_USER_ERROR(key, ": token shard '", f, "' has token ", token_at(p, i), " at offset ", i,
                       " (token index), outside model.vocab_size (", vocab_size, ")");
     pieces.push_back(p);
     shards_.push_back(std::move(shard));
@@ -227,7 +227,7 @@ void keep_tokenizer(const DataConfig& data, const std::string& save_dir) {
   std::filesystem::copy_file(data.tokenizer, to, std::filesystem::copy_options::overwrite_existing,
                              ec);
   if (ec)
-    MOEZERO_THROW("data.tokenizer: cannot copy '", data.tokenizer, "' to '", to,
+    MOEZERO_USER_ERROR("data.tokenizer: cannot copy '", data.tokenizer, "' to '", to,
                   "': ", ec.message());
 }
 

@@ -113,6 +113,7 @@ struct StepOutcome {
 struct StepExchange {
   std::vector<RankStepStats> ranks;    // (world)
   std::vector<uint64_t> expert_words;  // (world * per-rank words), rank-major (step_stats.h)
+  int stop_signal = 0;  // TrainOptions::stop_flag seen by any rank (the largest signal): stop
 };
 
 class RankSession {
@@ -131,7 +132,9 @@ class RankSession {
   void build_model();
   void build_engine();
   void load_start_state();
-  void run_step(int64_t step, Clock::time_point t_start);
+  // Returns the agreed stop signal (0: go on).
+  int run_step(int64_t step, Clock::time_point t_start);
+  void note_stop(int64_t step, int sig, bool saved);
   StepOutcome device_step(int64_t step, TensorBuffer& loss, TensorBuffer& aux);
   void micro_batch(int64_t mb, std::deque<std::vector<int32_t>>& host, TensorBuffer& loss,
                    TensorBuffer& aux);
@@ -139,7 +142,7 @@ class RankSession {
   RankStepStats step_counters(const StepTiming& timing);
   StepExchange exchange_step_stats(const StepTiming& timing);
   std::optional<double> evaluate(int64_t step);
-  Clock::duration save_checkpoint(int64_t step, const std::string& stop_error);
+  Clock::duration save_checkpoint(int64_t step, const std::string& stop_error, bool stopping);
   void log_step(int64_t step, const StepOutcome& o, StepExchange ex,
                 const std::vector<std::vector<double>>& predicted, Clock::duration busy,
                 Clock::time_point t_start, Clock::time_point t1, std::optional<double> val_loss);
@@ -296,19 +299,37 @@ void RankSession::load_start_state() {
                       << std::endl;
   end_step_ = options.stop_at_step > 0 ? std::min(options.stop_at_step, tc_.steps) : tc_.steps;
   if (!options.resume_from.empty() && first_step_ >= end_step_)
-    MOEZERO_THROW("the checkpoint at ", options.resume_from, " is after step ", first_step_,
-                  ": nothing left to train up to step ", end_step_,
-                  " (raise train.steps to continue)");
+    MOEZERO_USER_ERROR("the checkpoint at ", options.resume_from, " is after step ", first_step_,
+                       ": nothing left to train up to step ", end_step_,
+                       " (raise train.steps to continue)");
 }
 
 void RankSession::run_steps() {
   const auto t_start = Clock::now();
   before_ = engine_->counters();
-  for (int64_t step = first_step_; step < end_step_; ++step) run_step(step, t_start);
+  for (int64_t step = first_step_; step < end_step_; ++step) {
+    const int sig = run_step(step, t_start);
+    if (sig != 0 && step + 1 < end_step_) {  // a stop at the last step is a normal end
+      note_stop(step + 1, sig, !tc_.save_dir.empty());
+      return;
+    }
+  }
+}
+
+// Every rank: the run stopped after 1-based `step` on signal `sig` (the result's stop fields).
+void RankSession::note_stop(int64_t step, int sig, bool saved) {
+  if (ctx_.rank == 0 && run_.options.progress)
+    *run_.options.progress << "stopped after step " << step << " (signal " << sig << ")"
+                           << (saved ? ", checkpoint saved in " + tc_.save_dir : std::string())
+                           << std::endl;
+  std::lock_guard lock(run_.results.mu);
+  run_.results.result.stop_signal = sig;
+  run_.results.result.stopped_after_step = step;
+  run_.results.result.stop_saved = saved;
 }
 
 // 0-based `step`: the device work, the counters' exchange, the checkpoint, then rank 0 logs.
-void RankSession::run_step(int64_t step, Clock::time_point t_start) {
+int RankSession::run_step(int64_t step, Clock::time_point t_start) {
   const auto t0 = Clock::now();
   hook_step_ = step + 1;
   dev_.allocator().reset_peak();
@@ -321,19 +342,23 @@ void RankSession::run_step(int64_t step, Clock::time_point t_start) {
   const auto predicted = step_stats_->predicted(frequency_.get());
   const StepOutcome o = device_step(step, loss, aux);
   StepExchange ex = exchange_step_stats(o.timing);
+  const int stop = ex.stop_signal;
   // The routing trace reads this step's counts before evaluation runs (which records none).
   if (routing_trace_) routing_trace_->record_step(step + 1, moe_stats_, dev_, cs_, *comms_.misc);
   const auto te = Clock::now();
-  const std::optional<double> val_loss = o.stop_error.empty() ? evaluate(step) : std::nullopt;
-  const Clock::duration eval_time = Clock::now() - te;                    // not in tok/s
-  const Clock::duration save_time = save_checkpoint(step, o.stop_error);  // not in tok/s
+  // Not when stopping on a signal (agreed: every rank skips it alike).
+  const std::optional<double> val_loss =
+      o.stop_error.empty() && stop == 0 ? evaluate(step) : std::nullopt;
+  const Clock::duration eval_time = Clock::now() - te;  // not in tok/s
+  const Clock::duration save_time = save_checkpoint(step, o.stop_error, stop != 0);  // not in tok/s
   if (ctx_.rank != 0) {
-    if (!o.stop_error.empty()) MOEZERO_THROW(o.stop_error);
-    return;
+    if (!o.stop_error.empty()) MOEZERO_USER_ERROR(o.stop_error);
+    return stop;
   }
   const auto t1 = Clock::now();
   log_step(step, o, std::move(ex), predicted, t1 - t0 - save_time - eval_time, t_start, t1,
            val_loss);
+  return stop;
 }
 
 // The micro-batches, the loss all-reduce and the optimizer step, up to the step's host sync.
@@ -410,15 +435,17 @@ RankStepStats RankSession::step_counters(const StepTiming& timing) {
 }
 
 // One exchange per step (one host sync): the struct as raw 8-byte words, then the per-expert
-// words, whose count depends only on the config; through device buffers (NCCL reads device
+// words, whose count depends only on the config, then this rank's stop signal (0: none; every
+// rank stops after the same step when any saw one); through device buffers (NCCL reads device
 // memory only).
 StepExchange RankSession::exchange_step_stats(const StepTiming& timing) {
   const RankStepStats mine = step_counters(timing);
   const std::vector<uint64_t> expert_words = step_stats_->rank_words(*engine_, moe_stats_, timing);
-  const size_t expert_n = expert_words.size(), stride = kRankStepStatsWords + expert_n;
+  const size_t expert_n = expert_words.size(), stride = kRankStepStatsWords + expert_n + 1;
   std::vector<int64_t> mine_words(stride);
   to_words(mine, mine_words.data());
   std::memcpy(mine_words.data() + kRankStepStatsWords, expert_words.data(), expert_n * 8);
+  mine_words[stride - 1] = run_.options.stop_flag ? run_.options.stop_flag->load() : 0;
   const std::vector<int64_t> words = all_gather_words(dev_, cs_, *comms_.misc, mine_words);
   StepExchange ex;
   ex.ranks.resize(static_cast<size_t>(world_));
@@ -427,6 +454,7 @@ StepExchange RankSession::exchange_step_stats(const StepTiming& timing) {
     ex.ranks[r] = from_words(words.data() + r * stride);
     std::memcpy(ex.expert_words.data() + r * expert_n,
                 words.data() + r * stride + kRankStepStatsWords, expert_n * 8);
+    ex.stop_signal = std::max(ex.stop_signal, static_cast<int>(words[r * stride + stride - 1]));
   }
   return ex;
 }
@@ -481,11 +509,13 @@ std::optional<double> RankSession::evaluate(int64_t step) {
   return host_loss;
 }
 
-// Saves after 0-based `step` when train.save_every or the run's last step says so (not after
-// a step that stops the run). Returns the time it took (zero when not saving).
-Clock::duration RankSession::save_checkpoint(int64_t step, const std::string& stop_error) {
+// Saves after 0-based `step` when train.save_every, the run's last step or a stop signal
+// (`stopping`) says so (not after a step whose non-finite gradient stops the run). Returns the
+// time it took (zero when not saving).
+Clock::duration RankSession::save_checkpoint(int64_t step, const std::string& stop_error,
+                                             bool stopping) {
   const bool due =
-      (tc_.save_every > 0 && (step + 1) % tc_.save_every == 0) || step + 1 == end_step_;
+      (tc_.save_every > 0 && (step + 1) % tc_.save_every == 0) || step + 1 == end_step_ || stopping;
   if (!stop_error.empty() || tc_.save_dir.empty() || !due) return Clock::duration::zero();
   const auto ts = Clock::now();
   checkpoint::save(ckpt_, step + 1, run_.options.save_fault);
@@ -531,7 +561,7 @@ void RankSession::log_step(int64_t step, const StepOutcome& o, StepExchange ex,
                       << nonfinite_message(o.nonfinite, s.step, s.loss, cfg_.profile.check_finite,
                                            NonFinitePolicy::Skip)
                       << std::endl;
-  if (!o.stop_error.empty()) MOEZERO_THROW(o.stop_error);  // after its metrics line
+  if (!o.stop_error.empty()) MOEZERO_USER_ERROR(o.stop_error);  // after its metrics line
   std::lock_guard lock(run_.results.mu);
   run_.results.result.steps.push_back(std::move(s));
 }

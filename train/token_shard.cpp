@@ -17,23 +17,23 @@ namespace moezero::moe {
 
 TokenShard::TokenShard(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) MOEZERO_THROW("token shard '", path, "': cannot open (", std::strerror(errno), ")");
+  if (fd < 0) MOEZERO_USER_ERROR("token shard '", path, "': cannot open (", std::strerror(errno), ")");
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    MOEZERO_THROW("token shard '", path, "': not a regular file");
+    MOEZERO_USER_ERROR("token shard '", path, "': not a regular file");
   }
   const auto size = static_cast<int64_t>(st.st_size);
   if (size < kShardHeaderBytes) {
     ::close(fd);
-    MOEZERO_THROW("token shard '", path, "': truncated: ", size, " bytes, shorter than the ",
+    MOEZERO_USER_ERROR("token shard '", path, "': truncated: ", size, " bytes, shorter than the ",
                   kShardHeaderBytes, "-byte header");
   }
   map_ = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   if (map_ == MAP_FAILED) {
     map_ = nullptr;
-    MOEZERO_THROW("token shard '", path, "': mmap failed (", std::strerror(errno), ")");
+    MOEZERO_USER_ERROR("token shard '", path, "': mmap failed (", std::strerror(errno), ")");
   }
   map_bytes_ = static_cast<size_t>(size);
   int32_t header[3];
@@ -42,21 +42,21 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
   if (magic == kShardMagicU16) {
     width_ = 2;
     if (version != kShardVersionU16)
-      MOEZERO_THROW("token shard '", path, "': version ", version, " for magic ", magic,
+      MOEZERO_USER_ERROR("token shard '", path, "': version ", version, " for magic ", magic,
                     " (uint16 tokens), expected ", kShardVersionU16);
   } else if (magic == kShardMagicU32) {
     width_ = 4;
     if (version != kShardVersionU32)
-      MOEZERO_THROW("token shard '", path, "': version ", version, " for magic ", magic,
+      MOEZERO_USER_ERROR("token shard '", path, "': version ", version, " for magic ", magic,
                     " (uint32 tokens), expected ", kShardVersionU32);
   } else {
-    MOEZERO_THROW("token shard '", path, "': wrong magic ", magic, " (an llm.c shard starts with ",
+    MOEZERO_USER_ERROR("token shard '", path, "': wrong magic ", magic, " (an llm.c shard starts with ",
                   kShardMagicU16, " for uint16 or ", kShardMagicU32, " for uint32 tokens)");
   }
   count_ = header[2];
   const int64_t want = kShardHeaderBytes + count_ * width_;
   if (count_ < 0 || size != want)
-    MOEZERO_THROW("token shard '", path, "': ", size < want ? "truncated: " : "",
+    MOEZERO_USER_ERROR("token shard '", path, "': ", size < want ? "truncated: " : "",
                   "the header says ", count_, " tokens (", want,
                   " bytes with the header) but the file has ", size, " bytes");
   tokens_ = static_cast<const uint8_t*>(map_) + kShardHeaderBytes;
@@ -88,7 +88,7 @@ void write_token_shard(const std::string& path, const std::vector<uint32_t>& tok
   header[1] = width_bytes == 2 ? kShardVersionU16 : kShardVersionU32;
   header[2] = static_cast<int32_t>(tokens.size());
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) MOEZERO_THROW("token shard '", path, "': cannot write");
+  if (!out) MOEZERO_USER_ERROR("token shard '", path, "': cannot write");
   out.write(reinterpret_cast<const char*>(header), sizeof header);
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (width_bytes == 2) {
@@ -100,7 +100,7 @@ void write_token_shard(const std::string& path, const std::vector<uint32_t>& tok
       out.write(reinterpret_cast<const char*>(&tokens[i]), 4);
     }
   }
-  if (!out.flush()) MOEZERO_THROW("token shard '", path, "': write failed");
+  if (!out.flush()) MOEZERO_USER_ERROR("token shard '", path, "': write failed");
 }
 
 std::vector<std::string> expand_shard_paths(const std::string& pattern, const std::string& key) {
@@ -111,7 +111,7 @@ std::vector<std::string> expand_shard_paths(const std::string& pattern, const st
   if (rc == 0)
     for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
   ::globfree(&g);
-  if (out.empty()) MOEZERO_THROW(key, ": no file matches '", pattern, "'");
+  if (out.empty()) MOEZERO_USER_ERROR(key, ": no file matches '", pattern, "'");
   return out;  // glob sorts its matches
 }
 

@@ -18,6 +18,7 @@
 #include "kernels/backend.h"
 #include "model/transformer.h"
 #include "train/data.h"
+#include "train/memory_estimate.h"
 #include "train/rank_session.h"
 
 namespace moezero::moe {
@@ -76,7 +77,7 @@ void check_run(const Config& cfg, const TrainOptions& options,
   if (cfg.parallel.backend == BackendKind::Cuda && !mpi) {
     std::string why;
     if (!cuda_available(&why))
-      MOEZERO_THROW("parallel.backend is \"cuda\" but CUDA is unavailable: ", why);
+      MOEZERO_USER_ERROR("parallel.backend is \"cuda\" but CUDA is unavailable: ", why);
     MOEZERO_REQUIRE(world <= cuda_device_count(), "parallel.world_size (", world, ") exceeds the ",
                     cuda_device_count(),
                     " GPU(s) of this machine: parallel.backend \"cuda\" runs one rank per GPU");
@@ -88,9 +89,10 @@ void check_run(const Config& cfg, const TrainOptions& options,
                   "train.eval_every needs the held-out part of data.path / data.val_path; a "
                   "custom TrainOptions::data source has none: set train.eval_every to 0");
   if (!options.resume_from.empty() && !tc.init_from.empty())
-    MOEZERO_THROW("train.init_from (", tc.init_from, ") and a resume from ", options.resume_from,
-                  " were both given: a resumed run takes its parameters from the checkpoint; "
-                  "drop one of them");
+    MOEZERO_USER_ERROR("train.init_from (", tc.init_from, ") and a resume from ",
+                       options.resume_from,
+                       " were both given: a resumed run takes its parameters from the checkpoint; "
+                       "drop one of them");
 }
 
 // Opens the metrics file on the process that writes it (MPI: rank 0's); closed otherwise.
@@ -101,7 +103,7 @@ void open_metrics(const Config& cfg, const TrainOptions& options,
   if (metrics_path.empty() || (mpi && mpi->rank != 0)) return;
   // A resumed run appends to the metrics of the run it continues.
   metrics.open(metrics_path, options.resume_from.empty() ? std::ios::trunc : std::ios::app);
-  if (!metrics) MOEZERO_THROW("cannot write the metrics file '", metrics_path, "'");
+  if (!metrics) MOEZERO_USER_ERROR("cannot write the metrics file '", metrics_path, "'");
 }
 
 // train.init_from: an exported directory's parameters, by group name (checked once, here).
@@ -160,6 +162,8 @@ void run_ranks(const Config& cfg, const std::optional<comm::MpiProcess>& mpi, co
 TrainResult train(const Config& cfg, const TrainOptions& options) {
   const std::optional<comm::MpiProcess> mpi = comm::mpi_process();
   check_run(cfg, options, mpi);
+  // Refused before anything is allocated when it cannot fit (train/memory_estimate.h).
+  check_memory_fits(cfg, estimate_memory(cfg, mpi.has_value()), machine_memory_limit());
   std::unique_ptr<TokenData> data;
   if (!options.data)
     data = std::make_unique<TokenData>(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);

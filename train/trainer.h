@@ -11,6 +11,7 @@
 // gradients are Sum-reduced), so the math does not depend on the world size.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
@@ -81,6 +82,11 @@ struct TrainOptions {
   // train.steps), saving a checkpoint there when train.save_dir is set; 0: run to train.steps.
   int64_t stop_at_step = 0;
   checkpoint::SaveFault save_fault;  // test hook: a rank file write that fails midway
+  // A clean stop (SIGTERM / SIGINT: train/stop_signal.h): when it holds a non-zero value (the
+  // signal), every rank finishes the current optimizer step, the ranks agree on it through the
+  // step's counters exchange (so all stop after the same step), a checkpoint is saved when
+  // train.save_dir is set, and train() returns with TrainResult::stop_signal set. Null: none.
+  const std::atomic<int>* stop_flag = nullptr;
   // Called on every rank when a group's full gradient of a micro-batch is complete, before
   // the non-finite check and the reduction (tests inject NaN/Inf through it; see
   // train/grad_health.h). Runs on the rank's thread; must be thread-safe. Empty: none.
@@ -97,6 +103,11 @@ struct TrainResult {
   std::vector<std::vector<std::string>> rank_group_names;
   std::vector<std::vector<std::vector<float>>> rank_params;
   std::vector<std::string> frequency_models;  // per rank: the expert frequency model (JSON)
+  // A stop through TrainOptions::stop_flag: the signal (0: the run was not stopped), the last
+  // completed step, and whether a checkpoint of it was saved (train.save_dir).
+  int stop_signal = 0;
+  int64_t stopped_after_step = 0;
+  bool stop_saved = false;
 };
 
 // Learning rate of 0-based step `step`: linear warmup to train.lr over warmup_steps, then

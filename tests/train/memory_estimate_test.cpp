@@ -1,0 +1,156 @@
+// train/memory_estimate.h against the allocator: the model states are exact (by tag), the
+// certain part never exceeds what a run really takes (so no run that fits is refused), and
+// the whole estimate is within a stated factor of the measured peak; a run that cannot fit
+// train.memory_limit is refused before any rank starts, with the numbers.
+#include "train/memory_estimate.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "core/allocator.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "train/trainer.h"
+
+namespace moezero::moe {
+namespace {
+
+Config small(std::vector<std::string> overrides) {
+  std::vector<std::string> o = {
+      "model.d_model=32",    "model.n_layers=2",     "model.n_heads=4",
+      "model.n_kv_heads=2",  "model.d_ff=48",        "model.seq_len=16",
+      "model.num_experts=4", "model.top_k=2",        "train.micro_batch_size=4",
+      "train.steps=2",       "train.warmup_steps=1", "zero.param_persistence_threshold=64",
+      "comm.timeout_s=60"};
+  o.insert(o.end(), overrides.begin(), overrides.end());
+  return parse_config("{}", "small", o);
+}
+
+uint64_t tag(const RankStepStats& r, MemTag t) { return r.peak_bytes[static_cast<size_t>(t)]; }
+
+// The allocator's peak over a run may exceed the estimate by at most this factor, and the
+// estimate may exceed the peak by at most this factor (it counts a whole working set that a
+// small model never fills).
+constexpr double kFactor = 2.0;  // measured: at most 1.4 (totals), 1.7 (activations)
+
+void check_against_run(const std::vector<std::string>& overrides) {
+  const Config cfg = small(overrides);
+  const MemoryEstimate e = estimate_memory(cfg, false);
+  TrainOptions opt;
+  const TrainResult r = train(cfg, opt);
+  ASSERT_EQ(r.steps.size(), 2u);
+  SCOPED_TRACE(::testing::PrintToString(overrides));
+  uint64_t peak = 0, act = 0;
+  for (const StepLog& s : r.steps)
+    for (const RankStepStats& rs : s.ranks) {
+      // Model states: exact, every rank (same shapes; equal shards).
+      EXPECT_EQ(tag(rs, MemTag::ParamShard), e.params);
+      EXPECT_EQ(tag(rs, MemTag::OptimState), e.optim);
+      EXPECT_GE(tag(rs, MemTag::Grad), e.grads);
+      EXPECT_LE(tag(rs, MemTag::Grad), e.grads + e.gathered);
+      peak = std::max<uint64_t>(peak, rs.peak_total_bytes);
+      act = std::max<uint64_t>(act, tag(rs, MemTag::Activation));
+    }
+  EXPECT_LE(e.certain(), peak) << "the certain part must never refuse a run that fits";
+  EXPECT_LE(double(peak), kFactor * double(e.per_rank()));
+  EXPECT_LE(double(e.per_rank()), kFactor * double(peak));
+  EXPECT_LE(double(act), kFactor * double(e.activations));
+  EXPECT_LE(double(e.activations), kFactor * double(act));
+}
+
+TEST(MemoryEstimate, Zero3MoeExpertParallel) {
+  check_against_run({"parallel.world_size=2", "parallel.ep_size=2", "zero.stage=3"});
+}
+TEST(MemoryEstimate, Zero3MoeBf16) {
+  check_against_run({"parallel.world_size=2", "zero.stage=3", "train.dtype=bf16"});
+}
+TEST(MemoryEstimate, Zero2Dense) {
+  check_against_run({"parallel.world_size=2", "zero.stage=2", "model.num_experts=0"});
+}
+TEST(MemoryEstimate, Zero1Moe) { check_against_run({"parallel.world_size=2", "zero.stage=1"}); }
+TEST(MemoryEstimate, Zero0OneRank) {
+  check_against_run({"parallel.world_size=1", "zero.stage=0", "train.micro_batch_size=2"});
+}
+
+TEST(MemoryEstimate, StagesShardStates) {
+  const auto states = [](int stage) {
+    return estimate_memory(small({"parallel.world_size=4", "zero.stage=" + std::to_string(stage)}),
+                           false)
+        .states();
+  };
+  // Stage 1 shards the gradient accumulators like stage 2 (but keeps every full gradient until
+  // the step: the working set).
+  EXPECT_GT(states(0), states(1));
+  EXPECT_EQ(states(1), states(2));
+  EXPECT_GT(states(2), states(3));
+  const auto per_rank = [](int stage) {
+    return estimate_memory(small({"parallel.world_size=4", "zero.stage=" + std::to_string(stage)}),
+                           false)
+        .per_rank();
+  };
+  EXPECT_GT(per_rank(1), per_rank(2));
+}
+
+TEST(MemoryEstimate, RefusesWhatCannotFitTheLimit) {
+  const Config cfg = small({"parallel.world_size=2", "zero.stage=3", "train.memory_limit=20KiB"});
+  try {
+    train(cfg, TrainOptions{});
+    FAIL() << "not refused";
+  } catch (const OutOfMemoryError& err) {
+    const std::string w = err.what();
+    EXPECT_NE(w.find("OutOfMemoryError: the run needs at least"), std::string::npos) << w;
+    EXPECT_NE(w.find("train.memory_limit 20.0 KiB"), std::string::npos) << w;
+    EXPECT_NE(w.find("zero.stage 3, a larger parallel.world_size"), std::string::npos) << w;
+    EXPECT_EQ(w.find(".cpp:"), std::string::npos) << w;
+  }
+}
+
+TEST(MemoryEstimate, RefusesWhatCannotFitTheMachine) {
+  const Config cfg = small({"parallel.world_size=2"});
+  const MemoryEstimate e = estimate_memory(cfg, false);
+  EXPECT_NO_THROW(check_memory_fits(cfg, e, MemoryLimit{1ull << 40, "test"}));
+  try {
+    check_memory_fits(cfg, e, MemoryLimit{e.certain(), "the address-space limit (ulimit -v)"});
+    FAIL() << "not refused";
+  } catch (const OutOfMemoryError& err) {
+    const std::string w = err.what();
+    EXPECT_NE(w.find("2 rank(s) x (params"), std::string::npos) << w;
+    EXPECT_NE(w.find("but the address-space limit (ulimit -v) allows"), std::string::npos) << w;
+  }
+}
+
+// Against an address-space limit (ulimit -v) each rank's runtime reservations count too
+// (stacks, arenas, OpenBLAS buffers), so a limit that would leave OpenBLAS spinning on a failed
+// mmap is refused up front.
+TEST(MemoryEstimate, AddressSpaceCountsTheRuntime) {
+  const Config cfg = small({"parallel.world_size=2"});
+  const MemoryEstimate e = estimate_memory(cfg, false);
+  const uint64_t buffers = 2 * (e.certain() + e.init_host);
+  EXPECT_NO_THROW(check_memory_fits(cfg, e, MemoryLimit{buffers + 1, "MemAvailable", false}));
+  EXPECT_THROW(check_memory_fits(cfg, e, MemoryLimit{buffers + 1, "ulimit -v", true}),
+               OutOfMemoryError);
+  EXPECT_NO_THROW(check_memory_fits(
+      cfg, e, MemoryLimit{buffers + 2 * kRuntimeAddressSpacePerRank, "ulimit -v", true}));
+  const std::string t = memory_estimate_text(e, MemoryLimit{1ull << 30, "ulimit -v", true}, 0);
+  EXPECT_NE(t.find("+ runtime address space 384.0 MiB per rank"), std::string::npos) << t;
+}
+
+TEST(MemoryEstimate, HeaderText) {
+  const Config cfg = small({"parallel.world_size=2", "train.memory_limit=1GiB"});
+  const std::string t = memory_estimate_text(
+      estimate_memory(cfg, false), MemoryLimit{8ull << 30, "MemAvailable"}, cfg.train.memory_limit);
+  EXPECT_NE(t.find("memory   per rank: params "), std::string::npos) << t;
+  EXPECT_NE(t.find("(train.memory_limit 1.0 GiB)"), std::string::npos) << t;
+  EXPECT_NE(t.find("this process: 2 rank(s) x"), std::string::npos) << t;
+  EXPECT_NE(t.find("of 8.0 GiB (MemAvailable)"), std::string::npos) << t;
+}
+
+TEST(MemoryEstimate, MachineLimitIsKnownHere) {
+  const MemoryLimit m = machine_memory_limit();
+  EXPECT_GT(m.bytes, 0u);  // MemAvailable at least, on Linux
+  EXPECT_FALSE(m.source.empty());
+}
+
+}  // namespace
+}  // namespace moezero::moe

@@ -1,0 +1,75 @@
+// train/memory_estimate.h — the memory a run needs, from its config alone, before anything is
+// allocated: bytes per rank of parameters, gradients and optimizer states (by ZeRO stage), the
+// largest gathered working set, the shard cache, the activations of one micro-batch; and the
+// memory this machine allows (train.memory_limit, RLIMIT_AS, the cgroup's memory.max,
+// MemAvailable). `moezero train` prints the estimate in its run header; train() refuses a run
+// whose certain part (model states plus the largest gathered group) cannot fit, naming the
+// numbers and what to change.
+//
+// The one place that knows what a run allocates: a feature that adds buffers adds its bytes
+// here (and to tests/train/memory_estimate_test.cpp, which holds the estimate against the
+// allocator's measured peak).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/config.h"
+
+namespace moezero::moe {
+
+// Bytes one rank allocates (on its device; on the CPU backend, host memory).
+struct MemoryEstimate {
+  // Model states, exact (the ZeRO engine's buffers, padding included): this rank's parameter
+  // shards (or full copies below stage 3 / under the persistence threshold), the gradient
+  // accumulators, and the optimizer states (AdamW moments, plus fp32 masters under bf16).
+  uint64_t params = 0, grads = 0, optim = 0;
+  // The largest gathered working set: full parameters alive at once (zero.max_live_parameters,
+  // at least two of the largest sharded group: one in use, one prefetched), the fp32 full
+  // gradient of the groups in backward, and the reduce buckets.
+  uint64_t gathered = 0;
+  uint64_t largest_group = 0;  // full bytes of the largest group (compute dtype), in gathered
+  uint64_t cache = 0;          // the shard cache's budget (shard_cache.capacity_bytes when used)
+  uint64_t activations = 0;    // one micro-batch's forward activations and backward temporaries
+  // Host bytes the engine's initialisation holds at once per rank (the largest group in fp32).
+  uint64_t init_host = 0;
+  int ranks_in_process = 1;    // ranks sharing this process's memory (threads on the CPU)
+  bool host_is_device = true;  // CPU backend: device bytes are this process's memory
+
+  uint64_t states() const { return params + grads + optim; }
+  // What the run cannot do without: the states and the largest group gathered once.
+  uint64_t certain() const { return states() + largest_group; }
+  uint64_t per_rank() const { return states() + gathered + cache + activations; }
+};
+
+// [in] under_mpi: one rank per process (else every rank is a thread of this process).
+MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi);
+
+// The memory this process may use, and where that bound comes from.
+struct MemoryLimit {
+  uint64_t bytes = 0;  // 0: unknown / unlimited
+  std::string source;  // "the address-space limit (ulimit -v)", "the cgroup's memory.max", ...
+  // The bound is on address space (RLIMIT_AS): reserved, not only touched, memory counts, so
+  // each rank's runtime reservations (kRuntimeAddressSpacePerRank) count too.
+  bool address_space = false;
+};
+
+// Address space one rank's runtime reserves beyond its buffers on the CPU backend: its stream
+// threads' stacks, their malloc arenas and OpenBLAS's per-thread buffers (128 MiB each).
+// Measured with examples/configs/tiny.json (2 ranks) under ulimit -v: 521 MiB left after
+// start-up hangs inside OpenBLAS (its buffer mmap fails and it retries forever), 1.0 GiB runs.
+constexpr uint64_t kRuntimeAddressSpacePerRank = 384ull << 20;
+// The smallest of the address-space limit (RLIMIT_AS, less what is mapped now), the cgroup's
+// memory.max (less memory.current) and /proc/meminfo's MemAvailable.
+MemoryLimit machine_memory_limit();
+
+// The run header's line(s): "memory   per rank: params ..., total ... of ... available".
+std::string memory_estimate_text(const MemoryEstimate& e, const MemoryLimit& machine,
+                                 uint64_t memory_limit);
+
+// Throws OutOfMemoryError (one line: the numbers and what to change) when the certain part of
+// the estimate exceeds train.memory_limit per rank, or, on the CPU backend, the ranks of this
+// process exceed the machine's limit.
+void check_memory_fits(const Config& cfg, const MemoryEstimate& e, const MemoryLimit& machine);
+
+}  // namespace moezero::moe
