@@ -33,6 +33,8 @@ FrequencyModel::FrequencyModel(int layers, int experts, double ema_decay)
   joint_.assign(le * size_t(experts), 0.0);
   given_.assign(le, 0.0);
   last_active_.assign(size_t(layers), std::vector<char>(size_t(experts), 0));
+  confident_priced_.assign(size_t(layers), 0.0);
+  confident_active_.assign(size_t(layers), 0.0);
 }
 
 void FrequencyModel::check_layer(int layer, const char* what) const {
@@ -67,6 +69,19 @@ void FrequencyModel::update(int layer, std::span<const int64_t> counts) {
     total += c;
   }
   const double d = decay_;
+  if (n > 0) {  // calibration of the confident guesses, priced before this update (as the plan
+                // was); the first update's prices are the cold prior's, not guesses
+    const std::vector<char>* prev = layer > 0 ? &last_active_[size_t(layer - 1)] : nullptr;
+    double claimed = 0.0, came = 0.0;
+    for (int e = 0; e < experts_; ++e) {
+      const double p = priced(layer, e, prev);
+      if (p < 0.5) continue;
+      claimed += p;
+      came += counts[size_t(e)] > 0 ? 1.0 : 0.0;
+    }
+    confident_priced_[size_t(layer)] = d * confident_priced_[size_t(layer)] + claimed;
+    confident_active_[size_t(layer)] = d * confident_active_[size_t(layer)] + came;
+  }
   std::vector<char>& act = last_active_[size_t(layer)];
   for (int e = 0; e < experts_; ++e) {
     const int64_t c = counts[size_t(e)];
@@ -154,6 +169,19 @@ const std::vector<char>& FrequencyModel::last_active(int layer) const {
   return last_active_[size_t(layer)];
 }
 
+double FrequencyModel::priced(int layer, int expert, const std::vector<char>* prev_active) const {
+  const double p = std::min(predicted(layer, expert, prev_active), prob_[at(layer, expert)]);
+  const int64_t n = updates_[size_t(layer)];
+  if (n == 0) return 1.0;  // no evidence yet: the prior
+  const double prior = std::pow(decay_, double(n));
+  return std::clamp((p - prior) / (1.0 - prior), 0.0, 1.0);
+}
+
+double FrequencyModel::plan_calibration(int layer) const {
+  check_layer(layer, "plan_calibration");
+  return (confident_active_[size_t(layer)] + 1.0) / (confident_priced_[size_t(layer)] + 1.0);
+}
+
 // ---- JSON -------------------------------------------------------------------------------------
 
 nlohmann::json FrequencyModel::to_json() const {
@@ -174,6 +202,8 @@ nlohmann::json FrequencyModel::to_json() const {
     act.push_back(r);
   }
   j["last_active"] = act;
+  j["confident_priced"] = confident_priced_;
+  j["confident_active"] = confident_active_;
   return j;
 }
 
@@ -268,6 +298,12 @@ FrequencyModel FrequencyModel::from_json(const nlohmann::json& j) {
       m.last_active_[l][e] = char(f.get<int>());
     }
   }
+  // Added later: absent in older checkpoints (no evidence).
+  const double big = 1e300;
+  if (j.contains("confident_priced"))
+    m.confident_priced_ = doubles_field(j, "confident_priced", L, 0.0, big);
+  if (j.contains("confident_active"))
+    m.confident_active_ = doubles_field(j, "confident_active", L, 0.0, big);
   return m;
 }
 

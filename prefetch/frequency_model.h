@@ -31,6 +31,18 @@
 //   (j is active when any token routes to it, so each active predecessor is a reason on its own;
 //   the max never lets a rarely seen predecessor dilute a strong one). A empty: the marginal.
 //
+// What the cost plan prices (prefetch_policy.h, "cost"): priced(l, j | A) = the evidence alone
+// in min(predicted(l, j | A), probability(l, j)): the cold prior's weight d^n removed after n
+// updates ((p - d^n) / (1 - d^n), clamped to [0, 1]; 1 before any update), and never above the
+// marginal (the max of conditionals seen a few times overstates p).
+// Its calibration: before each update(l, counts), the experts whose priced probability (given
+// the previous layer's latest active set) was >= 1/2 are the ones a link-bound plan would
+// speculate on; per layer, EMAs over updates (x <- d * x + v) of the sum of their priced
+// probabilities and of how many were active feed
+//   plan_calibration(l) = (active + 1) / (priced + 1)          (1 with no evidence)
+// the realised precision of confident guesses relative to what they claimed; the cost plan
+// multiplies its priced p by it (capped at 1). Agreed inputs only: identical on every rank.
+//
 // Update order (enforced, an Error otherwise): within a micro-batch layers 0, 1, ..., L-1, each
 // once; the next micro-batch starts at layer 0. This is what makes "the latest update of l-1" the
 // same micro-batch on every rank.
@@ -73,6 +85,9 @@ class FrequencyModel {
   double predicted(int layer, int expert, const std::vector<char>* prev_active) const;
   // The active flags of `layer` at its latest update (all 0 before any update).
   const std::vector<char>& last_active(int layer) const;
+  // The cost plan's probability and its calibration (see above).
+  double priced(int layer, int expert, const std::vector<char>* prev_active) const;
+  double plan_calibration(int layer) const;
 
   // Exact state as JSON (doubles stored as they are: dump() round-trips them bit for bit).
   nlohmann::json to_json() const;
@@ -105,6 +120,8 @@ class FrequencyModel {
   std::vector<double> joint_;     // (layers, prev experts, experts); layer 0 unused (stays 0)
   std::vector<double> given_;     // (layers, prev experts); layer 0 unused (stays 0)
   std::vector<std::vector<char>> last_active_;  // (layers, experts)
+  std::vector<double> confident_priced_;        // (layers) EMA: sum of priced p >= 1/2
+  std::vector<double> confident_active_;        // (layers) EMA: how many of those were active
 };
 
 }  // namespace moezero::prefetch

@@ -37,17 +37,6 @@ struct Ranked {
   uint64_t bytes;
 };
 
-// The prediction without the cold prior's weight: the EMAs start at 1.0 and keep d^n of it
-// after n updates, so (p - d^n) / (1 - d^n) is the evidence alone (Adam's bias correction;
-// exact for the marginal, the prior's share of the shrunk conditional for co-activation).
-// Before any update there is no evidence: the prior, 1.
-double evidence(double p, const FrequencyModel& model, int layer) {
-  const int64_t n = model.updates(layer);
-  if (n == 0) return 1.0;
-  const double prior = std::pow(model.ema_decay(), double(n));
-  return std::clamp((p - prior) / (1.0 - prior), 0.0, 1.0);
-}
-
 // Whether the cost policy takes `r` (p: its evidence-only probability), given the link's free
 // time left (consumed when taken).
 bool pays_for_itself(const Ranked& r, double p, const PrefetchCosts& costs, double& free_left_ns) {
@@ -103,14 +92,17 @@ std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& 
   std::sort(ranked.begin(), ranked.end(),
             [](const Ranked& a, const Ranked& b) { return a.p != b.p ? a.p > b.p : a.id < b.id; });
   const bool costed = cfg.policy == PrefetchPolicy::Cost && costs.known();
+  const double calibration = costed ? model.plan_calibration(layer) : 1.0;
   double free_left_ns = costs.free_link_ns;
   uint64_t used_bytes = 0;
   for (const Ranked& r : ranked) {
     if (r.bytes > cfg.budget_bytes - used_bytes) break;  // stop, never skip (monotone)
-    // Priced at min(prediction, marginal): the max over active predecessors of conditionals
-    // seen a few times each overstates p (measured on the sparse preset).
-    const double p = std::min(r.p, model.probability(layer, r.id));
-    if (costed && !pays_for_itself(r, evidence(p, model, layer), costs, free_left_ns)) break;
+    // FrequencyModel::priced (evidence only, at most the marginal), times the realised
+    // precision of such confident guesses (plan_calibration; capped at 1).
+    if (costed) {
+      const double p = std::min(1.0, model.priced(layer, r.id, prev_layer_active) * calibration);
+      if (!pays_for_itself(r, p, costs, free_left_ns)) break;
+    }
     used_bytes += r.bytes;
     plan.push_back(r.id);
   }

@@ -19,9 +19,10 @@
 //              (monotone), and a likelier expert is never displaced by a less likely one.
 //   cost       (the default) the frequency ranking and budget, but each candidate must also pay
 //              for itself: with t(e) = gather_latency_ns + bytes(e) * link_ns_per_byte the link
-//              time of e's all-gather (PrefetchCosts) and p the prediction without the cold
-//              prior's weight ((p - d^n) / (1 - d^n) after n updates; 1 before any), prefetching
-//              e saves, with probability p,
+//              time of e's all-gather (PrefetchCosts) and p = FrequencyModel::priced (the
+//              prediction without the cold prior's weight, at most the marginal) times
+//              plan_calibration (the realised precision of such confident guesses, so an
+//              overconfident model speculates less), prefetching e saves, with probability p,
 //              the stall of an on-demand gather after routing (t(e): nothing of the layer's
 //              compute is left to hide it) and costs, with probability 1 - p, the link time of
 //              bytes nobody uses, except the part that fits in the link's free time

@@ -199,6 +199,37 @@ TEST(PrefetchPolicy, CostTakesWhatPaysForItself) {
             (Ids{0, 1}));
 }
 
+TEST(PrefetchPolicy, CostDiscountsConfidentGuessesByTheirRealisedPrecision) {
+  // Expert 1 is active in every other micro-batch: its marginal swings around 1/2, and right
+  // after an active micro-batch (priced >= 1/2: a guess a link-bound plan would take) it is
+  // never active. Expert 0 is always active (priced ~1, always right).
+  FrequencyModel m(1, 2, 0.9);
+  for (int i = 0; i <= 40; ++i) m.update(0, Counts{5, i % 2 == 0 ? 3 : 0});
+  ASSERT_GE(m.priced(0, 1, nullptr), 0.5) << "the guess the plan is tempted by";
+  const double cal = m.plan_calibration(0);
+  EXPECT_LT(cal, 0.85);  // claimed ~1.5 per micro-batch where ~1 came
+  EXPECT_GT(cal, 0.5);
+  const PrefetchConfig c = config(PrefetchPolicy::Cost, 0.0, 1000);
+  const PrefetchCosts bound{1.0, 0.0, 0.0};  // link-bound: take iff p > 1/2
+  EXPECT_EQ(plan_prefetch(c, m, 0, Ids{0, 1}, std::vector<uint64_t>{10, 10}, nullptr, bound),
+            (Ids{0}));
+  // The same model without the calibration's evidence (a checkpoint of an older trainer):
+  // the overconfident guess is taken.
+  nlohmann::json j = m.to_json();
+  j.erase("confident_priced");
+  j.erase("confident_active");
+  const FrequencyModel uncal = FrequencyModel::from_json(j);
+  EXPECT_EQ(uncal.plan_calibration(0), 1.0);
+  EXPECT_EQ(plan_prefetch(c, uncal, 0, Ids{0, 1}, std::vector<uint64_t>{10, 10}, nullptr, bound),
+            (Ids{0, 1}));
+  // The calibration is state: it round-trips exactly.
+  EXPECT_EQ(FrequencyModel::from_json(m.to_json()), m);
+  // Only the frequency policy's threshold applies there: no calibration.
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.5, 1000), m, 0, Ids{0, 1},
+                          std::vector<uint64_t>{10, 10}, nullptr, bound),
+            (Ids{0, 1}));
+}
+
 TEST(PrefetchPolicy, CostKeepsFloorAndBudgetAndFallsBackWithoutALink) {
   const FrequencyModel m = graded_model();
   const PrefetchCosts free_link{1.0, 0.0, 1e9};
