@@ -30,6 +30,15 @@ int cuda_device_count() {
 #endif
 }
 
+uint64_t cuda_free_memory(int index) {
+#if MOEZERO_HAVE_CUDA
+  return cuda::cuda_runtime_available(nullptr) ? cuda::cuda_free_memory(index) : 0;
+#else
+  (void)index;
+  return 0;
+#endif
+}
+
 std::unique_ptr<Device> make_cuda_device(int index) {
   std::string why;
   if (!cuda_available(&why)) MOEZERO_THROW("cannot create cuda:", index, ": ", why);

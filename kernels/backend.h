@@ -1,6 +1,7 @@
 // kernels/backend.h — creating devices of either backend, and asking what is available.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@ std::string cpu_gemm_description();
 // is given, *why says why ("built without CUDA", "CUDA driver version is insufficient", ...).
 bool cuda_available(std::string* why = nullptr);
 int cuda_device_count();  // 0 when !cuda_available()
+// Free memory of GPU `index` in bytes (cudaMemGetInfo); 0 when unknown or without CUDA.
+uint64_t cuda_free_memory(int index);
 // Throws moezero::Error when CUDA is unavailable (with the reason).
 std::unique_ptr<Device> make_cuda_device(int index = 0);
 

@@ -13,6 +13,7 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/param_group.h"
+#include "kernels/backend.h"
 #include "hf/hf_export.h"
 #include "model/transformer.h"
 
@@ -212,6 +213,24 @@ void check_memory_fits(const Config& cfg, const MemoryEstimate& e, const MemoryL
                      gib(e.largest_group), "; estimate with activations and working set ",
                      gib(e.per_rank()), "), over train.memory_limit ", gib(limit), ": ",
                      what_to_change, " or raise train.memory_limit");
+  if (cfg.parallel.backend == BackendKind::Cuda) {  // rank r of run_cuda is GPU r
+    const int gpus = std::min(e.ranks_in_process, cuda_device_count());
+    int at = -1;
+    uint64_t least = 0;
+    for (int g = 0; g < gpus; ++g) {
+      const uint64_t f = cuda_free_memory(g);
+      if (f > 0 && (at < 0 || f < least)) {
+        at = g;
+        least = f;
+      }
+    }
+    if (at >= 0 && e.certain() > least)
+      MOEZERO_THROW_AS(OutOfMemoryError, "OutOfMemoryError: the run needs at least ",
+                       gib(e.certain()), " per rank (params ", gib(e.params), ", grads ",
+                       gib(e.grads), ", optimizer ", gib(e.optim), ", largest gathered group ",
+                       gib(e.largest_group), "), but GPU ", at, " has ", gib(least),
+                       " free (cudaMemGetInfo): ", what_to_change);
+  }
   if (!e.host_is_device || machine.bytes == 0) return;
   const uint64_t ranks = static_cast<uint64_t>(e.ranks_in_process);
   const uint64_t need = process_need(e, machine);

@@ -73,6 +73,18 @@ int cuda_device_count() {
   return n;
 }
 
+uint64_t cuda_free_memory(int index) {
+  int before = 0;
+  size_t free_b = 0, total_b = 0;
+  if (cudaGetDevice(&before) != cudaSuccess || cudaSetDevice(index) != cudaSuccess ||
+      cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  (void)cudaSetDevice(before);
+  return static_cast<uint64_t>(free_b);
+}
+
 std::unique_ptr<Device> make_cuda_device(int index) {
   int n = cuda_device_count();
   MOEZERO_CHECK(index >= 0 && index < n, "cuda device index ", index, " out of range: ", n,

@@ -4,6 +4,7 @@
 // device classes themselves live in kernels/cuda/cuda_objects.h (CUDA-only).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -18,6 +19,9 @@ bool cuda_runtime_available(std::string* why);
 
 // Number of visible GPUs (0 when the runtime is unavailable). Never throws.
 int cuda_device_count();
+
+// Free memory of GPU `index` in bytes (cudaMemGetInfo); 0 when unknown. Never throws.
+uint64_t cuda_free_memory(int index);
 
 // Creates the device for GPU `index` (its default stream, allocator and op table).
 // Throws moezero::Error when the index is out of range or CUDA fails.

@@ -138,8 +138,10 @@ TEST(Backends, CudaSkipsWithReasonWhenUnavailable) {
   if (!cuda_available(&why)) {
     EXPECT_FALSE(why.empty());
     EXPECT_THROW(make_cuda_device(0), Error);
+    EXPECT_EQ(cuda_free_memory(0), 0u) << "no CUDA: free memory unknown";
     GTEST_SKIP() << "CUDA unavailable: " << why;
   }
+  EXPECT_GT(cuda_free_memory(0), 0u) << "cudaMemGetInfo: the memory estimate's device limit";
   auto dev = make_cuda_device(0);
   Stream& s = dev->create_stream("compute");
   std::atomic<int> n{0};
