@@ -48,8 +48,7 @@ void Device::expire_host_wait(const std::string& what, const std::string& cause)
                    in_flight.empty() ? std::string() : "; in flight: " + in_flight);
 }
 
-void Device::check_host_wait(std::chrono::steady_clock::time_point start,
-                             const std::string& what) {
+void Device::check_host_wait(std::chrono::steady_clock::time_point start, const std::string& what) {
   if (waits_aborted_) {
     std::string why;
     {

@@ -13,8 +13,8 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/param_group.h"
-#include "kernels/backend.h"
 #include "hf/hf_export.h"
+#include "kernels/backend.h"
 #include "model/transformer.h"
 
 namespace moezero::moe {

@@ -349,7 +349,7 @@ int RankSession::run_step(int64_t step, Clock::time_point t_start) {
   // Not when stopping on a signal (agreed: every rank skips it alike).
   const std::optional<double> val_loss =
       o.stop_error.empty() && stop == 0 ? evaluate(step) : std::nullopt;
-  const Clock::duration eval_time = Clock::now() - te;  // not in tok/s
+  const Clock::duration eval_time = Clock::now() - te;                               // not in tok/s
   const Clock::duration save_time = save_checkpoint(step, o.stop_error, stop != 0);  // not in tok/s
   if (ctx_.rank != 0) {
     if (!o.stop_error.empty()) MOEZERO_USER_ERROR(o.stop_error);

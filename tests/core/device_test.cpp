@@ -3,6 +3,8 @@
 // sticky-error model (errors propagate along event edges; waiters never hang), and bounded
 // host waits: fault injection through the device interface (a stream task that never ends, a
 // peer that fails) on every backend that can run here (CUDA cases run in scripts/gpu_check.sh).
+#include "core/device.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,7 +15,6 @@
 #include <thread>
 #include <vector>
 
-#include "core/device.h"
 #include "core/error.h"
 #include "kernels/backend.h"
 
@@ -205,7 +206,8 @@ TEST_P(HostWaits, StuckStreamTimesOutNamingTheWaitAndWhatWasInFlight) {
     EXPECT_NE(m.find("comm.timeout_s"), std::string::npos) << m;
     EXPECT_NE(m.find("all_reduce on group [0,1] seq 7"), std::string::npos) << m;
   }
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_GE(waited, 0.14);
   EXPECT_LT(waited, 10.0);
   EXPECT_EQ(hook_calls, 1);
