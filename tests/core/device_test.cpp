@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <latch>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -192,8 +193,8 @@ TEST_P(HostWaits, StuckStreamTimesOutNamingTheWaitAndWhatWasInFlight) {
     return std::string("all_reduce on group [0,1] seq 7 (aborted)");
   });
   Stream& s = dev->create_stream("reduce");
-  StuckTask stuck;
-  s.enqueue_host([&] { stuck.block(); });
+  auto stuck = std::make_shared<StuckTask>();  // the task keeps it alive until it ends
+  s.enqueue_host([stuck] { stuck->block(); });
   auto e = dev->create_event();
   e->record(s);
   const auto t0 = std::chrono::steady_clock::now();
@@ -213,7 +214,7 @@ TEST_P(HostWaits, StuckStreamTimesOutNamingTheWaitAndWhatWasInFlight) {
   EXPECT_EQ(hook_calls, 1);
   EXPECT_THROW(e->synchronize(), TimeoutError);  // an event behind the stuck task: bounded too
   EXPECT_EQ(hook_calls, 2);
-  stuck.release();  // the "peer" comes back: the stream drains and later waits succeed
+  stuck->release();  // the "peer" comes back: the stream drains and later waits succeed
   s.synchronize();
   e->synchronize();
 }
@@ -221,8 +222,8 @@ TEST_P(HostWaits, StuckStreamTimesOutNamingTheWaitAndWhatWasInFlight) {
 TEST_P(HostWaits, AnotherRanksFailureEndsAnUnboundedWait) {
   // No limit (the default): only the abort ends the wait, with the failing rank's reason.
   Stream& s = dev->create_stream("compute");
-  StuckTask stuck;
-  s.enqueue_host([&] { stuck.block(); });
+  auto stuck = std::make_shared<StuckTask>();  // the task keeps it alive until it ends
+  s.enqueue_host([stuck] { stuck->block(); });
   std::thread other([&] {
     std::this_thread::sleep_for(100ms);
     dev->abort_host_waits("rank 1 failed: boom");
@@ -235,14 +236,15 @@ TEST_P(HostWaits, AnotherRanksFailureEndsAnUnboundedWait) {
         << err.what();
   }
   other.join();
-  stuck.release();
-  s.synchronize();  // work that completes needs no wait: it still succeeds
-  StuckTask again;  // but any later wait that would block fails at once: the peer is gone
-  s.enqueue_host([&] { again.block(); });
+  stuck->release();
+  while (!s.query()) std::this_thread::sleep_for(1ms);  // the released task ends
+  auto again = std::make_shared<StuckTask>();  // any later wait that would block fails at once
+  s.enqueue_host([again] { again->block(); });
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_THROW(s.synchronize(), TimeoutError) << "an aborted device stays aborted";
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
-  again.release();
+  again->release();
+  while (!s.query()) std::this_thread::sleep_for(1ms);  // drained before the device goes
 }
 
 TEST_P(HostWaits, RemovedHooksAreNotCalledAndFastWaitsNeverExpire) {
@@ -256,8 +258,8 @@ TEST_P(HostWaits, RemovedHooksAreNotCalledAndFastWaitsNeverExpire) {
   Stream& s = dev->create_stream("gather");
   for (int i = 0; i < 50; ++i) s.enqueue_host([] {});
   s.synchronize();  // work that finishes is never cut short
-  StuckTask stuck;
-  s.enqueue_host([&] { stuck.block(); });
+  auto stuck = std::make_shared<StuckTask>();  // the task keeps it alive until it ends
+  s.enqueue_host([stuck] { stuck->block(); });
   try {
     s.synchronize();
     ADD_FAILURE() << "no timeout";
@@ -265,7 +267,7 @@ TEST_P(HostWaits, RemovedHooksAreNotCalledAndFastWaitsNeverExpire) {
     EXPECT_EQ(std::string(err.what()).find("gone"), std::string::npos) << err.what();
   }
   EXPECT_EQ(calls, 0);
-  stuck.release();
+  stuck->release();
   s.synchronize();
 }
 
