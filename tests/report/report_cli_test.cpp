@@ -212,6 +212,29 @@ TEST_F(ReportCli, RoutingTraceReportMatchesTheMetricsBalance) {
     ++steps;
   }
   EXPECT_EQ(steps, 3);
+  // The metrics' report has the same balance per (step, layer), drawn in its HTML page.
+  const fs::path mjson = kWork / "routing_metrics_report.json";
+  const fs::path mhtml = kWork / "routing_metrics_report.html";
+  ASSERT_EQ(run(std::string(MOEZERO_BIN) + " report " + metrics.string() + " --quiet --json " +
+                    mjson.string() + " --html " + mhtml.string(),
+                kWork / "routing_metrics_report.log"),
+            0)
+      << slurp(kWork / "routing_metrics_report.log");
+  const moezero::report::Report mr =
+      moezero::report::report_from_json(slurp(mjson), mjson.string());
+  ASSERT_TRUE(mr.has_balance);
+  const size_t nl = r["layers"].size();
+  ASSERT_EQ(mr.balance_cells.size(), 3 * nl);
+  for (size_t i = 0; i < mr.balance_cells.size(); ++i) {
+    const auto& c = mr.balance_cells[i];
+    const auto& got = r["layers"][i % nl]["steps"][i / nl];
+    EXPECT_EQ(c.step, got["step"].get<int64_t>());
+    EXPECT_NEAR(c.max_over_mean.value(), got["load_max_over_mean"].get<double>(), 1e-9);
+    EXPECT_NEAR(c.cv.value(), got["load_cv"].get<double>(), 1e-9);
+  }
+  const std::string page = slurp(mhtml);
+  EXPECT_NE(page.find("<svg id=\"heatmap-balance-max\""), std::string::npos);
+  EXPECT_NE(page.find("<svg id=\"heatmap-balance-cv\""), std::string::npos);
   const fs::path log = kWork / "routing_html.log";
   EXPECT_EQ(run(std::string(MOEZERO_BIN) + " report " + routing.string() + " --html " +
                     (kWork / "routing.html").string(),
