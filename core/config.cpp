@@ -417,6 +417,9 @@ void visit_moe(V& v, auto& c) {
           "auxiliary-loss-free balancing (DeepSeek-V3): per-expert selection bias += rate * "
           "sign(mean load - load) after each optimizer step; 0: off",
           at_least(0.0));
+  v.field("routing_replay", c.routing_replay,
+          "a routing trace (profile.routing_trace) whose per-rank per-expert token counts the "
+          "training micro-batches are forced to (README, MoE layers of today); empty: off");
 }
 
 template <class V>

@@ -125,6 +125,9 @@ struct MoeConfig {
   // Auxiliary-loss-free balancing (DeepSeek-V3): after each optimizer step every MoE layer's
   // per-expert selection bias moves by rate * sign(mean load - load_e); 0: off (no bias).
   double expert_bias_update_rate = 0.0;
+  // A routing trace (profile.routing_trace) whose per-rank per-expert counts every training
+  // micro-batch is forced to (README, MoE layers of today); empty: off.
+  std::string routing_replay;
 };
 
 enum class PrefetchPolicy : uint8_t { None, All, Frequency, Cost };

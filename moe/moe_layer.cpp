@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "moe/routing_trace.h"
 #include "prefetch/prefetch_policy.h"
 
 namespace moezero::moe {
@@ -151,8 +152,10 @@ Router::Routing& MoeFeedForward::route(const ModuleContext& ctx, ParamProvider& 
   sv.hn = ctx.alloc_act(Shape{N, C}, "moe.hn");
   ctx.ops().rmsnorm_forward(ctx.s(), h, lay.view(flat, kNorm), static_cast<float>(cfg_.norm_eps),
                             sv.hn, sv.rstd);
+  std::span<const int64_t> forced;  // moe.routing_replay: this rank's recorded counts
+  if (rt_.replay) forced = rt_.replay->counts(ctx.micro_batch, moe_index_);
   return router_.forward_local(ctx, sv.hn, lay.view(flat, kGate), ctx.token_offset, ctx.micro_batch,
-                               RouterMode::Train);
+                               RouterMode::Train, forced);
 }
 
 void MoeFeedForward::agree(const ModuleContext& ctx, ParamProvider& params,

@@ -17,6 +17,8 @@ class TraceRecorder;
 
 namespace moezero::moe {
 
+class RoutingReplay;
+
 // Routing statistics of the MoE layers of one rank, accumulated over the micro-batches of a
 // step (the trainer reads and clears them after each step).
 struct MoeStats {
@@ -121,6 +123,9 @@ struct MoeRuntime {
   // zero.reshard_after_forward (gather == Experts only): false keeps an active expert acquired
   // in forward until its backward (ParamProvider::may_hold decides within the live limit).
   bool reshard_after_forward = true;
+  // moe.routing_replay (may be null: off): the recorded counts each training micro-batch's
+  // routing is forced to. Not owned; the evaluation runtime has none.
+  const RoutingReplay* replay = nullptr;
 };
 
 // Where one micro-batch sits in the global batch (for world-size independent router noise and

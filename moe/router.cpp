@@ -158,7 +158,8 @@ Tensor gate_f32(const ModuleContext& ctx, const Tensor& gate, TensorBuffer& tmp)
 
 Router::Routing& Router::forward_local(const ModuleContext& ctx, const Tensor& x,
                                        const Tensor& gate, int64_t token_offset,
-                                       int64_t micro_batch, RouterMode mode) {
+                                       int64_t micro_batch, RouterMode mode,
+                                       std::span<const int64_t> forced) {
   const int64_t E = cfg_.num_experts;
   MOEZERO_CHECK(x.rank() == 2 && x.dtype() == ctx.dtype, "router forward of layer ", layer_,
                 ": x is ", x.str(), " but must be (N, C) ", dtype_name(ctx.dtype));
@@ -167,6 +168,8 @@ Router::Routing& Router::forward_local(const ModuleContext& ctx, const Tensor& x
                 "layer ", layer_, ": gate is ", gate.str(), " but must be ", dtype_name(ctx.dtype),
                 "(", E, ", ", C, ")");
   MOEZERO_CHECK(token_offset >= 0, "router forward: token_offset is ", token_offset);
+  MOEZERO_CHECK(forced.empty() || cfg_.capacity_factor == 0.0f, "router forward of layer ", layer_,
+                ": forced counts need capacity_factor 0");
 
   st_.reset();
   std::unique_ptr<State> st = new_state(ctx, N, C);
@@ -176,7 +179,7 @@ Router::Routing& Router::forward_local(const ModuleContext& ctx, const Tensor& x
   } else {
     if (mode == RouterMode::Train && cfg_.jitter > 0.0f)
       make_noise(ctx, state, token_offset, micro_batch);
-    const TensorBuffer logits = select(ctx, state, x, gate);
+    const TensorBuffer logits = select(ctx, state, x, gate, forced);
     local_statistics(ctx, state);
     if (cfg_.z_coef > 0.0f) logsumexp(ctx, state, logits);
     const RouterStats layout = stats_layout();
@@ -222,8 +225,26 @@ void Router::make_noise(const ModuleContext& ctx, State& st, int64_t token_offse
   upload(ctx.s(), std::move(g), st.noise);
 }
 
+std::vector<int32_t> Router::forced_choices(std::span<const int64_t> counts, int64_t tokens,
+                                            int top_k) {
+  const int64_t k = top_k;
+  int64_t sum = 0;
+  for (int64_t c : counts) {
+    MOEZERO_CHECK(c >= 0 && c <= tokens, "forced routing: count ", c, " outside [0, ", tokens, "]");
+    sum += c;
+  }
+  MOEZERO_CHECK(sum == tokens * k, "forced routing: counts sum to ", sum, " but ", tokens,
+                " tokens x top_k ", k, " = ", tokens * k);
+  std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
+  int64_t p = 0;
+  for (size_t e = 0; e < counts.size(); ++e)
+    for (int64_t i = 0; i < counts[e]; ++i, ++p)
+      ids[static_cast<size_t>((p % tokens) * k + p / tokens)] = static_cast<int32_t>(e);
+  return ids;
+}
+
 TensorBuffer Router::select(const ModuleContext& ctx, State& st, const Tensor& x,
-                            const Tensor& gate) const {
+                            const Tensor& gate, std::span<const int64_t> forced) const {
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
   const int64_t E = cfg_.num_experts, k = cfg_.top_k, N = st.n;
@@ -244,7 +265,12 @@ TensorBuffer Router::select(const ModuleContext& ctx, State& st, const Tensor& x
     ops.softmax_forward(s, logits, st.probs);
   }
   const Tensor scores = st.score_view();
-  if (bias_.empty()) {
+  if (!forced.empty()) {  // moe.routing_replay: the recorded counts, their scores
+    MOEZERO_CHECK(static_cast<int64_t>(forced.size()) == E, "router forward of layer ", layer_,
+                  ": ", forced.size(), " forced counts for ", E, " experts");
+    upload(s, forced_choices(forced, N, static_cast<int>(k)), st.ids.view());
+    ops.gather_cols(s, scores, st.ids, st.vals);
+  } else if (bias_.empty()) {
     ops.topk(s, scores, static_cast<int>(k), st.vals, st.ids);
   } else {  // choose on scores + bias; keep the unbiased scores of the chosen experts
     TensorBuffer b = ctx.alloc(DType::F32, Shape{1, E}, "router.bias");

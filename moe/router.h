@@ -125,9 +125,20 @@ class Router {
   //      reads it again); [in] gate: (E, C) ctx.dtype, the acquired gate weight;
   // [in] token_offset: global index of x's first token (the noise key; tokens are contiguous);
   // [in] micro_batch: micro-batch index within the run (the noise key); [in] mode.
+  // [in] forced (moe.routing_replay): empty, or E per-expert counts summing to N·k, none above
+  //      N: the choices are not the top-k but fixed by the counts (forced_choices), the
+  //      weights are computed from the scores of the forced experts as for top-k choices, so
+  //      gradients flow; the bias plays no part. Needs capacity_factor 0.
   // [out] the routing (views; stats still local).
   Routing& forward_local(const ModuleContext& ctx, const Tensor& x, const Tensor& gate,
-                         int64_t token_offset, int64_t micro_batch, RouterMode mode);
+                         int64_t token_offset, int64_t micro_batch, RouterMode mode,
+                         std::span<const int64_t> forced = {});
+
+  // The forced choices (N·k, assignment t·k+j) of per-expert counts (E) summing to N·k, none
+  // above N: the assignments sorted by expert fill the slots column by column (position p goes
+  // to token p mod N, slot p div N), so each token gets k distinct experts in ascending order.
+  static std::vector<int32_t> forced_choices(std::span<const int64_t> counts, int64_t tokens,
+                                             int top_k);
 
   // After the caller all-reduced routing().stats. Fixes N_g and `scale` for backward.
   // [in] global_tokens: N_g, the micro-batch's tokens on all data-parallel ranks (>= N);
@@ -170,8 +181,8 @@ class Router {
   void make_noise(const ModuleContext& ctx, State& st, int64_t token_offset,
                   int64_t micro_batch) const;  // jitter, training only
   // logits, scores, probs, top-k (with the bias), weights; returns the logits f32 (N, E).
-  TensorBuffer select(const ModuleContext& ctx, State& st, const Tensor& x,
-                      const Tensor& gate) const;
+  TensorBuffer select(const ModuleContext& ctx, State& st, const Tensor& x, const Tensor& gate,
+                      std::span<const int64_t> forced) const;
   void local_statistics(const ModuleContext& ctx, State& st) const;  // selected, prob_sum
   void logsumexp(const ModuleContext& ctx, State& st, const Tensor& logits) const;  // z_coef > 0
   void drop_over_capacity(const ModuleContext& ctx, State& st) const;  // capacity > 0: host sync

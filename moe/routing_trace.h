@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,32 @@ class RoutingTrace {
   std::vector<int> layers_;
   std::string path_;
   std::ofstream out_;
+};
+
+// moe.routing_replay: a routing trace read back to force every training micro-batch's routing
+// to the recorded per-expert counts (Router::forward_local's `forced`). The trace must match
+// the run: world_size, ep_size, num_experts, top_k, grad_accum_steps and moe_layers of the
+// header, every rank's counts summing to its token assignments (tokens per rank x top_k, so a
+// trace with capacity drops does not replay) with no expert above the rank's tokens, and every
+// step up to train.steps recorded (no wrap-around); anything else is refused naming the field.
+// moe.capacity_factor must be 0 (the forced assignments are all kept). Lines of a step recorded
+// twice (a resumed recording) count as their last occurrence.
+class RoutingReplay {
+ public:
+  // [in] moe_layers: the model layer id of each MoE layer; [in] tokens_per_rank: the token
+  // rows of every rank's micro-batch; [in] rank: this rank (whose counts are kept).
+  RoutingReplay(const Config& cfg, const std::vector<int>& moe_layers, int64_t tokens_per_rank,
+                int rank);
+
+  // This rank's recorded counts (E) of global micro-batch `micro_batch` and MoE layer index
+  // `moe_index` (throws beyond the recording).
+  std::span<const int64_t> counts(int64_t micro_batch, int moe_index) const;
+  int64_t steps() const { return steps_; }  // steps the trace records completely
+
+ private:
+  std::string path_;
+  int64_t experts_ = 0, layers_ = 0, steps_ = 0, micro_batches_ = 0;
+  std::vector<int64_t> counts_;  // (micro-batches, layers, E) of this rank
 };
 
 }  // namespace moezero::moe

@@ -229,6 +229,17 @@ void add_ranks(Report& r, const RunInput& in) {
 
 }  // namespace
 
+// The per-(step, layer) balance cells, when some step has them.
+void add_balance(Report& r, const RunInput& in) {
+  for (const StepRecord& s : in.steps)
+    for (const LayerStepCounters& c : s.moe_layers)
+      r.has_balance = r.has_balance || c.load_max_over_mean || c.load_cv;
+  if (!r.has_balance) return;
+  for (const StepRecord& s : in.steps)
+    for (const LayerStepCounters& c : s.moe_layers)
+      r.balance_cells.push_back(BalanceCell{s.step, c.layer, c.load_max_over_mean, c.load_cv});
+}
+
 Report compute_report(const RunInput& in) {
   MOEZERO_REQUIRE(!in.steps.empty(), in.path, ": no steps");
   Report r;
@@ -241,6 +252,7 @@ Report compute_report(const RunInput& in) {
   r.has_expert_counters = in.steps.front().has_moe_layers;
   add_experts(r, in);
   add_prediction_quality(r, in);
+  add_balance(r, in);
   add_steps(r, in);
   add_comms(r, in);
   add_ranks(r, in);
@@ -275,6 +287,10 @@ void fields(V& v, LayerRow& x) {
 template <typename V>
 void fields(V& v, BrierCell& x) {
   v("step", x.step), v("layer", x.layer), v("pairs", x.pairs), v("brier", x.brier);
+}
+template <typename V>
+void fields(V& v, BalanceCell& x) {
+  v("step", x.step), v("layer", x.layer), v("max_over_mean", x.max_over_mean), v("cv", x.cv);
 }
 template <typename V>
 void fields(V& v, CalibrationRow& x) {
@@ -315,6 +331,7 @@ void fields(V& v, Report& x) {
   v("has_prediction_quality", x.has_prediction_quality);
   v("layers", x.layers), v("experts", x.experts), v("step_rows", x.step_rows);
   v("brier_cells", x.brier_cells), v("calibration", x.calibration);
+  v("balance_cells", x.balance_cells), v("has_balance", x.has_balance);
   v("total_stall_ms", x.total_stall_ms), v("total_comm_ms", x.total_comm_ms);
   v("total_exposed_comm_ms", x.total_exposed_comm_ms);
   v("total_overlap_ratio", x.total_overlap_ratio), v("comms", x.comms);

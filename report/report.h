@@ -78,6 +78,15 @@ struct BrierCell {
   bool operator==(const BrierCell&) const = default;
 };
 
+// The load balance of one (step, MoE layer): the metrics' load_max_over_mean and load_cv
+// (max / mean and std / mean of the layer's tokens per expert in the step); absent when the
+// file lacks them or the step routed no token to the layer.
+struct BalanceCell {
+  int64_t step = 0, layer = 0;  // layer: model layer index
+  std::optional<double> max_over_mean, cv;
+  bool operator==(const BalanceCell&) const = default;
+};
+
 // One probability bucket of the calibration table, summed over steps.
 struct CalibrationRow {
   int64_t layer = -1;  // model layer index; -1: all layers
@@ -141,6 +150,8 @@ struct Report {
   std::vector<StepRow> step_rows;
   std::vector<BrierCell> brier_cells;       // step-major, then layer (has_prediction_quality)
   std::vector<CalibrationRow> calibration;  // all layers (-1), then per layer, bucket order
+  std::vector<BalanceCell> balance_cells;   // step-major, then layer (has_balance)
+  bool has_balance = false;                 // some step has load_max_over_mean or load_cv
   double total_stall_ms = 0.0;
   std::optional<double> total_comm_ms, total_exposed_comm_ms, total_overlap_ratio;
   std::vector<CommRow> comms;

@@ -455,6 +455,36 @@ Heatmap brier_heatmap(const Report& r) {
   return h;
 }
 
+// Balance heatmap: MoE layers x steps of max/mean (cv = false) or CV of the tokens per expert.
+Heatmap balance_heatmap(const Report& r, bool cv) {
+  Heatmap h;
+  h.id = cv ? "heatmap-balance-cv" : "heatmap-balance-max";
+  h.title = cv ? "Load CV per layer and step" : "Load max / mean per layer and step";
+  h.col_name = "step";
+  h.value_fmt = "%.3f";
+  h.caption = cv ? "std / mean of tokens per expert; 0 = balanced"
+                 : "max / mean of tokens per expert; 1 = balanced";
+  const size_t nl = r.layers.size(), ns = nl ? r.balance_cells.size() / nl : 0;
+  double lo = cv ? 0.0 : 1.0, hi = lo;
+  for (size_t l = 0; l < nl; ++l) {
+    h.rows.push_back("L" + std::to_string(r.layers[l].layer));
+    h.values.emplace_back(ns, std::nan(""));
+  }
+  for (size_t s = 0; s < ns; ++s) {
+    h.cols.push_back(std::to_string(r.balance_cells[s * nl].step));
+    for (size_t l = 0; l < nl; ++l) {
+      const BalanceCell& c = r.balance_cells[s * nl + l];
+      const std::optional<double>& v = cv ? c.cv : c.max_over_mean;
+      if (!v) continue;
+      h.values[l][s] = *v;
+      hi = std::max(hi, *v);
+    }
+  }
+  h.lo = lo;
+  h.hi = lo + nice_ceil(std::max(hi - lo, 0.05));
+  return h;
+}
+
 // Expert activity heatmaps (layers x experts), then the prediction quality of the plans made
 // before routing: Brier heatmap (layers x steps) and tables.
 void write_expert_activity(std::ostream& o, const Report& r) {
@@ -487,7 +517,17 @@ void write_expert_activity(std::ostream& o, const Report& r) {
     << "). Hover a cell for its value.</p>\n<div class=\"grid2\">\n";
   o << panel(share, "tokens[l][e] / &sum;<sub>e</sub> tokens[l][e], summed over the steps");
   o << panel(active, "fraction of the steps in which the expert received tokens");
-  o << "</div></section>\n<section><h2>Prediction quality (plans before routing)</h2>";
+  o << "</div></section>\n";
+  if (r.has_balance) {
+    o << "<section><h2>Load balance per layer over steps</h2><p class=\"note\">Rows are MoE "
+         "layers, columns steps: the metrics' load_max_over_mean and load_cv (tokens per expert "
+         "in the step, after capacity); grey: the step routed no token to the layer.</p>\n"
+         "<div class=\"grid2\">\n";
+    o << panel(balance_heatmap(r, false), "max<sub>e</sub> tokens / mean<sub>e</sub> tokens");
+    o << panel(balance_heatmap(r, true), "std<sub>e</sub> tokens / mean<sub>e</sub> tokens");
+    o << "</div></section>\n";
+  }
+  o << "<section><h2>Prediction quality (plans before routing)</h2>";
   if (!r.has_prediction_quality) {
     o << placeholder("Brier score per layer and step",
                      "This file has no brier_sum / calibration counts (moe_layers): they are "

@@ -160,6 +160,13 @@ LayerStepCounters parse_layer(const json& lj, const At& at, const std::vector<in
           .index(i)
           .fail("a probability must be in [0, 1], got " + std::to_string(c.predicted[i]));
   c.prediction = parse_prediction(lj, at);
+  for (auto [key, out] :
+       {std::pair{"load_max_over_mean", &c.load_max_over_mean}, std::pair{"load_cv", &c.load_cv}})
+    if (const json* v = optional_member(lj, key)) {
+      const double d = as_number(*v, at.field(key));
+      if (!(d >= 0.0)) at.field(key).fail("must be >= 0, got " + std::to_string(d));
+      *out = d;
+    }
   return c;
 }
 

@@ -55,6 +55,9 @@ struct LayerStepCounters {
   MOEZERO_EXPERT_STEP_COUNTERS(MOEZERO_DECLARE)
 #undef MOEZERO_DECLARE
   std::optional<PredictionCounts> prediction;  // absent in files older than these fields
+  // The layer's balance of the step (metrics moe_layers: load_max_over_mean, load_cv); absent
+  // in older files and when the step routed no token to the layer (null).
+  std::optional<double> load_max_over_mean, load_cv;
 };
 
 // One rank's counters of one step (metrics "ranks[r]"): the counters of

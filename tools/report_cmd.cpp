@@ -1,12 +1,13 @@
 // tools/report_cmd.cpp — `moezero report TRACE_OR_METRICS [--html FILE] [--json FILE]
-// [--quiet]`: reads a metrics file or a trace (told apart by content), prints the report's
-// tables, and writes the HTML page and/or the report's numbers as JSON.
+// [--quiet]`: reads a metrics file, a trace or a routing trace (told apart by content), prints
+// the report's tables, and writes the HTML page and/or the report's numbers as JSON.
 #include <fstream>
 #include <iostream>
 
 #include "core/error.h"
 #include "report/report.h"
 #include "report/report_render.h"
+#include "report/routing_report.h"
 #include "tools/cli.h"
 
 namespace moezero::cli {
@@ -47,6 +48,17 @@ int report(const std::vector<std::string>& args) {
   }
   MOEZERO_REQUIRE(!input.empty(),
                   "usage: moezero report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]");
+  if (report::is_routing_trace(input)) {  // profile.routing_trace: its own summary
+    MOEZERO_REQUIRE(html.empty(), "--html: not available for a routing trace (", input,
+                    "); use --json or the text tables");
+    const report::RoutingReport r = report::read_routing_report(input);
+    if (!quiet) report::write_routing_text(std::cout, r);
+    if (!json.empty()) {
+      write_file(json, report::routing_report_to_json(r) + "\n", "--json");
+      std::cerr << "report: wrote " << json << "\n";
+    }
+    return 0;
+  }
   const report::Report r = report::compute_report(report::read_run(input));
   if (!quiet) report::write_text(std::cout, r);
   if (!html.empty()) {

@@ -177,7 +177,8 @@ class RankSession {
   checkpoint::RankState ckpt_;
   int64_t first_step_ = 0, end_step_ = 0;
   std::unique_ptr<StepStatsCollector> step_stats_;
-  std::unique_ptr<RoutingTrace> routing_trace_;  // profile.routing_trace; null: off
+  std::unique_ptr<RoutingTrace> routing_trace_;    // profile.routing_trace; null: off
+  std::unique_ptr<RoutingReplay> routing_replay_;  // moe.routing_replay; null: off
   EngineCounters before_;  // the engine's counters at the end of the last step
 };
 
@@ -239,6 +240,13 @@ void RankSession::build_model() {
   rt_.stats = &moe_stats_;
   rt_.trace = recorder_.get();
   moe_layers_ = count_moe_layers(cfg_.model);
+  if (!cfg_.moe.routing_replay.empty()) {
+    std::vector<int> moe_layer_ids;
+    for (int l = 0; l < static_cast<int>(cfg_.model.n_layers); ++l)
+      if (is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
+    routing_replay_ = std::make_unique<RoutingReplay>(cfg_, moe_layer_ids, rows_ * T_, ctx_.rank);
+    rt_.replay = routing_replay_.get();
+  }
   if (moe_layers_ > 0) {
     frequency_ = std::make_unique<prefetch::FrequencyModel>(
         moe_layers_, static_cast<int>(cfg_.model.num_experts), cfg_.prefetch.ema_decay);
@@ -477,6 +485,7 @@ std::optional<double> RankSession::evaluate(int64_t step) {
     eval_rt_ = rt_;
     eval_rt_.moe.router_jitter = 0.0;
     eval_rt_.stats = nullptr;
+    eval_rt_.replay = nullptr;  // evaluation routes by the router
     eval_rt_.frequency = nullptr;
     eval_rt_.trace = nullptr;
     if (eval_rt_.gather == MoeGather::Fsdp) eval_rt_.gather = MoeGather::Leaf;

@@ -166,6 +166,84 @@ TEST_F(ReportCli, BadInputFailsWithTheFileAndLine) {
   EXPECT_NE(slurp(log).find(bad.string() + ":1: ranks: is empty"), std::string::npos) << slurp(log);
 }
 
+// A routing trace (profile.routing_trace) of the tiny run, reported: per step and layer the
+// summed counts are the metrics' tokens_per_expert and the balance equals the trainer's own
+// load_max_over_mean and load_cv of the same run; --html is refused for it.
+TEST_F(ReportCli, RoutingTraceReportMatchesTheMetricsBalance) {
+  const fs::path routing = kWork / "routing.jsonl", metrics = kWork / "routing_metrics.jsonl";
+  const fs::path json = kWork / "routing_report.json";
+  fs::remove(routing);
+  ASSERT_EQ(run(std::string(MOEZERO_BIN) + " train --config " + MOEZERO_SOURCE_DIR +
+                    "/examples/configs/tiny.json --set train.steps=3 --set train.log_every=1 " +
+                    "--quiet --metrics " + metrics.string() +
+                    " --set profile.routing_trace=" + routing.string(),
+                kWork / "routing_train.log"),
+            0)
+      << slurp(kWork / "routing_train.log");
+  ASSERT_EQ(
+      run(std::string(MOEZERO_BIN) + " report " + routing.string() + " --json " + json.string(),
+          kWork / "routing_report.log"),
+      0)
+      << slurp(kWork / "routing_report.log");
+  EXPECT_NE(slurp(kWork / "routing_report.log").find("load balance per MoE layer"),
+            std::string::npos);
+  const nlohmann::json r = nlohmann::json::parse(slurp(json));
+  ASSERT_EQ(r["kind"], "routing_trace");
+  ASSERT_EQ(r["steps"], 3);
+  std::ifstream in(metrics);
+  int steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json m = nlohmann::json::parse(line);
+    if (!m.contains("moe_layers")) continue;
+    const int64_t step = m["step"];
+    ASSERT_GE(step, 1);
+    ASSERT_LE(step, 3);
+    ASSERT_EQ(r["layers"].size(), m["moe_layers"].size());
+    for (size_t l = 0; l < m["moe_layers"].size(); ++l) {
+      const auto& got = r["layers"][l]["steps"][static_cast<size_t>(step - 1)];
+      const auto& want = m["moe_layers"][l];
+      EXPECT_EQ(r["layers"][l]["layer"], want["layer"]);
+      EXPECT_EQ(got["step"], step);
+      EXPECT_EQ(got["tokens_per_expert"], m["tokens_per_expert"][l]) << "step " << step;
+      EXPECT_NEAR(got["load_max_over_mean"].get<double>(), want["load_max_over_mean"].get<double>(),
+                  1e-9);
+      EXPECT_NEAR(got["load_cv"].get<double>(), want["load_cv"].get<double>(), 1e-9);
+    }
+    ++steps;
+  }
+  EXPECT_EQ(steps, 3);
+  // The metrics' report has the same balance per (step, layer), drawn in its HTML page.
+  const fs::path mjson = kWork / "routing_metrics_report.json";
+  const fs::path mhtml = kWork / "routing_metrics_report.html";
+  ASSERT_EQ(run(std::string(MOEZERO_BIN) + " report " + metrics.string() + " --quiet --json " +
+                    mjson.string() + " --html " + mhtml.string(),
+                kWork / "routing_metrics_report.log"),
+            0)
+      << slurp(kWork / "routing_metrics_report.log");
+  const moezero::report::Report mr =
+      moezero::report::report_from_json(slurp(mjson), mjson.string());
+  ASSERT_TRUE(mr.has_balance);
+  const size_t nl = r["layers"].size();
+  ASSERT_EQ(mr.balance_cells.size(), 3 * nl);
+  for (size_t i = 0; i < mr.balance_cells.size(); ++i) {
+    const auto& c = mr.balance_cells[i];
+    const auto& got = r["layers"][i % nl]["steps"][i / nl];
+    EXPECT_EQ(c.step, got["step"].get<int64_t>());
+    EXPECT_NEAR(c.max_over_mean.value(), got["load_max_over_mean"].get<double>(), 1e-9);
+    EXPECT_NEAR(c.cv.value(), got["load_cv"].get<double>(), 1e-9);
+  }
+  const std::string page = slurp(mhtml);
+  EXPECT_NE(page.find("<svg id=\"heatmap-balance-max\""), std::string::npos);
+  EXPECT_NE(page.find("<svg id=\"heatmap-balance-cv\""), std::string::npos);
+  const fs::path log = kWork / "routing_html.log";
+  EXPECT_EQ(run(std::string(MOEZERO_BIN) + " report " + routing.string() + " --html " +
+                    (kWork / "routing.html").string(),
+                log),
+            1);
+  EXPECT_NE(slurp(log).find("--html: not available for a routing trace"), std::string::npos)
+      << slurp(log);
+}
+
 // ---- headless Chromium ---------------------------------------------------------------------
 
 std::string find_chromium() {

@@ -605,6 +605,62 @@ TEST(Report, BrierAndCalibrationFromHandMadeFixture) {
   EXPECT_EQ(html.find("heatmap-error"), std::string::npos);
 }
 
+// The per-layer balance of the metrics (load_max_over_mean, load_cv; null when the step routed
+// no token to the layer) becomes balance cells, survives the JSON round trip and is drawn as two
+// layers x steps heatmaps; a file without the fields has none; a negative value is refused.
+TEST(Report, BalanceCellsAndHeatmapsFromTheMetrics) {
+  std::istringstream in(prediction_fixture());
+  std::string out;
+  int n = 0;
+  const double mom[2][2] = {{1.25, 2.0}, {1.5, -1.0}}, cv[2][2] = {{0.1, 0.7}, {0.3, -1.0}};
+  for (std::string line; std::getline(in, line); ++n) {
+    json j = json::parse(line);
+    for (size_t l = 0; l < 2; ++l) {
+      j["moe_layers"][l]["load_max_over_mean"] = mom[n][l] < 0 ? json(nullptr) : json(mom[n][l]);
+      j["moe_layers"][l]["load_cv"] = cv[n][l] < 0 ? json(nullptr) : json(cv[n][l]);
+    }
+    out += j.dump() + "\n";
+  }
+  const Report r = compute_report(parse_run(out, "b.jsonl"));
+  ASSERT_TRUE(r.has_balance);
+  ASSERT_EQ(r.balance_cells.size(), 4u);
+  EXPECT_EQ(r.balance_cells[1].step, 1);
+  EXPECT_EQ(r.balance_cells[1].layer, 3);
+  EXPECT_DOUBLE_EQ(r.balance_cells[1].max_over_mean.value(), 2.0);
+  EXPECT_DOUBLE_EQ(r.balance_cells[2].cv.value(), 0.3);
+  EXPECT_FALSE(r.balance_cells[3].max_over_mean.has_value());
+  EXPECT_FALSE(r.balance_cells[3].cv.has_value());
+  EXPECT_EQ(report_from_json(report_to_json(r), "r.json"), r);
+  const std::string html = render_html(r);
+  for (const char* id : {"heatmap-balance-max", "heatmap-balance-cv"}) {
+    const size_t begin = html.find(std::string("<svg id=\"") + id + "\"");
+    ASSERT_NE(begin, std::string::npos) << id;
+    const std::string svg = html.substr(begin, html.find("</svg>", begin) - begin);
+    size_t cells_n = 0;
+    for (size_t p = svg.find("class=\"cell\""); p != std::string::npos;
+         p = svg.find("class=\"cell\"", p + 1))
+      ++cells_n;
+    EXPECT_EQ(cells_n, 4u) << id;
+    EXPECT_NE(svg.find("layer L3, step 2: n/a"), std::string::npos) << id;
+  }
+  EXPECT_NE(html.find("layer L3, step 1: 2.000"), std::string::npos);
+  EXPECT_NE(html.find("layer L1, step 2: 0.300"), std::string::npos);
+  // Without the fields: no balance, no heatmap.
+  const Report old = compute_report(parse_run(prediction_fixture(), "p.jsonl"));
+  EXPECT_FALSE(old.has_balance);
+  EXPECT_TRUE(old.balance_cells.empty());
+  EXPECT_EQ(render_html(old).find("heatmap-balance-max"), std::string::npos);
+  // A negative value is refused naming the field.
+  json bad = json::parse(out.substr(0, out.find('\n')));
+  bad["moe_layers"][0]["load_cv"] = -0.5;
+  try {
+    parse_run(bad.dump() + "\n", "bad.jsonl");
+    ADD_FAILURE() << "a negative load_cv was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("load_cv"), std::string::npos) << e.what();
+  }
+}
+
 // ---- rendering -----------------------------------------------------------------------------
 
 TEST(Report, HtmlIsSelfContainedAndHasEveryHeatmap) {
