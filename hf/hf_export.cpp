@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -238,6 +239,12 @@ void read_common_keys(const ConfigReader& r, HfArchitecture arch, ModelConfig& m
                  : mixtral                     ? 8
                                                : m.n_heads;
   m.seq_len = r.integer("max_position_embeddings", 1);
+  // Positions are int32; a larger context overflowed the KV cache's size (seq_len * kv width
+  // wrapped past 2^63) and `generate --model` wrote outside it.
+  if (m.seq_len > std::numeric_limits<int32_t>::max())
+    r.fail("max_position_embeddings", std::to_string(m.seq_len) + ": must be <= " +
+                                          std::to_string(std::numeric_limits<int32_t>::max()) +
+                                          " (token positions are 32-bit)");
   m.rope_theta = r.number("rope_theta", mixtral ? 1e6 : 10000.0);
   m.norm_eps = r.number("rms_norm_eps", arch == HfArchitecture::Mixtral ? 1e-5 : 1e-6);
   m.init_std = r.number("initializer_range", 0.02);
