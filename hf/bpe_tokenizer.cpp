@@ -72,7 +72,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path)
   if (j.is_discarded() || !j.is_object())
     MOEZERO_USER_ERROR("tokenizer '", path, "': not valid JSON");
   // A field of the wrong type or a missing one (nlohmann's type_error / out_of_range) is refused
-  // as the user's error, naming the file (found by fuzz/tokenizer_fuzz.cpp).
+  // as the user's error, naming the file (hostile inputs of fuzz/corpus/tokenizer/).
   try {
     load(j);
   } catch (const nlohmann::json::exception& e) {

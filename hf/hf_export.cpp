@@ -293,7 +293,7 @@ void check_unsupported_keys(const ConfigReader& r, const ModelConfig& m) {
 // in double so that hostile sizes cannot overflow) must fit in the values of model.safetensors,
 // and each layer needs tensors of its own. Otherwise hidden_size 2^40 or num_hidden_layers 10^12
 // would allocate (or list) a model of that size before the first missing tensor is named
-// (found by fuzz/hf_config_fuzz.cpp).
+// (fuzz/corpus/hf_config/huge_hidden.json, many_layers.json).
 void check_weights_can_hold(const HfModel& hf, const std::string& file) {
   const ModelConfig& m = hf.model;
   double values = 0;

@@ -129,7 +129,7 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& v, u
     bad("data_offsets [", e.begin, ", ", e.end, ") run past the data buffer of ", data_bytes,
         " bytes (file truncated?)");
   // numel <= 2^62 but numel * esize may still wrap (shape [2^62] of F64 "needs" 0 bytes and
-  // would pass with offsets [0, 0]; found by fuzz/safetensors_fuzz.cpp).
+  // would pass with offsets [0, 0]; fuzz/corpus/safetensors/huge_shape.safetensors).
   uint64_t need = 0;
   if (__builtin_mul_overflow(numel, esize, &need))
     bad("shape ", v["shape"].dump(), " of dtype ", e.dtype, " needs more than 2^64 bytes");
