@@ -111,6 +111,14 @@ void BpeTokenizer::load(const nlohmann::json& j) {
   // make id_bytes_ huge (2^31 strings for one hostile id).
   const size_t max_tokens =
       m.at("vocab").size() + j.value("added_tokens", nlohmann::json::array()).size();
+  // An id is a JSON integer in [0, 2^31): a float (1e89) or a larger integer would be
+  // converted to int32 out of range (undefined behaviour; found by fuzz/tokenizer_fuzz.cpp).
+  auto id_of = [&](const nlohmann::json& v, const char* key) {
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT32_MAX) ||
+        (!v.is_number_unsigned() && (v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)))
+      refuse(key, "id " + v.dump() + " is not an integer in [0, 2^31)");
+    return static_cast<int32_t>(v.get<int64_t>());
+  };
   auto set_id = [&](int32_t id, std::string bytes) {
     if (id < 0) refuse("model.vocab", "negative id");
     if (size_t(id) >= max_tokens)
@@ -121,13 +129,13 @@ void BpeTokenizer::load(const nlohmann::json& j) {
     id_bytes_[size_t(id)] = std::move(bytes);
   };
   for (const auto& [token, id] : m.at("vocab").items()) {
-    vocab_[token] = id.get<int32_t>();
+    vocab_[token] = id_of(id, "model.vocab");
     std::string bytes;
     for (const std::string& c : utf8_chars(token)) {
       auto it = char_byte.find(c);
       bytes += it != char_byte.end() ? std::string(1, static_cast<char>(it->second)) : c;
     }
-    set_id(id.get<int32_t>(), std::move(bytes));
+    set_id(vocab_[token], std::move(bytes));
   }
   int rank = 0;
   for (const nlohmann::json& mg : m.at("merges")) {
@@ -146,7 +154,7 @@ void BpeTokenizer::load(const nlohmann::json& j) {
   }
   for (const nlohmann::json& t : j.value("added_tokens", nlohmann::json::array())) {
     const std::string content = t.at("content").get<std::string>();
-    const auto id = t.at("id").get<int32_t>();
+    const int32_t id = id_of(t.at("id"), "added_tokens.id");
     added_.emplace_back(content, id);
     set_id(id, content);
     if (content == "<|endoftext|>") eot_ = id;
