@@ -69,10 +69,29 @@ BpeTokenizer::BpeTokenizer(const std::string& path)
   std::ifstream in(path);
   if (!in) MOEZERO_USER_ERROR("tokenizer '", path, "': cannot read");
   nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) MOEZERO_USER_ERROR("tokenizer '", path, "': not valid JSON");
+  if (j.is_discarded() || !j.is_object())
+    MOEZERO_USER_ERROR("tokenizer '", path, "': not valid JSON");
+  // A field of the wrong type or a missing one (nlohmann's type_error / out_of_range) is refused
+  // as the user's error, naming the file (hostile inputs of fuzz/corpus/tokenizer/).
+  try {
+    load(j);
+  } catch (const nlohmann::json::exception& e) {
+    MOEZERO_USER_ERROR("tokenizer '", path,
+                       "': a field is missing or of the wrong type: ", e.what());
+  }
+  int err = 0;
+  PCRE2_SIZE at = 0;
+  regex_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern), PCRE2_ZERO_TERMINATED,
+                               PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &at, nullptr);
+  MOEZERO_CHECK(regex_->code != nullptr, "PCRE2 compile error ", err, " at ", at);
+}
+
+void BpeTokenizer::load(const nlohmann::json& j) {
+  const std::string& path = path_;
   auto refuse = [&](const std::string& key, const std::string& why) {
-    MOEZERO_USER_ERROR("tokenizer '", path, "': ", key, ": ", why,
-                  " (only byte-level BPE tokenizers, as scripts/prepare_data.py writes, are read)");
+    MOEZERO_USER_ERROR(
+        "tokenizer '", path, "': ", key, ": ", why,
+        " (only byte-level BPE tokenizers, as scripts/prepare_data.py writes, are read)");
   };
   const nlohmann::json& m = j.value("model", nlohmann::json());
   if (!m.is_object() || m.value("type", "") != "BPE") refuse("model.type", "not BPE");
@@ -88,19 +107,35 @@ BpeTokenizer::BpeTokenizer(const std::string& path)
   byte_alphabet(byte_char_);
   std::map<std::string, unsigned char> char_byte;
   for (int b = 0; b < 256; ++b) char_byte[byte_char_[b]] = static_cast<unsigned char>(b);
+  // Ids are dense (0 .. tokens - 1): an id beyond the number of tokens the file lists would
+  // make id_bytes_ huge (2^31 strings for one hostile id).
+  const size_t max_tokens =
+      m.at("vocab").size() + j.value("added_tokens", nlohmann::json::array()).size();
+  // An id is a JSON integer in [0, 2^31): a float (1e89) or a larger integer would be
+  // converted to int32 out of range (undefined behaviour; found by fuzz/tokenizer_fuzz.cpp).
+  auto id_of = [&](const nlohmann::json& v, const char* key) {
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT32_MAX) ||
+        (!v.is_number_unsigned() && (v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)))
+      refuse(key, "id " + v.dump() + " is not an integer in [0, 2^31)");
+    return static_cast<int32_t>(v.get<int64_t>());
+  };
   auto set_id = [&](int32_t id, std::string bytes) {
     if (id < 0) refuse("model.vocab", "negative id");
+    if (size_t(id) >= max_tokens)
+      refuse("model.vocab / added_tokens", "id " + std::to_string(id) + " is not below the " +
+                                               std::to_string(max_tokens) +
+                                               " tokens the file lists (ids must be dense)");
     if (size_t(id) >= id_bytes_.size()) id_bytes_.resize(size_t(id) + 1);
     id_bytes_[size_t(id)] = std::move(bytes);
   };
   for (const auto& [token, id] : m.at("vocab").items()) {
-    vocab_[token] = id.get<int32_t>();
+    vocab_[token] = id_of(id, "model.vocab");
     std::string bytes;
     for (const std::string& c : utf8_chars(token)) {
       auto it = char_byte.find(c);
       bytes += it != char_byte.end() ? std::string(1, static_cast<char>(it->second)) : c;
     }
-    set_id(id.get<int32_t>(), std::move(bytes));
+    set_id(vocab_[token], std::move(bytes));
   }
   int rank = 0;
   for (const nlohmann::json& mg : m.at("merges")) {
@@ -119,18 +154,13 @@ BpeTokenizer::BpeTokenizer(const std::string& path)
   }
   for (const nlohmann::json& t : j.value("added_tokens", nlohmann::json::array())) {
     const std::string content = t.at("content").get<std::string>();
-    const auto id = t.at("id").get<int32_t>();
+    const int32_t id = id_of(t.at("id"), "added_tokens.id");
     added_.emplace_back(content, id);
     set_id(id, content);
     if (content == "<|endoftext|>") eot_ = id;
   }
   std::stable_sort(added_.begin(), added_.end(),
                    [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
-  int err = 0;
-  PCRE2_SIZE at = 0;
-  regex_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern), PCRE2_ZERO_TERMINATED,
-                               PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &at, nullptr);
-  MOEZERO_CHECK(regex_->code != nullptr, "PCRE2 compile error ", err, " at ", at);
 }
 
 BpeTokenizer::~BpeTokenizer() = default;
@@ -172,7 +202,10 @@ void BpeTokenizer::encode_piece(const std::string& piece, std::vector<int32_t>& 
 
 std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
   std::vector<int32_t> out;
-  pcre2_match_data* md = pcre2_match_data_create_from_pattern(regex_->code, nullptr);
+  // Freed also when encode_piece throws (a symbol missing from the vocabulary).
+  const std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md_owner(
+      pcre2_match_data_create_from_pattern(regex_->code, nullptr), pcre2_match_data_free);
+  pcre2_match_data* md = md_owner.get();
   auto split = [&](const std::string& seg) {  // regex pieces of text without added tokens
     size_t pos = 0;
     while (pos < seg.size()) {
@@ -202,7 +235,6 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
     out.push_back(tok->second);
     pos = best + tok->first.size();
   }
-  pcre2_match_data_free(md);
   return out;
 }
 

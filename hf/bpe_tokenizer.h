@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -38,6 +39,7 @@ class BpeTokenizer {
 
  private:
   void encode_piece(const std::string& piece, std::vector<int32_t>& out) const;
+  void load(const nlohmann::json& j);  // the vocabulary, merges and added tokens of the file
 
   std::string path_;
   std::unordered_map<std::string, int32_t> vocab_;

@@ -2,9 +2,11 @@
 // them back (see hf_export.h).
 #include "hf/hf_export.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -163,7 +165,7 @@ struct ConfigReader {
   std::string file;
 
   [[noreturn]] void fail(const std::string& key, const std::string& why) const {
-    MOEZERO_THROW(file, ": ", key, ": ", why);
+    MOEZERO_USER_ERROR(file, ": ", key, ": ", why);
   }
   const json* find(const std::string& key) const {
     auto it = j.find(key);
@@ -193,16 +195,16 @@ struct ConfigReader {
 // Reads `dir`/config.json (`file`) as a JSON object.
 json load_config_json(const std::string& dir, const std::string& file) {
   if (!fs::is_directory(dir))
-    MOEZERO_THROW(dir, ": not a directory (expected an exported model directory)");
+    MOEZERO_USER_ERROR(dir, ": not a directory (expected an exported model directory)");
   std::ifstream in(file);
-  if (!in) MOEZERO_THROW(file, ": cannot read (is '", dir, "' an exported model directory?)");
+  if (!in) MOEZERO_USER_ERROR(file, ": cannot read (is '", dir, "' an exported model directory?)");
   json j;
   try {
     j = json::parse(in);
   } catch (const json::exception& e) {
-    MOEZERO_THROW(file, ": not valid JSON: ", e.what());
+    MOEZERO_USER_ERROR(file, ": not valid JSON: ", e.what());
   }
-  if (!j.is_object()) MOEZERO_THROW(file, ": not a JSON object");
+  if (!j.is_object()) MOEZERO_USER_ERROR(file, ": not a JSON object");
   return j;
 }
 
@@ -237,6 +239,12 @@ void read_common_keys(const ConfigReader& r, HfArchitecture arch, ModelConfig& m
                  : mixtral                     ? 8
                                                : m.n_heads;
   m.seq_len = r.integer("max_position_embeddings", 1);
+  // Positions are int32; a larger context overflowed the KV cache's size (seq_len * kv width
+  // wrapped past 2^63) and `generate --model` wrote outside it.
+  if (m.seq_len > std::numeric_limits<int32_t>::max())
+    r.fail("max_position_embeddings", std::to_string(m.seq_len) + ": must be <= " +
+                                          std::to_string(std::numeric_limits<int32_t>::max()) +
+                                          " (token positions are 32-bit)");
   m.rope_theta = r.number("rope_theta", mixtral ? 1e6 : 10000.0);
   m.norm_eps = r.number("rms_norm_eps", arch == HfArchitecture::Mixtral ? 1e-5 : 1e-6);
   m.init_std = r.number("initializer_range", 0.02);
@@ -280,6 +288,29 @@ void check_unsupported_keys(const ConfigReader& r, const ModelConfig& m) {
                            std::to_string(m.d_model / m.n_heads));
 }
 
+// A config.json whose sizes the weights cannot hold is refused before anything is sized from
+// it: the model's embedding, attention and MLP matrices alone (a lower bound of its parameters,
+// in double so that hostile sizes cannot overflow) must fit in the values of model.safetensors,
+// and each layer needs tensors of its own. Otherwise hidden_size 2^40 or num_hidden_layers 10^12
+// would allocate (or list) a model of that size before the first missing tensor is named
+// (fuzz/corpus/hf_config/huge_hidden.json, many_layers.json).
+void check_weights_can_hold(const HfModel& hf, const std::string& file) {
+  const ModelConfig& m = hf.model;
+  double values = 0;
+  for (const SafetensorsEntry& e : hf.weights.entries()) values += static_cast<double>(e.numel());
+  const double d = static_cast<double>(m.d_model);
+  const double experts = static_cast<double>(std::max<int64_t>(m.num_experts, 1));
+  const double needed = static_cast<double>(m.vocab_size) * d +
+                        static_cast<double>(m.n_layers) *
+                            (2 * d * d + experts * 3 * d * static_cast<double>(m.expert_width()));
+  if (m.n_layers > static_cast<int64_t>(hf.weights.entries().size()))
+    MOEZERO_USER_ERROR(file, ": num_hidden_layers = ", m.n_layers, " but ", hf.weights.path(),
+                       " has only ", hf.weights.entries().size(), " tensors");
+  if (needed > values)
+    MOEZERO_USER_ERROR(file, ": describes a model of at least ", needed, " parameters but ",
+                       hf.weights.path(), " holds only ", values, " values");
+}
+
 }  // namespace
 
 HfModel read_hf_dir(const std::string& dir) {
@@ -300,9 +331,10 @@ HfModel read_hf_dir(const std::string& dir) {
   try {
     validate_model_config(m);
   } catch (const Error& e) {
-    MOEZERO_THROW(file, ": describes a model we cannot build: ", e.message());
+    MOEZERO_USER_ERROR(file, ": describes a model we cannot build: ", e.message());
   }
   hf.weights = SafetensorsFile::read((fs::path(dir) / "model.safetensors").string());
+  check_weights_can_hold(hf, file);
   return hf;
 }
 
@@ -317,12 +349,12 @@ std::vector<GroupValues> hf_group_values(const HfModel& hf) {
       const ParamSpec& p = spec.params[i];
       const SafetensorsEntry* e = w.find(p.name);
       if (!e)
-        MOEZERO_THROW(w.path(), ": tensor '", p.name, "' is missing (the model of ", hf.dir,
-                      "/config.json needs it)");
+        MOEZERO_USER_ERROR(w.path(), ": tensor '", p.name, "' is missing (the model of ", hf.dir,
+                           "/config.json needs it)");
       const std::vector<int64_t> want = p.shape.dims();
       if (e->shape != want)
-        MOEZERO_THROW(w.path(), ": tensor '", p.name, "' has shape ", json(e->shape).dump(),
-                      " but config.json implies ", json(want).dump());
+        MOEZERO_USER_ERROR(w.path(), ": tensor '", p.name, "' has shape ", json(e->shape).dump(),
+                           " but config.json implies ", json(want).dump());
       const std::vector<float> v = w.to_f32(*e);
       std::copy(v.begin(), v.end(), g.data.begin() + layout.offset(i));
       used.insert(p.name);
@@ -331,8 +363,8 @@ std::vector<GroupValues> hf_group_values(const HfModel& hf) {
   }
   for (const SafetensorsEntry& e : w.entries())
     if (!used.count(e.name))
-      MOEZERO_THROW(w.path(), ": tensor '", e.name, "' is not a parameter of the ",
-                    hf_architecture_name(hf.arch), " that config.json describes");
+      MOEZERO_USER_ERROR(w.path(), ": tensor '", e.name, "' is not a parameter of the ",
+                         hf_architecture_name(hf.arch), " that config.json describes");
   return out;
 }
 
@@ -341,8 +373,8 @@ void check_same_shape(const ModelConfig& ours, const HfModel& hf, const std::str
   const std::string file = (fs::path(hf.dir) / "config.json").string();
   auto same = [&](int64_t a, int64_t b, const char* key, const char* hf_key) {
     if (a != b)
-      MOEZERO_THROW(what, ": ", file, " describes another model: ", hf_key, " = ", b, " but model.",
-                    key, " = ", a);
+      MOEZERO_USER_ERROR(what, ": ", file, " describes another model: ", hf_key, " = ", b,
+                         " but model.", key, " = ", a);
   };
   same(ours.vocab_size, m.vocab_size, "vocab_size", "vocab_size");
   same(ours.d_model, m.d_model, "d_model", "hidden_size");
@@ -365,8 +397,8 @@ void check_same_shape(const ModelConfig& ours, const HfModel& hf, const std::str
   // epsilon would silently train another model from them.
   auto same_number = [&](double a, double b, const char* key, const char* hf_key) {
     if (a != b)
-      MOEZERO_THROW(what, ": ", file, " describes another model: ", hf_key, " = ", b, " but model.",
-                    key, " = ", a, " (set model.", key, " to match)");
+      MOEZERO_USER_ERROR(what, ": ", file, " describes another model: ", hf_key, " = ", b,
+                         " but model.", key, " = ", a, " (set model.", key, " to match)");
   };
   same_number(ours.rope_theta, m.rope_theta, "rope_theta", "rope_theta");
   same_number(ours.norm_eps, m.norm_eps, "norm_eps", "rms_norm_eps");

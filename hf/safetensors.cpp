@@ -40,16 +40,16 @@ uint64_t dtype_bytes(const std::string& dt) {
 uint64_t read_header_length(const std::vector<uint8_t>& bytes, const std::string& path) {
   const uint64_t size = bytes.size();
   if (size < 8)
-    MOEZERO_THROW(path, ": truncated: ", size,
-                  " bytes, fewer than the 8-byte header length that opens a safetensors file");
+    MOEZERO_USER_ERROR(path, ": truncated: ", size,
+                       " bytes, fewer than the 8-byte header length that opens a safetensors file");
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   if (n > kMaxHeaderBytes)
-    MOEZERO_THROW(path, ": header length ", n, " exceeds the format's limit of ", kMaxHeaderBytes,
-                  " bytes (not a safetensors file?)");
+    MOEZERO_USER_ERROR(path, ": header length ", n, " exceeds the format's limit of ",
+                       kMaxHeaderBytes, " bytes (not a safetensors file?)");
   if (n > size - 8)
-    MOEZERO_THROW(path, ": truncated: the header length says ", n, " bytes but only ", size - 8,
-                  " follow the length field");
+    MOEZERO_USER_ERROR(path, ": truncated: the header length says ", n, " bytes but only ",
+                       size - 8, " follow the length field");
   return n;
 }
 
@@ -70,23 +70,24 @@ nlohmann::json parse_header_json(const std::string& text, const std::string& pat
   try {
     header = json::parse(text, on_event);
   } catch (const json::exception& e) {
-    MOEZERO_THROW(path, ": the header is not valid JSON: ", e.what());
+    MOEZERO_USER_ERROR(path, ": the header is not valid JSON: ", e.what());
   }
   if (!duplicate.empty())
-    MOEZERO_THROW(path, ": tensor '", duplicate, "' appears twice in the header");
+    MOEZERO_USER_ERROR(path, ": tensor '", duplicate, "' appears twice in the header");
   if (!header.is_object())
-    MOEZERO_THROW(path, ": the header is ", header.type_name(), ", not a JSON object");
+    MOEZERO_USER_ERROR(path, ": the header is ", header.type_name(), ", not a JSON object");
   return header;
 }
 
 // Copies the string-to-string "__metadata__" object into `out`.
 void read_metadata(const nlohmann::json& v, const std::string& path,
                    std::map<std::string, std::string>& out) {
-  if (!v.is_object()) MOEZERO_THROW(path, ": __metadata__ is ", v.type_name(), ", not an object");
+  if (!v.is_object())
+    MOEZERO_USER_ERROR(path, ": __metadata__ is ", v.type_name(), ", not an object");
   for (auto m = v.begin(); m != v.end(); ++m) {
     if (!m.value().is_string())
-      MOEZERO_THROW(path, ": __metadata__ value of '", m.key(), "' is ", m.value().type_name(),
-                    ", not a string");
+      MOEZERO_USER_ERROR(path, ": __metadata__ value of '", m.key(), "' is ", m.value().type_name(),
+                         ", not a string");
     out[m.key()] = m.value().get<std::string>();
   }
 }
@@ -96,7 +97,9 @@ void read_metadata(const nlohmann::json& v, const std::string& path,
 SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& v, uint64_t data_bytes,
                              const std::string& path) {
   using nlohmann::json;
-  auto bad = [&](const auto&... why) { MOEZERO_THROW(path, ": tensor '", name, "': ", why...); };
+  auto bad = [&](const auto&... why) {
+    MOEZERO_USER_ERROR(path, ": tensor '", name, "': ", why...);
+  };
   if (!v.is_object()) bad("header entry is ", v.type_name(), ", not an object");
   SafetensorsEntry e;
   e.name = name;
@@ -125,9 +128,14 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& v, u
   if (e.end > data_bytes)
     bad("data_offsets [", e.begin, ", ", e.end, ") run past the data buffer of ", data_bytes,
         " bytes (file truncated?)");
-  if (e.end - e.begin != numel * esize)
+  // numel <= 2^62 but numel * esize may still wrap (shape [2^62] of F64 "needs" 0 bytes and
+  // would pass with offsets [0, 0]; fuzz/corpus/safetensors/huge_shape.safetensors).
+  uint64_t need = 0;
+  if (__builtin_mul_overflow(numel, esize, &need))
+    bad("shape ", v["shape"].dump(), " of dtype ", e.dtype, " needs more than 2^64 bytes");
+  if (e.end - e.begin != need)
     bad("data_offsets [", e.begin, ", ", e.end, ") hold ", e.end - e.begin, " bytes but dtype ",
-        e.dtype, " with shape ", v["shape"].dump(), " needs ", numel * esize);
+        e.dtype, " with shape ", v["shape"].dump(), " needs ", need);
   return e;
 }
 
@@ -137,16 +145,16 @@ void check_contiguous(const std::vector<SafetensorsEntry>& entries, uint64_t dat
   uint64_t pos = 0;
   for (const SafetensorsEntry& e : entries) {
     if (e.begin != pos)
-      MOEZERO_THROW(path, ": tensor '", e.name, "' begins at byte ", e.begin,
-                    " of the data buffer but ",
-                    pos < e.begin ? "the previous tensor ends at "
-                                  : "overlaps the previous one, which ends at ",
-                    pos, " (the tensors must cover the buffer contiguously)");
+      MOEZERO_USER_ERROR(path, ": tensor '", e.name, "' begins at byte ", e.begin,
+                         " of the data buffer but ",
+                         pos < e.begin ? "the previous tensor ends at "
+                                       : "overlaps the previous one, which ends at ",
+                         pos, " (the tensors must cover the buffer contiguously)");
     pos = e.end;
   }
   if (pos != data_bytes)
-    MOEZERO_THROW(path, ": the tensors cover ", pos, " bytes of a ", data_bytes,
-                  "-byte data buffer (trailing bytes)");
+    MOEZERO_USER_ERROR(path, ": the tensors cover ", pos, " bytes of a ", data_bytes,
+                       "-byte data buffer (trailing bytes)");
 }
 
 }  // namespace
@@ -159,10 +167,10 @@ int64_t SafetensorsEntry::numel() const {
 
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) MOEZERO_THROW(path, ": cannot open the safetensors file");
+  if (!in) MOEZERO_USER_ERROR(path, ": cannot open the safetensors file");
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
                              std::istreambuf_iterator<char>());
-  if (in.bad()) MOEZERO_THROW(path, ": read error");
+  if (in.bad()) MOEZERO_USER_ERROR(path, ": read error");
   return parse(std::move(bytes), path);
 }
 
@@ -222,7 +230,7 @@ std::vector<float> SafetensorsFile::to_f32(const SafetensorsEntry& e) const {
       out[i] = static_cast<float>(d);
     }
   } else {
-    MOEZERO_THROW(
+    MOEZERO_USER_ERROR(
         path_, ": tensor '", e.name, "' has dtype ", e.dtype,
         "; only floating-point tensors (F32, BF16, F16, F64) can be loaded as parameters");
   }

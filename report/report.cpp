@@ -216,7 +216,7 @@ void add_ranks(Report& r, const RunInput& in) {
       row.peak_total_bytes = std::max(row.peak_total_bytes, c.peak_total_bytes);
       for (const auto& [tag, bytes] : c.peak_bytes) {
         auto it = std::find_if(row.peak_bytes.begin(), row.peak_bytes.end(),
-                               [&](const auto& p) { return p.first == tag; });
+                               [&t = tag](const auto& p) { return p.first == t; });
         if (it == row.peak_bytes.end())
           row.peak_bytes.emplace_back(tag, bytes);
         else
@@ -426,7 +426,7 @@ Report report_from_json(const std::string& text, const std::string& where) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     MOEZERO_THROW(where, ": bad JSON: ", e.what());
   }
   if (!j.is_object()) MOEZERO_THROW(where, ": expected a JSON object");

@@ -26,7 +26,7 @@ struct At {
   At field(const std::string& key) const { return {where, path.empty() ? key : path + "." + key}; }
   At index(size_t i) const { return {where, path + "[" + std::to_string(i) + "]"}; }
   [[noreturn]] void fail(const std::string& what) const {
-    MOEZERO_THROW(where, ": ", path.empty() ? std::string("record") : path, ": ", what);
+    MOEZERO_USER_ERROR(where, ": ", path.empty() ? std::string("record") : path, ": ", what);
   }
 };
 
@@ -249,8 +249,9 @@ StepRecord parse_step(const json& sj, const std::string& where) {
 // appended to twice would otherwise be counted twice).
 void check_consistent(std::vector<StepRecord>& steps, const std::string& path) {
   if (steps.empty())
-    MOEZERO_THROW(path, ": no steps found (a metrics file needs one JSON object per line, a trace ",
-                  "its \"step_metrics\" events)");
+    MOEZERO_USER_ERROR(path,
+                       ": no steps found (a metrics file needs one JSON object per line, a trace ",
+                       "its \"step_metrics\" events)");
   const StepRecord& first = steps.front();
   std::map<int64_t, const StepRecord*> seen;
   for (const StepRecord& s : steps) {
@@ -343,19 +344,21 @@ RunInput parse_trace(const json& doc, const std::string& path) {
 
 RunInput parse_run(const std::string& text, const std::string& path) {
   // A trace (or any single JSON document) parses whole; a metrics file of more than one line
-  // does not, and is read line by line.
+  // does not, and is read line by line. json::exception, not only parse_error: a number beyond
+  // double's range ("1E400") is nlohmann's out_of_range (found by fuzz/report_fuzz.cpp).
   std::string whole_error;
   json whole;
   try {
     whole = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     whole_error = e.what();
   }
   if (whole_error.empty()) {
     if (whole.is_object() && whole.contains("traceEvents")) return parse_trace(whole, path);
     if (!whole.is_object())
-      MOEZERO_THROW(path, ": neither a metrics file (JSON lines, one object per step) nor a trace ",
-                    "(an object with \"traceEvents\"): the file is one JSON ", whole.type_name());
+      MOEZERO_USER_ERROR(
+          path, ": neither a metrics file (JSON lines, one object per step) nor a trace ",
+          "(an object with \"traceEvents\"): the file is one JSON ", whole.type_name());
   }
   RunInput in;
   in.path = path;
@@ -371,11 +374,11 @@ RunInput parse_run(const std::string& text, const std::string& path) {
     json j;
     try {
       j = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       if (first && !whole_error.empty())
-        MOEZERO_THROW(path, ": neither JSON lines (line ", line_no, ": ", e.what(),
-                      ") nor one JSON document (", whole_error, ")");
-      MOEZERO_THROW(where, ": bad JSON: ", e.what());
+        MOEZERO_USER_ERROR(path, ": neither JSON lines (line ", line_no, ": ", e.what(),
+                           ") nor one JSON document (", whole_error, ")");
+      MOEZERO_USER_ERROR(where, ": bad JSON: ", e.what());
     }
     first = false;
     in.steps.push_back(parse_step(j, where));
@@ -386,10 +389,10 @@ RunInput parse_run(const std::string& text, const std::string& path) {
 
 RunInput read_run(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) MOEZERO_THROW(path, ": cannot open for reading");
+  if (!f) MOEZERO_USER_ERROR(path, ": cannot open for reading");
   std::ostringstream ss;
   ss << f.rdbuf();
-  if (f.bad()) MOEZERO_THROW(path, ": read error");
+  if (f.bad()) MOEZERO_USER_ERROR(path, ": read error");
   return parse_run(ss.str(), path);
 }
 
