@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "tests/common/tiny_config.h"
 #include "train/trainer.h"
 
 namespace moezero::moe {
@@ -26,33 +27,17 @@ namespace fs = std::filesystem;
 // A 2-layer model with 4 fine-grained experts (width 24, dense width 48), 2 shared experts
 // (width 8), top-2 sigmoid scores, aux and z losses, and the selection bias (rate 0.01).
 Config layers_cfg(std::vector<std::string> overrides = {}) {
-  std::vector<std::string> o = {"model.d_model=32",
-                                "model.n_layers=2",
-                                "model.n_heads=4",
-                                "model.n_kv_heads=2",
-                                "model.d_ff=48",
-                                "model.expert_d_ff=24",
+  std::vector<std::string> o = {"model.expert_d_ff=24",
                                 "model.num_shared_experts=2",
                                 "model.shared_expert_d_ff=8",
                                 "model.shared_expert_gate=true",
-                                "model.seq_len=16",
-                                "model.num_experts=4",
-                                "model.top_k=2",
                                 "moe.score_function=sigmoid",
                                 "moe.aux_loss_coef=0.01",
                                 "moe.z_loss_coef=0.001",
                                 "moe.expert_bias_update_rate=0.01",
-                                "train.micro_batch_size=12",
-                                "train.steps=4",
-                                "train.warmup_steps=1",
-                                "train.lr=0.01",
-                                "train.min_lr=0.001",
-                                "zero.param_persistence_threshold=64",
-                                "zero.reduce_bucket_size=20000",
-                                "zero.prefetch_bucket_size=30000",
-                                "comm.timeout_s=60"};
+                                "train.steps=4"};
   o.insert(o.end(), overrides.begin(), overrides.end());
-  return parse_config("{}", "moe_layers", o);
+  return test::tiny_moe_config("moe_layers", o);
 }
 
 TrainResult run(const Config& c, TrainOptions opt = {}) {

@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "moe/router.h"
+#include "tests/common/tiny_config.h"
 #include "train/trainer.h"
 
 namespace moezero::moe {
@@ -28,24 +29,10 @@ TrainResult run(const Config& c) { return train(c, TrainOptions{}); }
 
 // 2 MoE layers, 4 experts, top-2 softmax, aux loss; 12 sequences of 16 tokens per micro-batch.
 Config replay_cfg(std::vector<std::string> overrides = {}) {
-  std::vector<std::string> o = {"model.d_model=32",
-                                "model.n_layers=2",
-                                "model.n_heads=4",
-                                "model.n_kv_heads=2",
-                                "model.d_ff=48",
-                                "model.seq_len=16",
-                                "model.num_experts=4",
-                                "model.top_k=2",
-                                "moe.aux_loss_coef=0.01",
-                                "train.micro_batch_size=12",
-                                "train.grad_accum_steps=2",
-                                "train.steps=3",
-                                "train.warmup_steps=1",
-                                "train.lr=0.01",
-                                "comm.timeout_s=60",
+  std::vector<std::string> o = {"moe.aux_loss_coef=0.01", "train.grad_accum_steps=2",
                                 "parallel.world_size=1"};
   o.insert(o.end(), overrides.begin(), overrides.end());
-  return parse_config("{}", "routing_replay", o);
+  return test::tiny_moe_config("routing_replay", o);
 }
 
 fs::path scratch(const std::string& name) {

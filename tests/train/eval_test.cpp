@@ -11,6 +11,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "tests/common/tiny_config.h"
 #include "train/data.h"
 #include "train/token_shard.h"
 #include "train/trainer.h"
@@ -19,29 +20,10 @@ namespace moezero::moe {
 namespace {
 
 Config tiny_moe(std::vector<std::string> overrides = {}) {
-  std::vector<std::string> o = {"model.d_model=32",
-                                "model.n_layers=2",
-                                "model.n_heads=4",
-                                "model.n_kv_heads=2",
-                                "model.d_ff=48",
-                                "model.seq_len=16",
-                                "model.num_experts=4",
-                                "model.top_k=2",
-                                "moe.aux_loss_coef=0.01",
-                                "train.micro_batch_size=12",
-                                "train.steps=4",
-                                "train.warmup_steps=1",
-                                "train.lr=0.01",
-                                "train.min_lr=0.001",
-                                "zero.param_persistence_threshold=64",
-                                "zero.reduce_bucket_size=20000",
-                                "zero.prefetch_bucket_size=30000",
-                                "comm.timeout_s=60",
-                                "data.val_fraction=0.05",
-                                "train.eval_every=2",
-                                "train.eval_batches=3"};
+  std::vector<std::string> o = {"moe.aux_loss_coef=0.01", "train.steps=4", "data.val_fraction=0.05",
+                                "train.eval_every=2", "train.eval_batches=3"};
   o.insert(o.end(), overrides.begin(), overrides.end());
-  return parse_config("{}", "tiny", o);
+  return test::tiny_moe_config("tiny", o);
 }
 
 TEST(Eval, ValidationLossIsTheSameAtEveryWorldSizeAndLeavesTrainingAlone) {

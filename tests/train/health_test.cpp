@@ -17,6 +17,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "tests/common/tiny_config.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -26,24 +27,9 @@ namespace {
 // Two MoE layers of 4 experts (top-2), tiny widths; EP 2 puts experts 2 and 3 on the ranks
 // with ep_rank 1.
 Config tiny_moe(std::vector<std::string> overrides = {}) {
-  std::vector<std::string> o = {"model.d_model=32",
-                                "model.n_layers=2",
-                                "model.n_heads=4",
-                                "model.n_kv_heads=2",
-                                "model.d_ff=48",
-                                "model.seq_len=16",
-                                "model.num_experts=4",
-                                "model.top_k=2",
-                                "train.micro_batch_size=12",
-                                "train.steps=3",
-                                "train.warmup_steps=1",
-                                "train.lr=0.01",
-                                "train.min_lr=0.001",
-                                "zero.param_persistence_threshold=64",
-                                "zero.reduce_bucket_size=20000",
-                                "comm.timeout_s=60"};
+  std::vector<std::string> o = {};
   o.insert(o.end(), overrides.begin(), overrides.end());
-  return parse_config("{}", "health_test", o);
+  return test::tiny_moe_config("health_test", o);
 }
 
 std::vector<nlohmann::json> read_lines(const std::string& path) {

@@ -11,29 +11,15 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "kernels/backend.h"
+#include "tests/common/tiny_config.h"
 
 namespace moezero::moe {
 namespace {
 
 Config tiny(std::vector<std::string> overrides = {}) {
-  std::vector<std::string> o = {"model.d_model=32",
-                                "model.n_layers=2",
-                                "model.n_heads=4",
-                                "model.n_kv_heads=2",
-                                "model.d_ff=48",
-                                "model.seq_len=16",
-                                "model.num_experts=0",
-                                "train.micro_batch_size=12",
-                                "train.steps=3",
-                                "train.warmup_steps=1",
-                                "train.lr=0.01",
-                                "train.min_lr=0.001",
-                                "zero.param_persistence_threshold=64",
-                                "zero.reduce_bucket_size=20000",
-                                "zero.prefetch_bucket_size=30000",
-                                "comm.timeout_s=60"};
+  std::vector<std::string> o = {"model.num_experts=0"};
   o.insert(o.end(), overrides.begin(), overrides.end());
-  return parse_config("{}", "tiny", o);
+  return test::tiny_config("tiny", o);
 }
 
 TrainResult run(const Config& c) {
