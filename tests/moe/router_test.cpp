@@ -194,6 +194,25 @@ TEST_P(RouterTest, CapacityDropsLowestProbabilityFirst) {
   EXPECT_EQ(ot.w[5], 0.0f);
 }
 
+// Central differences of ref_loss along x (wrt_x) or along the gate weight, the routing held
+// fixed (`fixed`).
+Vec finite_differences(const Problem& p, Vec x, Vec wg, bool wrt_x, const Ref& fixed, const Vec& c,
+                       double scale) {
+  Vec& v = wrt_x ? x : wg;
+  Vec g(v.size());
+  const double h = 1e-5;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double v0 = v[i];
+    v[i] = v0 + h;
+    const double lp = ref_loss(p, x, wg, fixed, c, scale);
+    v[i] = v0 - h;
+    const double lm = ref_loss(p, x, wg, fixed, c, scale);
+    v[i] = v0;
+    g[i] = (lp - lm) / (2 * h);
+  }
+  return g;
+}
+
 TEST_P(RouterTest, BackwardMatchesFiniteDifferences) {
   struct Case {
     bool normalize;
@@ -218,23 +237,8 @@ TEST_P(RouterTest, BackwardMatchesFiniteDifferences) {
     const DevOut o = run(p, x, wg, DType::F32, &c, scale);
     ASSERT_EQ(o.kept_ids, std::vector<int32_t>(fixed.kept_ids.begin(), fixed.kept_ids.end()));
     EXPECT_NEAR(o.loss, scale * (0.05 * fixed.aux + 0.02 * fixed.z), 1e-5);
-    auto fd = [&](Vec xx, Vec ww, bool wrt_x) {
-      Vec& v = wrt_x ? xx : ww;
-      Vec g(v.size());
-      const double h = 1e-5;
-      for (size_t i = 0; i < v.size(); ++i) {
-        const double v0 = v[i];
-        v[i] = v0 + h;
-        const double lp = ref_loss(p, xx, ww, fixed, c, scale);
-        v[i] = v0 - h;
-        const double lm = ref_loss(p, xx, ww, fixed, c, scale);
-        v[i] = v0;
-        g[i] = (lp - lm) / (2 * h);
-      }
-      return g;
-    };
-    expect_close(o.dx, fd(x, wg, true), 2e-5, 1e-6, "dx");
-    expect_close(o.dwg, fd(x, wg, false), 2e-5, 1e-6, "dWg");
+    expect_close(o.dx, finite_differences(p, x, wg, true, fixed, c, scale), 2e-5, 1e-6, "dx");
+    expect_close(o.dwg, finite_differences(p, x, wg, false, fixed, c, scale), 2e-5, 1e-6, "dWg");
   }
 }
 
@@ -269,23 +273,8 @@ TEST_P(RouterTest, SigmoidScoresAndBiasMatchReference) {
     if (cs.normalize && cs.cap == 0.0f) {  // weights of a token sum to 1
       for (int64_t t = 0; t < p.n; ++t) EXPECT_NEAR(o.w[2 * t] + o.w[2 * t + 1], 1.0f, 1e-6);
     }
-    auto fd = [&](Vec xx, Vec ww, bool wrt_x) {
-      Vec& v = wrt_x ? xx : ww;
-      Vec g(v.size());
-      const double h = 1e-5;
-      for (size_t i = 0; i < v.size(); ++i) {
-        const double v0 = v[i];
-        v[i] = v0 + h;
-        const double lp = ref_loss(p, xx, ww, fixed, c, scale);
-        v[i] = v0 - h;
-        const double lm = ref_loss(p, xx, ww, fixed, c, scale);
-        v[i] = v0;
-        g[i] = (lp - lm) / (2 * h);
-      }
-      return g;
-    };
-    expect_close(o.dx, fd(x, wg, true), 2e-5, 1e-6, "dx");
-    expect_close(o.dwg, fd(x, wg, false), 2e-5, 1e-6, "dWg");
+    expect_close(o.dx, finite_differences(p, x, wg, true, fixed, c, scale), 2e-5, 1e-6, "dx");
+    expect_close(o.dwg, finite_differences(p, x, wg, false, fixed, c, scale), 2e-5, 1e-6, "dWg");
   }
 }
 
