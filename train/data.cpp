@@ -147,8 +147,8 @@ TokenData::TokenData(const DataConfig& data, int64_t vocab_size, int64_t seq_len
   val_ = make_split(std::move(val), seq_len);
   if (train_.starts <= 0)
     MOEZERO_USER_ERROR("data.path: ", source_, " has ", train_.tokens,
-                  " training tokens, fewer than one sequence of model.seq_len + 1 = ", seq_len + 1,
-                  data.format == DataFormat::Tokens ? " in any one shard" : "");
+                       " training tokens, fewer than one sequence of model.seq_len + 1 = ",
+                       seq_len + 1, data.format == DataFormat::Tokens ? " in any one shard" : "");
 }
 
 // Appends the pieces of `pattern` (one piece per file) and checks every token < vocab_size.
@@ -170,7 +170,7 @@ void TokenData::load(const std::string& pattern, const std::string& key, DataFor
     for (size_t i = 0; i < bytes.size(); ++i)
       if (bytes[i] >= vocab_size)
         MOEZERO_USER_ERROR(key, ": ", name, " has byte ", int(bytes[i]), " at offset ", i,
-                      ", outside model.vocab_size (", vocab_size, ")");
+                           ", outside model.vocab_size (", vocab_size, ")");
     byte_files_.push_back(std::move(bytes));
     const std::vector<uint8_t>& b = byte_files_.back();
     pieces.push_back({b.data(), 1, 0, static_cast<int64_t>(b.size())});
@@ -191,8 +191,8 @@ void TokenData::load(const std::string& pattern, const std::string& key, DataFor
     const Piece p{shard->tokens(), shard->width_bytes(), 0, shard->count()};
     for (int64_t i = 0; i < p.count; ++i)
       if (token_at(p, i) >= static_cast<uint64_t>(vocab_size))
-        MOEZERO_USER_ERROR(key, ": token shard '", f, "' has token ", token_at(p, i), " at offset ", i,
-                      " (token index), outside model.vocab_size (", vocab_size, ")");
+        MOEZERO_USER_ERROR(key, ": token shard '", f, "' has token ", token_at(p, i), " at offset ",
+                           i, " (token index), outside model.vocab_size (", vocab_size, ")");
     pieces.push_back(p);
     shards_.push_back(std::move(shard));
   }
@@ -228,7 +228,7 @@ void keep_tokenizer(const DataConfig& data, const std::string& save_dir) {
                              ec);
   if (ec)
     MOEZERO_USER_ERROR("data.tokenizer: cannot copy '", data.tokenizer, "' to '", to,
-                  "': ", ec.message());
+                       "': ", ec.message());
 }
 
 void TokenData::batch(uint64_t seed, int64_t m, int64_t row_begin, int64_t rows,

@@ -17,7 +17,8 @@ namespace moezero::moe {
 
 TokenShard::TokenShard(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) MOEZERO_USER_ERROR("token shard '", path, "': cannot open (", std::strerror(errno), ")");
+  if (fd < 0)
+    MOEZERO_USER_ERROR("token shard '", path, "': cannot open (", std::strerror(errno), ")");
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -27,7 +28,7 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
   if (size < kShardHeaderBytes) {
     ::close(fd);
     MOEZERO_USER_ERROR("token shard '", path, "': truncated: ", size, " bytes, shorter than the ",
-                  kShardHeaderBytes, "-byte header");
+                       kShardHeaderBytes, "-byte header");
   }
   map_ = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
@@ -43,22 +44,23 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
     width_ = 2;
     if (version != kShardVersionU16)
       MOEZERO_USER_ERROR("token shard '", path, "': version ", version, " for magic ", magic,
-                    " (uint16 tokens), expected ", kShardVersionU16);
+                         " (uint16 tokens), expected ", kShardVersionU16);
   } else if (magic == kShardMagicU32) {
     width_ = 4;
     if (version != kShardVersionU32)
       MOEZERO_USER_ERROR("token shard '", path, "': version ", version, " for magic ", magic,
-                    " (uint32 tokens), expected ", kShardVersionU32);
+                         " (uint32 tokens), expected ", kShardVersionU32);
   } else {
-    MOEZERO_USER_ERROR("token shard '", path, "': wrong magic ", magic, " (an llm.c shard starts with ",
-                  kShardMagicU16, " for uint16 or ", kShardMagicU32, " for uint32 tokens)");
+    MOEZERO_USER_ERROR("token shard '", path, "': wrong magic ", magic,
+                       " (an llm.c shard starts with ", kShardMagicU16, " for uint16 or ",
+                       kShardMagicU32, " for uint32 tokens)");
   }
   count_ = header[2];
   const int64_t want = kShardHeaderBytes + count_ * width_;
   if (count_ < 0 || size != want)
     MOEZERO_USER_ERROR("token shard '", path, "': ", size < want ? "truncated: " : "",
-                  "the header says ", count_, " tokens (", want,
-                  " bytes with the header) but the file has ", size, " bytes");
+                       "the header says ", count_, " tokens (", want,
+                       " bytes with the header) but the file has ", size, " bytes");
   tokens_ = static_cast<const uint8_t*>(map_) + kShardHeaderBytes;
 }
 

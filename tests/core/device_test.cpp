@@ -257,7 +257,7 @@ TEST_P(HostWaits, RemovedHooksAreNotCalledAndFastWaitsNeverExpire) {
   dev->remove_wait_expiry_hook(id);
   Stream& s = dev->create_stream("gather");
   for (int i = 0; i < 50; ++i) s.enqueue_host([] {});
-  s.synchronize();  // work that finishes is never cut short
+  s.synchronize();                             // work that finishes is never cut short
   auto stuck = std::make_shared<StuckTask>();  // the task keeps it alive until it ends
   s.enqueue_host([stuck] { stuck->block(); });
   try {
