@@ -34,17 +34,10 @@ void World::run_cuda(int world_size, const std::function<void(RankContext&)>& fn
     std::lock_guard lock(mu);
     if (!first) {
       first = e;
-      std::string what = "unknown exception";
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        what = ex.what();
-      } catch (...) {
-      }
+      const std::string why = "rank " + std::to_string(rank) + " failed: " + describe_exception(e);
       for (int o = 0; o < world_size; ++o)
         if (o != rank && live[static_cast<size_t>(o)])
-          live[static_cast<size_t>(o)]->abort_host_waits("rank " + std::to_string(rank) +
-                                                         " failed: " + what);
+          live[static_cast<size_t>(o)]->abort_host_waits(why);
     }
   };
   std::vector<std::thread> threads;

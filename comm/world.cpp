@@ -10,8 +10,7 @@
 
 namespace moezero::comm {
 
-namespace {
-std::string describe(const std::exception_ptr& e) {
+std::string describe_exception(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& ex) {
@@ -20,7 +19,6 @@ std::string describe(const std::exception_ptr& e) {
     return "unknown exception";
   }
 }
-}  // namespace
 
 void World::run(int world_size, const std::function<void(RankContext&)>& fn,
                 const WorldOptions& options) {
@@ -32,7 +30,7 @@ void World::run(int world_size, const std::function<void(RankContext&)>& fn,
       std::lock_guard<std::mutex> lock(mu);
       if (!first) first = e;
     }
-    world.abort("rank " + std::to_string(rank) + " failed: " + describe(e));
+    world.abort("rank " + std::to_string(rank) + " failed: " + describe_exception(e));
   };
 
   std::vector<std::thread> threads;

@@ -14,8 +14,10 @@
 // collectives fail at once instead of waiting for their timeout.
 #pragma once
 
+#include <exception>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "comm/local/local_world.h"
 #include "core/communicator.h"
@@ -23,6 +25,10 @@
 #include "kernels/backend.h"
 
 namespace moezero::comm {
+
+// The message of a rank's failure (what() of a std::exception, else "unknown exception"), for
+// the abort reason the other ranks report.
+std::string describe_exception(const std::exception_ptr& e);
 
 struct RankContext {
   int rank = 0;  // global rank
