@@ -65,12 +65,20 @@ void Device::check_host_wait(std::chrono::steady_clock::time_point start, const 
 }
 
 void Device::bounded_host_wait(const std::function<bool()>& ready, const std::string& what) {
+  // The per-layer host syncs are on the critical path: spin (yielding) for the first 2 ms, as
+  // cudaStreamSynchronize's default scheduling would, then sleep at most 100 us per look.
   const auto start = std::chrono::steady_clock::now();
-  auto pause = std::chrono::microseconds(20);
+  constexpr auto kSpin = std::chrono::milliseconds(2);
+  constexpr auto kMaxPause = std::chrono::microseconds(100);
+  auto pause = std::chrono::microseconds(10);
   while (!ready()) {
     check_host_wait(start, what);
-    std::this_thread::sleep_for(pause);
-    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+    if (std::chrono::steady_clock::now() - start < kSpin) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, kMaxPause);
+    }
   }
 }
 

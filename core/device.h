@@ -149,8 +149,8 @@ class Device {
   int add_wait_expiry_hook(std::function<std::string()> hook);
   void remove_wait_expiry_hook(int id);
   void abort_host_waits(const std::string& why);
-  // Polls `ready` (cheap, non-blocking) until true, with a short back-off, against the limit
-  // and aborts. [in] what: the wait, for the error ("stream 'compute' of cuda:0").
+  // Polls `ready` (cheap, non-blocking) until true against the limit and aborts: spinning for
+  // the first 2 ms, then sleeping at most 100 us between looks. [in] what: the wait, for the error ("stream 'compute' of cuda:0").
   void bounded_host_wait(const std::function<bool()>& ready, const std::string& what);
   // The waits' deadline check for backends that block on their own primitives: throws (after
   // the hooks) when aborted or when `start` is older than the limit.
