@@ -170,7 +170,11 @@ const std::vector<char>& FrequencyModel::last_active(int layer) const {
 }
 
 double FrequencyModel::priced(int layer, int expert, const std::vector<char>* prev_active) const {
-  const double p = std::min(predicted(layer, expert, prev_active), prob_[at(layer, expert)]);
+  return evidence(layer, std::min(predicted(layer, expert, prev_active), prob_[at(layer, expert)]));
+}
+
+double FrequencyModel::evidence(int layer, double p) const {
+  check_layer(layer, "evidence");
   const int64_t n = updates_[size_t(layer)];
   if (n == 0) return 1.0;  // no evidence yet: the prior
   const double prior = std::pow(decay_, double(n));

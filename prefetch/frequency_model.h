@@ -85,7 +85,9 @@ class FrequencyModel {
   double predicted(int layer, int expert, const std::vector<char>* prev_active) const;
   // The active flags of `layer` at its latest update (all 0 before any update).
   const std::vector<char>& last_active(int layer) const;
-  // The cost plan's probability and its calibration (see above).
+  // The cost plan's probability and its calibration (see above). evidence(l, p): p without
+  // the cold prior's weight; priced = evidence of min(predicted, probability).
+  double evidence(int layer, double p) const;
   double priced(int layer, int expert, const std::vector<char>* prev_active) const;
   double plan_calibration(int layer) const;
 

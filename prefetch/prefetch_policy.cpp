@@ -100,7 +100,8 @@ std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& 
     // FrequencyModel::priced (evidence only, at most the marginal), times the realised
     // precision of such confident guesses (plan_calibration; capped at 1).
     if (costed) {
-      const double p = std::min(1.0, model.priced(layer, r.id, prev_layer_active) * calibration);
+      const double priced = model.evidence(layer, std::min(r.p, model.probability(layer, r.id)));
+      const double p = std::min(1.0, priced * calibration);
       if (!pays_for_itself(r, p, costs, free_left_ns)) break;
     }
     used_bytes += r.bytes;
