@@ -60,8 +60,9 @@ while IFS= read -r link; do
   [[ $target == /* ]] || continue
   ln -sfn "$(realpath -m --relative-to="$(dirname "$link")" "$root$target")" "$link"
 done < <(find "$root" -type l)
-# update-alternatives' links (Debian's libopenblas*-dev postinst): libopenblas.so and cblas.h
-# in the default places, pointing at the pthread variant.
+# update-alternatives' links (Debian's libopenblas*-dev postinst): libopenblas.so in the
+# default place, pointing at the pthread variant (cblas.h is found under its subfolder by
+# CMake's PATH_SUFFIXES, cmake/MoezeroDependencies.cmake).
 ln -sf openblas-pthread/libopenblas.so "$root/usr/lib/$ARCH/libopenblas.so"
 ln -sf openblas-pthread/libopenblas.so.0 "$root/usr/lib/$ARCH/libopenblas.so.0"
 rm -rf "$debs"

@@ -86,7 +86,8 @@ py_pkg_dir() {  # the folder of python package $1 (a namespace package too), or 
   python3 -c "import importlib, sys; m = importlib.import_module(sys.argv[1]); print(list(m.__path__)[0])" "$1" 2>/dev/null
 }
 NVCC=$(command -v nvcc || true)
-for c in /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc "$(py_pkg_dir nvidia.cuda_nvcc)/bin/nvcc"; do
+wheel_nvcc=$(py_pkg_dir nvidia.cuda_nvcc)
+for c in /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc ${wheel_nvcc:+"$wheel_nvcc/bin/nvcc"}; do
   [[ -z $NVCC && -x $c ]] && NVCC=$c
 done
 if [[ -n $NVCC ]]; then
@@ -96,7 +97,8 @@ else
   echo "gpu_check: nvcc not found (looked in PATH, /usr/local/cuda*/bin, python's nvidia.cuda_nvcc)"
 fi
 nccl_root=""
-for d in /usr/local/cuda /usr "$(py_pkg_dir nvidia.nccl)"; do
+wheel_nccl=$(py_pkg_dir nvidia.nccl)
+for d in /usr/local/cuda /usr ${wheel_nccl:+"$wheel_nccl"}; do
   if [[ -z $nccl_root && -f $d/include/nccl.h ]]; then nccl_root=$d; fi
 done
 if [[ -n $nccl_root ]]; then
