@@ -213,11 +213,11 @@ void check_memory_fits(const Config& cfg, const MemoryEstimate& e, const MemoryL
                      gib(e.largest_group), "; estimate with activations and working set ",
                      gib(e.per_rank()), "), over train.memory_limit ", gib(limit), ": ",
                      what_to_change, " or raise train.memory_limit");
-  if (cfg.parallel.backend == BackendKind::Cuda) {  // rank r of run_cuda is GPU r
-    const int gpus = std::min(e.ranks_in_process, cuda_device_count());
+  if (cfg.parallel.backend == BackendKind::Cuda) {  // this process's GPUs (first_gpu, ...)
+    const int end = std::min(e.first_gpu + e.ranks_in_process, cuda_device_count());
     int at = -1;
     uint64_t least = 0;
-    for (int g = 0; g < gpus; ++g) {
+    for (int g = e.first_gpu; g < end; ++g) {
       const uint64_t f = cuda_free_memory(g);
       if (f > 0 && (at < 0 || f < least)) {
         at = g;

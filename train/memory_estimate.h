@@ -33,7 +33,8 @@ struct MemoryEstimate {
   uint64_t activations = 0;    // one micro-batch's forward activations and backward temporaries
   // Host bytes the engine's initialisation holds at once per rank (the largest group in fp32).
   uint64_t init_host = 0;
-  int ranks_in_process = 1;    // ranks sharing this process's memory (threads on the CPU)
+  int ranks_in_process = 1;  // ranks sharing this process's memory (threads on the CPU)
+  int first_gpu = 0;  // CUDA: this process's ranks use GPUs first_gpu .. + ranks_in_process - 1
   bool host_is_device = true;  // CPU backend: device bytes are this process's memory
 
   uint64_t states() const { return params + grads + optim; }

@@ -163,7 +163,9 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   const std::optional<comm::MpiProcess> mpi = comm::mpi_process();
   check_run(cfg, options, mpi);
   // Refused before anything is allocated when it cannot fit (train/memory_estimate.h).
-  check_memory_fits(cfg, estimate_memory(cfg, mpi.has_value()), machine_memory_limit());
+  MemoryEstimate estimate = estimate_memory(cfg, mpi.has_value());
+  estimate.first_gpu = mpi ? mpi->local_rank : 0;  // run_cuda: rank r on GPU r; MPI: local rank
+  check_memory_fits(cfg, estimate, machine_memory_limit());
   std::unique_ptr<TokenData> data;
   if (!options.data)
     data = std::make_unique<TokenData>(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
