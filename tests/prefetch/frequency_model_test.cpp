@@ -280,6 +280,14 @@ TEST(FrequencyModel, MismatchedJsonIsRefusedNamingTheField) {
   j = good;
   j["last_active"][1][2] = 7;
   EXPECT_NE(load_error(j).find("frequency_model.last_active[1][2]"), std::string::npos);
+  j = good;  // the cost plan's calibration (optional, but checked when present)
+  j["confident_priced"][0] = -1.0;
+  EXPECT_NE(load_error(j).find("frequency_model.confident_priced[0]: must be in [0"),
+            std::string::npos);
+  j = good;
+  j["confident_active"] = nlohmann::json::array({1.0});
+  EXPECT_NE(load_error(j).find("frequency_model.confident_active: expected 2 values, got 1"),
+            std::string::npos);
   EXPECT_NE(load_error(nlohmann::json::array()).find("expected a JSON object"), std::string::npos);
 
   FrequencyModel wider(2, 5, 0.9);
