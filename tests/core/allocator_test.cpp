@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <latch>
+#include <thread>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -163,6 +166,71 @@ TEST(TensorBuffer, OwnsItsMemoryAndViewsIt) {
     EXPECT_EQ(dev->allocator().stats().current_bytes[size_t(MemTag::Activation)], 30u);
   }
   EXPECT_EQ(dev->allocator().stats().current_bytes[size_t(MemTag::Activation)], 0u);
+}
+
+// A CPU device whose raw_free waits for the whole device, as cudaFree does: it counts the
+// frees that happen while a stream task is still running (what deadlocks behind a collective).
+class FreeWaitsDevice final : public Device {
+ public:
+  FreeWaitsDevice() : inner_(make_cpu_device(0)) {}
+  DeviceKind kind() const override { return inner_->kind(); }
+  int index() const override { return inner_->index(); }
+  std::string name() const override { return "free-waits " + inner_->name(); }
+  Stream& default_stream() override { return inner_->default_stream(); }
+  Stream& create_stream(std::string name) override { return inner_->create_stream(name); }
+  std::unique_ptr<Event> create_event() override { return inner_->create_event(); }
+  void synchronize() override { inner_->synchronize(); }
+  Ops& ops() override { return inner_->ops(); }
+  Allocator& allocator() override { return inner_->allocator(); }
+  void* raw_alloc(size_t bytes) override { return inner_->raw_alloc(bytes); }
+  void raw_free(void* ptr) override {
+    frees_while_busy += busy.load() ? 1 : 0;
+    inner_->raw_free(ptr);
+  }
+  void memcpy_async(void* dst, const void* src, size_t bytes, Stream& s) override {
+    inner_->memcpy_async(dst, src, bytes, s);
+  }
+  void memset_async(void* dst, int value, size_t bytes, Stream& s) override {
+    inner_->memset_async(dst, value, bytes, s);
+  }
+  bool raw_free_synchronizes() const override { return true; }
+
+  std::atomic<bool> busy{false};
+  int frees_while_busy = 0;
+
+ private:
+  std::unique_ptr<Device> inner_;
+};
+
+TEST(Allocator, OutOfMemoryRetryDrainsTheStreamsBeforeAFreeThatWaitsForTheDevice) {
+  FreeWaitsDevice dev;
+  Stream& s = dev.create_stream("reduce");
+  const size_t block = 1 << 20;
+  Allocator alloc(dev, 3 * block);                              // room for three blocks
+  { Buffer cached = alloc.allocate(block, MemTag::Other, s); }  // freed: cached once s passes
+  s.synchronize();
+  Buffer held = alloc.allocate(block, MemTag::Other, s);       // the cached block again
+  { Buffer again = alloc.allocate(block, MemTag::Other, s); }  // a second block, cached
+  s.synchronize();
+  // A task still running on the stream: a "collective" waiting for its peer.
+  std::atomic<bool> release{false};
+  dev.busy = true;
+  s.enqueue_host([&] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    dev.busy = false;
+  });
+  std::jthread peer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    release = true;
+  });
+  // 1.5 blocks fit beside `held` only once the cached block is given back (2 + 1.5 > 3): the
+  // retry must let the stream finish before it frees.
+  Buffer big = alloc.allocate(block + block / 2, MemTag::Other, s);
+  peer.join();
+  EXPECT_EQ(dev.frees_while_busy, 0) << "a cached block was freed while a stream task ran";
+  EXPECT_FALSE(dev.busy.load());
+  EXPECT_GE(alloc.stats().device_alloc_count, 3u);
+  s.synchronize();
 }
 
 }  // namespace
