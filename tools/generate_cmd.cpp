@@ -1,5 +1,7 @@
 // tools/generate_cmd.cpp — `moezero generate`: text from a checkpoint or an exported Hugging
-// Face directory, on the CPU with a KV cache (hf/generate.h). Tokens: the directory's
+// Face directory, with a KV cache (hf/generate.h), on a GPU when the build has CUDA and one is
+// present (--device auto, the default; it says on stderr when it falls back to the CPU), or on
+// the device --device names (cuda without a GPU is an error). Tokens: the directory's
 // tokenizer.json (byte-level BPE, hf/bpe_tokenizer.h) when there is one (or --tokenizer FILE),
 // then generation also stops at its <|endoftext|>; else bytes (a model with vocab_size > 256
 // prints ids >= 256 as "<id>").
@@ -13,6 +15,7 @@
 #include "hf/bpe_tokenizer.h"
 #include "hf/generate.h"
 #include "hf/hf_export.h"
+#include "kernels/backend.h"
 #include "tools/cli.h"
 #include "train/checkpoint.h"
 
@@ -64,6 +67,29 @@ LoadedModel load(const std::string& checkpoint, const std::string& hf_dir) {
   return out;
 }
 
+enum class DeviceChoice : uint8_t { Auto, Cpu, Cuda };
+
+DeviceChoice parse_device(const std::string& text) {
+  if (text == "auto") return DeviceChoice::Auto;
+  if (text == "cpu") return DeviceChoice::Cpu;
+  if (text == "cuda") return DeviceChoice::Cuda;
+  MOEZERO_USER_ERROR("generate: --device must be auto, cpu or cuda, got '", text, "'");
+}
+
+// The device generation runs on, and the line (for stderr, after the text: stdout is the text
+// alone) that names it.
+std::unique_ptr<Device> open_device(DeviceChoice choice, std::string& says) {
+  std::string why;
+  const bool cuda = choice != DeviceChoice::Cpu && cuda_available(&why);
+  if (choice == DeviceChoice::Cuda && !cuda)
+    MOEZERO_USER_ERROR("generate: --device cuda but CUDA is unavailable: ", why);
+  std::unique_ptr<Device> dev = cuda ? make_cuda_device(0) : make_cpu_device();
+  says = choice == DeviceChoice::Auto && !cuda
+             ? "generate: no GPU (" + why + "): running on the CPU"
+             : "generate: running on " + dev->name();
+  return dev;
+}
+
 std::string decode(const std::vector<int32_t>& tokens) {
   std::string s;
   for (int32_t t : tokens)
@@ -85,6 +111,7 @@ std::string find_tokenizer(const std::string& dir, const std::string& configured
 int generate(const std::vector<std::string>& args) {
   std::string checkpoint, hf_dir, tokenizer, prompt = "\n";
   int64_t max_new = 200;
+  DeviceChoice device = DeviceChoice::Auto;
   moe::Sampling s;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
@@ -108,6 +135,8 @@ int generate(const std::vector<std::string>& args) {
       s.top_k = parse_count(a, value("--top-k"), 0);
     else if (a == "--top-p")
       s.top_p = parse_number(a, value("--top-p"));
+    else if (a == "--device")
+      device = parse_device(value("--device"));
     else if (a == "--seed")
       s.seed = static_cast<uint64_t>(parse_count(a, value("--seed"), 0));
     else
@@ -135,10 +164,13 @@ int generate(const std::vector<std::string>& args) {
     MOEZERO_REQUIRE(ids[i] < m.model.vocab_size, "generate: prompt token ", ids[i], " at ", i,
                     " is outside the model's vocab_size (", m.model.vocab_size, ")",
                     tok ? " (tokenizer " + tokenizer + ")" : std::string(" (tokens are bytes)"));
-  moe::KvGenerator gen(m.model, m.normalize_top_k, m.groups);
+  std::string device_line;
+  const std::unique_ptr<Device> dev = open_device(device, device_line);
+  moe::KvGenerator gen(m.model, m.normalize_top_k, m.groups, dev.get());
   const std::vector<int32_t> out =
       moe::generate(gen, ids, max_new, s, tok ? tok->end_of_text() : -1);
   std::cout << prompt << (tok ? tok->decode(out) : decode(out)) << std::endl;
+  std::cerr << device_line << std::endl;
   if (int64_t(out.size()) < max_new && !(tok && !out.empty() && out.back() == tok->end_of_text()))
     std::cerr << "(stopped after " << out.size()
               << " tokens: the context of model.seq_len = " << m.model.seq_len << " tokens is full)"
