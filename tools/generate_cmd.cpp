@@ -108,11 +108,20 @@ std::string find_tokenizer(const std::string& dir, const std::string& configured
   return !configured.empty() && fs::is_regular_file(configured) ? configured : std::string();
 }
 
-int generate(const std::vector<std::string>& args) {
+namespace {
+
+struct GenerateArgs {
   std::string checkpoint, hf_dir, tokenizer, prompt = "\n";
   int64_t max_new = 200;
   DeviceChoice device = DeviceChoice::Auto;
-  moe::Sampling s;
+  moe::Sampling sampling;
+  bool ignore_eos = false;  // --ignore-eos: no stop at <|endoftext|> (comparisons)
+  bool print_ids = false;   // --ids: the token ids as JSON instead of the text
+};
+
+GenerateArgs parse_generate_args(const std::vector<std::string>& args) {
+  GenerateArgs g;
+  moe::Sampling& s = g.sampling;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
       MOEZERO_REQUIRE(i + 1 < args.size(), "generate: ", flag, " needs a value");
@@ -120,15 +129,15 @@ int generate(const std::vector<std::string>& args) {
     };
     const std::string& a = args[i];
     if (a == "--checkpoint")
-      checkpoint = value("--checkpoint");
+      g.checkpoint = value("--checkpoint");
     else if (a == "--model")
-      hf_dir = value("--model");
+      g.hf_dir = value("--model");
     else if (a == "--tokenizer")
-      tokenizer = value("--tokenizer");
+      g.tokenizer = value("--tokenizer");
     else if (a == "--prompt")
-      prompt = value("--prompt");
+      g.prompt = value("--prompt");
     else if (a == "--max-new-tokens")
-      max_new = parse_count(a, value("--max-new-tokens"), 0);
+      g.max_new = parse_count(a, value("--max-new-tokens"), 0);
     else if (a == "--temperature")
       s.temperature = parse_number(a, value("--temperature"));
     else if (a == "--top-k")
@@ -136,42 +145,66 @@ int generate(const std::vector<std::string>& args) {
     else if (a == "--top-p")
       s.top_p = parse_number(a, value("--top-p"));
     else if (a == "--device")
-      device = parse_device(value("--device"));
+      g.device = parse_device(value("--device"));
     else if (a == "--seed")
       s.seed = static_cast<uint64_t>(parse_count(a, value("--seed"), 0));
+    else if (a == "--ignore-eos")
+      g.ignore_eos = true;
+    else if (a == "--ids")
+      g.print_ids = true;
     else
       MOEZERO_USER_ERROR("generate: unknown option '", a, "' (see `moezero help`)");
   }
-  MOEZERO_REQUIRE(checkpoint.empty() != hf_dir.empty(),
+  MOEZERO_REQUIRE(g.checkpoint.empty() != g.hf_dir.empty(),
                   "generate: give exactly one of --checkpoint DIR and --model HF_DIR");
   MOEZERO_REQUIRE(s.temperature >= 0.0, "generate: --temperature must be >= 0 (0: greedy), got ",
                   s.temperature);
   MOEZERO_REQUIRE(s.top_p > 0.0 && s.top_p <= 1.0, "generate: --top-p must be in (0, 1], got ",
                   s.top_p);
-  MOEZERO_REQUIRE(!prompt.empty(), "generate: --prompt is empty (give at least one character)");
-  const LoadedModel m = load(checkpoint, hf_dir);
+  MOEZERO_REQUIRE(!g.prompt.empty(), "generate: --prompt is empty (give at least one character)");
+  return g;
+}
+
+std::string ids_json(const std::vector<int32_t>& prompt, const std::vector<int32_t>& out) {
+  auto list = [](const std::vector<int32_t>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  return "{\"prompt_ids\": " + list(prompt) + ", \"new_ids\": " + list(out) + "}";
+}
+
+}  // namespace
+
+int generate(const std::vector<std::string>& args) {
+  const GenerateArgs g = parse_generate_args(args);
+  const LoadedModel m = load(g.checkpoint, g.hf_dir);
+  std::string tokenizer = g.tokenizer;
   if (tokenizer.empty())
-    tokenizer = find_tokenizer(checkpoint.empty() ? hf_dir : checkpoint, m.tokenizer);
+    tokenizer = find_tokenizer(g.checkpoint.empty() ? g.hf_dir : g.checkpoint, m.tokenizer);
   std::unique_ptr<moe::BpeTokenizer> tok;
   std::vector<int32_t> ids;
   if (!tokenizer.empty()) {
     tok = std::make_unique<moe::BpeTokenizer>(tokenizer);
-    ids = tok->encode(prompt);
+    ids = tok->encode(g.prompt);
   } else {
-    for (char c : prompt) ids.push_back(static_cast<uint8_t>(c));
+    for (char c : g.prompt) ids.push_back(static_cast<uint8_t>(c));
   }
   for (size_t i = 0; i < ids.size(); ++i)
     MOEZERO_REQUIRE(ids[i] < m.model.vocab_size, "generate: prompt token ", ids[i], " at ", i,
                     " is outside the model's vocab_size (", m.model.vocab_size, ")",
                     tok ? " (tokenizer " + tokenizer + ")" : std::string(" (tokens are bytes)"));
   std::string device_line;
-  const std::unique_ptr<Device> dev = open_device(device, device_line);
+  const std::unique_ptr<Device> dev = open_device(g.device, device_line);
   moe::KvGenerator gen(m.model, m.normalize_top_k, m.groups, dev.get());
-  const std::vector<int32_t> out =
-      moe::generate(gen, ids, max_new, s, tok ? tok->end_of_text() : -1);
-  std::cout << prompt << (tok ? tok->decode(out) : decode(out)) << std::endl;
+  const int32_t eos = tok && !g.ignore_eos ? tok->end_of_text() : -1;
+  const std::vector<int32_t> out = moe::generate(gen, ids, g.max_new, g.sampling, eos);
+  if (g.print_ids)
+    std::cout << ids_json(ids, out) << std::endl;
+  else
+    std::cout << g.prompt << (tok ? tok->decode(out) : decode(out)) << std::endl;
   std::cerr << device_line << std::endl;
-  if (int64_t(out.size()) < max_new && !(tok && !out.empty() && out.back() == tok->end_of_text()))
+  if (int64_t(out.size()) < g.max_new && !(eos >= 0 && !out.empty() && out.back() == eos))
     std::cerr << "(stopped after " << out.size()
               << " tokens: the context of model.seq_len = " << m.model.seq_len << " tokens is full)"
               << std::endl;

@@ -16,6 +16,13 @@ out=$("$BIN" generate --checkpoint "$WORK/ckpt" --prompt "Grüße aus" --max-new
 case "$out" in "Grüße aus"*) ;; *) echo "FAIL: generate printed '$out'"; exit 1 ;; esac
 "$BIN" export --checkpoint "$WORK/ckpt" --out "$WORK/hf" >/dev/null
 cmp "$TOK" "$WORK/hf/tokenizer.json"
+grep -q '"tokenizer_class": "PreTrainedTokenizerFast"' "$WORK/hf/tokenizer_config.json"
+grep -q '"eos_token_id": 0' "$WORK/hf/generation_config.json"
+# train --export-hf (no checkpoint in between) writes the same tokenizer files.
+"$BIN" train --config "$CFG" --quiet --set train.steps=1 --set model.vocab_size=420 \
+  --set data.tokenizer="$TOK" --export-hf "$WORK/hf_direct" >/dev/null
+cmp "$TOK" "$WORK/hf_direct/tokenizer.json"
+cmp "$WORK/hf/tokenizer_config.json" "$WORK/hf_direct/tokenizer_config.json"
 a=$("$BIN" generate --model "$WORK/hf" --prompt "Grüße aus" --max-new-tokens 6 --seed 2)
 [ "$a" = "$out" ] || { echo "FAIL: export generates '$a', checkpoint '$out'"; exit 1; }
 if "$BIN" train --config "$CFG" --quiet --set train.steps=1 --set data.tokenizer="$TOK" 2>"$WORK/err"; then
