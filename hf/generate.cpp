@@ -110,7 +110,10 @@ KvGenerator::KvGenerator(const ModelConfig& model, bool normalize_top_k,
 }
 
 KvGenerator::~KvGenerator() {
-  if (device_) device_->default_stream().synchronize();
+  try {  // the buffers go back to the allocator after the stream's last use of them
+    if (device_) device_->default_stream().synchronize();
+  } catch (const std::exception&) {  // a failed op was reported by the feed that enqueued it
+  }
 }
 
 void KvGenerator::reset() { pos_ = 0; }  // positions >= pos_ of the cache are never read
