@@ -112,7 +112,7 @@ struct StepOutcome {
 // Every rank's counters of one step, from one all-gather.
 struct StepExchange {
   std::vector<RankStepStats> ranks;    // (world)
-  std::vector<uint64_t> expert_words;  // (world * per-rank words), rank-major (step_stats.h)
+  std::vector<uint64_t> expert_words;  // summed over the ranks (step_stats.h)
   int stop_signal = 0;  // TrainOptions::stop_flag seen by any rank (the largest signal): stop
 };
 
@@ -453,28 +453,27 @@ RankStepStats RankSession::step_counters(const StepTiming& timing) {
   return mine;
 }
 
-// One exchange per step (one host sync): the struct as raw 8-byte words, then the per-expert
-// words, whose count depends only on the config, then this rank's stop signal (0: none; every
-// rank stops after the same step when any saw one); through device buffers (NCCL reads device
-// memory only).
+// One exchange per step: every rank's struct as raw 8-byte words and its stop signal (0: none;
+// every rank stops after the same step when any saw one) by an all-gather, then the per-expert
+// words, whose count depends only on the config, summed over the ranks by an all-reduce (their
+// size does not grow with the world); through device buffers (NCCL reads device memory only).
 StepExchange RankSession::exchange_step_stats(const StepTiming& timing) {
   const RankStepStats mine = step_counters(timing);
   const std::vector<uint64_t> expert_words = step_stats_->rank_words(*engine_, moe_stats_, timing);
-  const size_t expert_n = expert_words.size(), stride = kRankStepStatsWords + expert_n + 1;
+  const size_t stride = kRankStepStatsWords + 1;
   std::vector<int64_t> mine_words(stride);
   to_words(mine, mine_words.data());
-  std::memcpy(mine_words.data() + kRankStepStatsWords, expert_words.data(), expert_n * 8);
   mine_words[stride - 1] = run_.options.stop_flag ? run_.options.stop_flag->load() : 0;
   const std::vector<int64_t> words = all_gather_words(dev_, cs_, *comms_.misc, mine_words);
   StepExchange ex;
   ex.ranks.resize(static_cast<size_t>(world_));
-  ex.expert_words.resize(expert_n * static_cast<size_t>(world_));
   for (size_t r = 0; r < ex.ranks.size(); ++r) {
     ex.ranks[r] = from_words(words.data() + r * stride);
-    std::memcpy(ex.expert_words.data() + r * expert_n,
-                words.data() + r * stride + kRankStepStatsWords, expert_n * 8);
     ex.stop_signal = std::max(ex.stop_signal, static_cast<int>(words[r * stride + stride - 1]));
   }
+  std::vector<int64_t> signed_words(expert_words.begin(), expert_words.end());
+  const std::vector<int64_t> summed = all_reduce_words(dev_, cs_, *comms_.misc, signed_words);
+  ex.expert_words.assign(summed.begin(), summed.end());
   return ex;
 }
 
@@ -565,7 +564,7 @@ void RankSession::log_step(int64_t step, const StepOutcome& o, StepExchange ex,
   s.tokens = step_tokens_;
   s.tokens_per_s = double(step_tokens_) / std::chrono::duration<double>(busy).count();
   s.elapsed_s = std::chrono::duration<double>(t1 - t_start).count();
-  step_stats_->sum(ex.expert_words, world_, moe_stats_, predicted, s.moe_layers, s.comm);
+  step_stats_->sum(ex.expert_words, moe_stats_, predicted, s.moe_layers, s.comm);
   s.ranks = std::move(ex.ranks);
   if (cfg_.profile.grad_norms) s.grad_norms = health_->norms(o.result);
   s.nonfinite = o.nonfinite;
