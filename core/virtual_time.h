@@ -5,9 +5,19 @@
 // Obtain it with dynamic_cast<VirtualStream*>(&stream): null on real backends.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 
 namespace moezero {
+
+// Unbacked buffers of the simulated backend live at these (non-canonical, never mapped)
+// addresses: nothing may dereference them; a collective moves no bytes for them.
+constexpr uintptr_t kVirtualAddressBase = uintptr_t{1} << 56;
+constexpr uintptr_t kVirtualAddressLimit = uintptr_t{1} << 62;
+inline bool is_virtual_address(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return a >= kVirtualAddressBase && a < kVirtualAddressLimit;
+}
 
 class VirtualStream {
  public:

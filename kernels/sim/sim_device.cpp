@@ -15,17 +15,14 @@ namespace {
 constexpr std::chrono::milliseconds kWaitPoll{20};
 // Unbacked blocks live at non-canonical x86-64 / AArch64 addresses: a dereference faults at
 // once instead of corrupting memory. A gap after each block keeps them apart.
-constexpr uintptr_t kFakeBase = uintptr_t{1} << 56;
-constexpr uintptr_t kFakeLimit = uintptr_t{1} << 62;
+constexpr uintptr_t kFakeBase = kVirtualAddressBase;
+constexpr uintptr_t kFakeLimit = kVirtualAddressLimit;
 constexpr uintptr_t kFakeGap = 1 << 16;
 constexpr size_t kAlign = 256;
 std::atomic<uintptr_t> g_next_fake{kFakeBase};
 }  // namespace
 
-bool is_unbacked(const void* ptr) {
-  const auto p = reinterpret_cast<uintptr_t>(ptr);
-  return p >= kFakeBase && p < kFakeLimit;
-}
+bool is_unbacked(const void* ptr) { return is_virtual_address(ptr); }
 
 std::vector<std::function<void()>>*& host_task_capture() {
   thread_local std::vector<std::function<void()>>* capture = nullptr;
@@ -393,10 +390,10 @@ uint64_t guaranteed_backed_bytes(const SimDeviceOptions& options) {
 
 std::unique_ptr<Device> make_sim_device(int index, const GpuProfile& profile,
                                         SimDeviceOptions options) {
-  MOEZERO_CHECK(options.backed_bytes >= 8192, "make_sim_device: backed_bytes must be >= 8192, got ",
-                options.backed_bytes);
-  MOEZERO_CHECK(profile.sharing >= 1, "make_sim_device: profile '", profile.name, "' has sharing ",
-                profile.sharing, " (must be >= 1)");
+  MOEZERO_REQUIRE(options.backed_bytes >= 8192,
+                  "make_sim_device: backed_bytes must be >= 8192, got ", options.backed_bytes);
+  MOEZERO_REQUIRE(profile.sharing >= 1, "make_sim_device: profile '", profile.name,
+                  "' has sharing ", profile.sharing, " (must be >= 1)");
   return std::make_unique<SimDevice>(index, profile, options);
 }
 
