@@ -56,6 +56,43 @@ TEST(SimDevice, TwoGemmsOnOneStreamAdd) {
   EXPECT_NEAR(*dev->virtual_time_s(), 2 * kGemmSeconds, 1e-9);
 }
 
+TEST(SimDevice, GroupedGemmAndAttentionCostTheirFlops) {
+  auto dev = make_sim_device(0, round_profile());
+  Stream& s = dev->create_stream("compute");
+  Gemm g1(*dev, s, 1024, DType::BF16), g2(*dev, s, 1024, DType::BF16);
+  const GemmProblem problems[2] = {{g1.a, g1.b, g1.c}, {g2.a, g2.b, g2.c}};
+  dev->ops().grouped_gemm(s, problems, Transpose::No, Transpose::No, 1.0f, 0.0f);
+  s.synchronize();
+  EXPECT_NEAR(*dev->virtual_time_s(), 2 * kGemmSeconds, 1e-9);
+  // Causal attention, B 2, T 2048, H 16, D 128: 2 B H T^2 D forward, 2.5x backward.
+  const Shape qs{2, 2048, 16, 128};
+  TensorBuffer q(*dev, DType::BF16, qs, MemTag::Activation, s),
+      k(*dev, DType::BF16, qs, MemTag::Activation, s),
+      v(*dev, DType::BF16, qs, MemTag::Activation, s),
+      o(*dev, DType::BF16, qs, MemTag::Activation, s),
+      lse(*dev, DType::F32, {2, 16, 2048}, MemTag::Activation, s);
+  const double fwd = 2.0 * 2 * 16 * 2048.0 * 2048 * 128 / 1e12;
+  dev->ops().attention_forward(s, q, k, v, o, lse);
+  s.synchronize();
+  EXPECT_NEAR(*dev->virtual_time_s(), 2 * kGemmSeconds + fwd, 1e-9);
+  dev->ops().attention_backward(s, q, k, v, o, lse, o, q, k, v);
+  s.synchronize();
+  EXPECT_NEAR(*dev->virtual_time_s(), 2 * kGemmSeconds + 3.5 * fwd, 1e-9);
+}
+
+TEST(SimDevice, CapacityOptionLimitsMemory) {
+  SimDeviceOptions opt;
+  opt.capacity_bytes = uint64_t{1} << 30;
+  auto dev = make_sim_device(0, round_profile(), opt);
+  Stream& s = dev->default_stream();
+  Buffer a = dev->allocator().allocate(size_t{800} << 20, MemTag::Activation, s);
+  EXPECT_THROW(dev->allocator().allocate(size_t{300} << 20, MemTag::Activation, s),
+               OutOfMemoryError);
+  a.reset();
+  Buffer b = dev->allocator().allocate(size_t{300} << 20, MemTag::Activation, s);  // fits again
+  EXPECT_TRUE(b);
+}
+
 TEST(SimDevice, Fp32GemmUsesTheFp32Peak) {
   auto dev = make_sim_device(0, round_profile());
   Stream& s = dev->create_stream("compute");
