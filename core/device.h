@@ -33,7 +33,8 @@ class Allocator;
 class Ops;
 class Event;
 
-enum class DeviceKind : uint8_t { Cpu, Cuda };
+// Sim: the simulated backend (kernels/sim/): virtual time, no computation on big buffers.
+enum class DeviceKind : uint8_t { Cpu, Cuda, Sim };
 
 const char* device_kind_name(DeviceKind k);
 
@@ -112,6 +113,10 @@ class Device {
 
   // Blocks until every stream of this device is idle.
   virtual void synchronize() = 0;
+
+  // The host's virtual clock in seconds on the simulated backend (kernels/sim/sim_device.h):
+  // what a wall clock would read on the simulated machine. nullopt on real devices.
+  virtual std::optional<double> virtual_time_s() const { return std::nullopt; }
 
   // The op table of this backend (kernels/).
   virtual Ops& ops() = 0;
