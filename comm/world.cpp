@@ -62,7 +62,7 @@ void World::run(int world_size, const std::function<void(RankContext&)>& fn,
 
 void World::run_sim(const SimWorldOptions& options, const std::function<void(RankContext&)>& fn) {
   const SimTopology& topo = options.topology;
-  const CommEmulation network = topology_network(topo);
+  const CommEmulation network = options.network ? *options.network : topology_network(topo);
   const int cluster = topo.nodes * topo.gpus_per_node;
   const int world_size = options.world_size == 0 ? cluster : options.world_size;
   MOEZERO_REQUIRE(world_size == cluster, "simulated world: world size ", world_size,

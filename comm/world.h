@@ -17,6 +17,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "comm/local/local_world.h"
@@ -64,6 +65,10 @@ struct SimWorldOptions {
   sim::GpuProfile gpu = sim::gpu_profile("h100");
   sim::SimDeviceOptions device;  // capacity (0: the profile's memory), backed threshold
   CommOptions comm;              // timeout (wall) of collectives; emulation is ignored
+  // When set, this network instead of the topology's links (nodes and GPUs per node still
+  // size the world): CommEmulation{} is an ideal network (no bandwidth or latency cost, bench's
+  // compute-only row); a config's comm_emulation models the link `moezero bench` emulates.
+  std::optional<CommEmulation> network;
 };
 
 class World {

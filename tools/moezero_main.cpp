@@ -47,6 +47,14 @@ constexpr const char* kUsage =
     "        [--warmup N] [--json OUT]\n"
     "      the benchmark of record: the real trainer under each strategy (compute, z1, z2,\n"
     "      z3-leaf, z3-fsdp, z3-none, moezero, moezero-cache=P), alternating, medians table\n"
+    "  plan --config FILE --cluster NODESxGPUS [--gpu NAME] [--inter-node NAME]\n"
+    "       [--intra-node NAME] [--routing-trace FILE | --zipf S [--drift D] [--coactivation C]\n"
+    "       [--rank-noise R]]\n"
+    "       [--strategies LIST] [--steps N] [--warmup N] [--present ep|all] [--set k=v ...]\n"
+    "       [--json OUT]\n"
+    "      what the job will do on a cluster: the real trainer per bench strategy on simulated\n"
+    "      GPUs (h100, h200, a100) and links (nvlink4, ib_ndr, eth_100g, ..., or 'config': the\n"
+    "      config's comm_emulation), bench's table, and the fastest strategy that fits\n"
     "  help      print this text\n";
 
 }  // namespace
@@ -68,6 +76,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return moezero::cli::generate(args);
     if (cmd == "report") return moezero::cli::report(args);
     if (cmd == "bench") return moezero::cli::bench(args);
+    if (cmd == "plan") return moezero::cli::plan(args);
     std::cerr << "moezero: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
   } catch (const moezero::Error& e) {

@@ -169,6 +169,16 @@ void run_ranks(const Config& cfg, const std::optional<comm::MpiProcess>& mpi, co
 
 }  // namespace
 
+sim::SimDeviceOptions simulated_device_options(int world_size) {
+  sim::SimDeviceOptions o;
+  o.compute_backed = false;
+  // The largest exchange is the step statistics' all-gather: world x (RankStepStats + 1) words;
+  // a request is backed up to 4/5 of backed_bytes (sim_device.h).
+  const uint64_t gather = uint64_t(std::max(world_size, 1)) * (kRankStepStatsWords + 1) * 8;
+  o.backed_bytes = std::max<uint64_t>(uint64_t(1) << 20, gather * 5 / 4 + (uint64_t(64) << 10));
+  return o;
+}
+
 TrainResult train(const Config& cfg, const TrainOptions& options) {
   const std::optional<comm::MpiProcess> mpi = comm::mpi_process();
   check_run(cfg, options, mpi);

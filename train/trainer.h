@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "kernels/sim/sim_device.h"
 #include "train/checkpoint.h"
 #include "train/grad_health.h"
 #include "train/step_stats.h"
@@ -125,6 +126,11 @@ struct TrainResult {
 // Learning rate of 0-based step `step`: linear warmup to train.lr over warmup_steps, then
 // cosine decay to min_lr at the last step.
 double lr_at(const TrainConfig& t, int64_t step);
+
+// What the trainer needs of the simulated devices it runs on (TrainOptions::run_world with
+// comm::World::run_sim): no op computes (its host plans come from the routing source), and the
+// buffers of the per-step host exchanges among `world_size` ranks are real memory.
+sim::SimDeviceOptions simulated_device_options(int world_size);
 
 // Runs the whole training described by `cfg`. Ranks are threads of this process, or, when the
 // process was started by mpirun (comm/mpi_launch.h), one rank per process (World::run_mpi:

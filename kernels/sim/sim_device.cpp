@@ -243,7 +243,7 @@ SimDevice::SimDevice(int index, GpuProfile profile, SimDeviceOptions options)
     : index_(index), profile_(std::move(profile)), options_(options) {
   if (options_.capacity_bytes == 0) options_.capacity_bytes = profile_.memory_bytes;
   streams_.push_back(std::make_unique<SimStream>(*this, "default"));
-  ops_ = make_sim_ops(*this);
+  ops_ = make_sim_ops(*this, options_.compute_backed);
   // The device itself refuses blocks past its memory (raw_alloc), as cudaMalloc does; the
   // allocator's own limit stays for train.memory_limit.
   allocator_ = std::make_unique<Allocator>(*this, 0);

@@ -70,6 +70,10 @@ struct SimDeviceOptions {
   // from a cached block up to 1.25x + 4 KiB its size, so requests of at most
   // (backed_bytes - 4096) * 4 / 5 bytes (48 KiB by default) are always backed.
   uint64_t backed_bytes = 64 * 1024;
+  // False: no op computes, not even on backed buffers (find_nonfinite still writes its "all
+  // finite" stand-in). The trainer on the simulated backend needs this: its host plans come
+  // from a routing source, so small kernels computing on other values would disagree with them.
+  bool compute_backed = true;
 };
 
 // The largest request that is guaranteed real memory under `options` (see backed_bytes).

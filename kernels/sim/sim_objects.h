@@ -141,7 +141,7 @@ class SimDevice final : public Device {
 };
 
 // The op table of a simulated device (sim_ops.cpp).
-std::unique_ptr<Ops> make_sim_ops(SimDevice& device);
+std::unique_ptr<Ops> make_sim_ops(SimDevice& device, bool compute_backed);
 
 // While set on this thread, SimStream::enqueue_host appends to the vector instead of
 // enqueuing (a real CPU kernel's work joins its op's task).

@@ -235,14 +235,15 @@ struct StandIn {
 
 class SimOps final : public Ops {
  public:
-  explicit SimOps(SimDevice& device) : device_(device), cpu_(cpu::make_cpu_ops()) {}
+  SimOps(SimDevice& device, bool compute_backed)
+      : device_(device), cpu_(cpu::make_cpu_ops()), compute_(compute_backed) {}
 
  protected:
 #define MOEZERO_OP(name, params, args)       \
   void do_##name params override {           \
     const OpCost cost = cost_##name args;    \
     std::vector<std::function<void()>> real; \
-    if (all_backed args) {                   \
+    if (compute_ && all_backed args) {       \
       host_task_capture() = &real;           \
       try {                                  \
         cpu_->name args;                     \
@@ -271,10 +272,13 @@ class SimOps final : public Ops {
 
   SimDevice& device_;
   std::unique_ptr<Ops> cpu_;
+  const bool compute_;  // SimDeviceOptions::compute_backed
 };
 
 }  // namespace
 
-std::unique_ptr<Ops> make_sim_ops(SimDevice& device) { return std::make_unique<SimOps>(device); }
+std::unique_ptr<Ops> make_sim_ops(SimDevice& device, bool compute_backed) {
+  return std::make_unique<SimOps>(device, compute_backed);
+}
 
 }  // namespace moezero::sim
