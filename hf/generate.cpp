@@ -99,8 +99,12 @@ const std::vector<float>& KvGenerator::feed(int32_t token) {
                   " tokens)");
   MOEZERO_REQUIRE(token >= 0 && token < m.vocab_size, "generate: token ", token,
                   " outside the vocabulary (", m.vocab_size, ")");
-  const int64_t C = m.d_model, Hq = m.n_heads, Hkv = m.n_kv_heads, D = C / Hq, F = m.d_ff;
+  const int64_t C = m.d_model, Hq = m.n_heads, Hkv = m.n_kv_heads, D = C / Hq;
   const int64_t KV = Hkv * D;
+  // SwiGLU widths: dense layers, routed experts, the shared experts as one (their sum).
+  const int64_t Fs =
+      m.num_shared_experts * (m.shared_expert_d_ff > 0 ? m.shared_expert_d_ff : m.expert_width());
+  const int64_t F = std::max({m.d_ff, m.expert_width(), Fs});
   const float* emb = w_->at("model.embed_tokens.weight") + int64_t(token) * C;
   const auto HD = static_cast<size_t>(Hq * D);
   Vec x(emb, emb + C), q(HD), att(HD), o(static_cast<size_t>(C));
@@ -114,6 +118,14 @@ const std::vector<float>& KvGenerator::feed(int32_t token) {
     matvec(w_->at(p + "self_attn.q_proj.weight"), xn.data(), Hq * D, C, q.data());
     matvec(w_->at(p + "self_attn.k_proj.weight"), xn.data(), KV, C, k);
     matvec(w_->at(p + "self_attn.v_proj.weight"), xn.data(), KV, C, v);
+    if (m.qkv_bias) {  // Qwen2: before RoPE
+      auto add = [](float* y, const float* b, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) y[i] += b[i];
+      };
+      add(q.data(), w_->at(p + "self_attn.q_proj.bias"), Hq * D);
+      add(k, w_->at(p + "self_attn.k_proj.bias"), KV);
+      add(v, w_->at(p + "self_attn.v_proj.bias"), KV);
+    }
     rope(q.data(), Hq, D, pos_, m.rope_theta);
     rope(k, Hkv, D, pos_, m.rope_theta);
     const float scale = 1.0f / std::sqrt(float(D));
@@ -143,17 +155,30 @@ const std::vector<float>& KvGenerator::feed(int32_t token) {
     for (int64_t c = 0; c < C; ++c) x[size_t(c)] += o[size_t(c)];
     // Feed-forward.
     xn = rmsnorm(x, w_->at(p + "post_attention_layernorm.weight"), m.norm_eps);
-    auto expert = [&](const float* w1, const float* w3, const float* w2, float weight) {
-      matvec(w1, xn.data(), F, C, gate.data());
-      matvec(w3, xn.data(), F, C, up.data());
-      for (int64_t f = 0; f < F; ++f) gate[size_t(f)] = silu(gate[size_t(f)]) * up[size_t(f)];
-      matvec(w2, gate.data(), C, F, y.data());
+    // x += weight * w2 (silu(w1 xn) * w3 xn), a SwiGLU of width `width`.
+    auto expert = [&](const float* w1, const float* w3, const float* w2, int64_t width,
+                      float weight) {
+      matvec(w1, xn.data(), width, C, gate.data());
+      matvec(w3, xn.data(), width, C, up.data());
+      for (int64_t f = 0; f < width; ++f) gate[size_t(f)] = silu(gate[size_t(f)]) * up[size_t(f)];
+      matvec(w2, gate.data(), C, width, y.data());
       for (int64_t c = 0; c < C; ++c) x[size_t(c)] += weight * y[size_t(c)];
     };
     if (!is_moe_layer(m, int(l))) {
       expert(w_->at(p + "mlp.gate_proj.weight"), w_->at(p + "mlp.up_proj.weight"),
-             w_->at(p + "mlp.down_proj.weight"), 1.0f);
+             w_->at(p + "mlp.down_proj.weight"), m.d_ff, 1.0f);
       continue;
+    }
+    if (Fs > 0) {  // shared experts (moe/shared_experts.h), optionally gated per token
+      const std::string sp = p + "block_sparse_moe.shared_expert";
+      float weight = 1.0f;
+      if (m.shared_expert_gate) {
+        float logit = 0.0f;
+        matvec(w_->at(sp + "_gate.weight"), xn.data(), 1, C, &logit);
+        weight = 1.0f / (1.0f + std::exp(-logit));
+      }
+      expert(w_->at(sp + ".gate_proj.weight"), w_->at(sp + ".up_proj.weight"),
+             w_->at(sp + ".down_proj.weight"), Fs, weight);
     }
     const int64_t E = m.num_experts;
     Vec probs(static_cast<size_t>(E));
@@ -172,7 +197,8 @@ const std::vector<float>& KvGenerator::feed(int32_t token) {
       const int64_t e = order[size_t(j)];
       const std::string ep = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
       const float wgt = probs[size_t(e)] / (normalize_top_k_ ? chosen : 1.0f);
-      expert(w_->at(ep + "w1.weight"), w_->at(ep + "w3.weight"), w_->at(ep + "w2.weight"), wgt);
+      expert(w_->at(ep + "w1.weight"), w_->at(ep + "w3.weight"), w_->at(ep + "w2.weight"),
+             m.expert_width(), wgt);
     }
   }
   const Vec xf = rmsnorm(x, w_->at("model.norm.weight"), m.norm_eps);
