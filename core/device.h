@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace moezero {
@@ -133,6 +134,11 @@ class Device {
   // frees while a collective of this device may be in flight (the classic NCCL deadlock).
   virtual bool raw_free_synchronizes() const { return false; }
 
+  // The host's virtual clock in seconds on the simulated backend (kernels/sim/; issue 18): it
+  // advances with each launch and jumps to the awaited time at a host synchronisation. Nullopt
+  // on real devices, whose time is the wall clock.
+  virtual std::optional<double> virtual_time_s() const { return std::nullopt; }
+
   // ---- Bounded host waits ---------------------------------------------------------------
   // Every host wait of this device (Stream::synchronize, Event::synchronize, synchronize())
   // may depend on a peer's collective. With a limit set (the rank's comm.timeout_s; 0 =
@@ -150,7 +156,8 @@ class Device {
   void remove_wait_expiry_hook(int id);
   void abort_host_waits(const std::string& why);
   // Polls `ready` (cheap, non-blocking) until true against the limit and aborts: spinning for
-  // the first 2 ms, then sleeping at most 100 us between looks. [in] what: the wait, for the error ("stream 'compute' of cuda:0").
+  // the first 2 ms, then sleeping at most 100 us between looks. [in] what: the wait, for the error
+  // ("stream 'compute' of cuda:0").
   void bounded_host_wait(const std::function<bool()>& ready, const std::string& what);
   // The waits' deadline check for backends that block on their own primitives: throws (after
   // the hooks) when aborted or when `start` is older than the limit.
