@@ -10,7 +10,8 @@ ZeRO-3; and one without q/k/v biases, exported with zero ones):
   2. transformers' from_pretrained(DIR) loads it with no missing, unexpected or mismatched keys;
   3. its mean next-token cross-entropy over the windows `moezero score` uses equals the score
      (relative 1e-4, fp32 both), and the logits of window 0 agree (1e-4 of their scale);
-  4. `train.init_from=DIR` with 0 steps, exported again, gives the same tensors bit for bit.
+  4. greedy `moezero generate --model DIR` (KV cache) equals transformers' generate token for token;
+  5. `train.init_from=DIR` with 0 steps, exported again, gives the same tensors bit for bit.
 No weights are downloaded: HF_HUB_OFFLINE=1, the model is built from the local config.json.
 Exit 0 and a final "N passed, 0 failed" line when every check holds.
 """
@@ -102,6 +103,18 @@ def compare(args, name, overrides, seq_len, expect_tensors=None):
     err = (mine - theirs).abs().max().item() / theirs.abs().max().item()
     check(name + " logits", mine.shape == theirs.shape and err <= 1e-4,
           "window 0 %s: max |difference| / max |logit| = %.2e" % (tuple(mine.shape), err))
+
+    # Greedy generation (bytes, 12 new tokens): `moezero generate --model` (KV cache) equals
+    # transformers' generate token for token.
+    mine = json.loads(run([args.moezero, "generate", "--model", out_dir, "--prompt", "the cat sees",
+                           "--temperature", "0", "--ignore-eos", "--max-new-tokens", "12", "--device", "cpu",
+                           "--ids"]).strip().splitlines()[-1])
+    with torch.no_grad():
+        prompt = torch.tensor([mine["prompt_ids"]], dtype=torch.long)
+        gen = model.generate(prompt, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+    theirs_new = gen[0, prompt.shape[1]:].tolist()
+    check(name + " greedy generate", mine["new_ids"] == theirs_new,
+          "moezero %s, transformers %s" % (mine["new_ids"], theirs_new))
 
     if expect_tensors:  # what the format must hold (checked on the file transformers loaded)
         expect_tensors(name, load_file(os.path.join(out_dir, "model.safetensors")))
