@@ -12,13 +12,13 @@
 //   - ONE shared expert of width shared_expert_intermediate_size, always gated per token by
 //     sigmoid(x · shared_expert_gate): our S shared experts of width Fs are stored as one SwiGLU
 //     of width S·Fs already (moe/shared_experts.h), which is exactly that expert.
-// Tensor names differ from ours (Mixtral's) in the MoE block only:
-//   ours  model.layers.l.block_sparse_moe.gate.weight        Qwen2-MoE
-//   model.layers.l.mlp.gate.weight
-//         ...block_sparse_moe.experts.e.{w1,w2,w3}.weight
-//         ...mlp.experts.e.{gate_proj,down_proj,up_proj}.weight
-//         ...block_sparse_moe.shared_expert.*                           ...mlp.shared_expert.*
-//         ...block_sparse_moe.shared_expert_gate.weight ...mlp.shared_expert_gate.weight
+// Tensor names differ from ours (Mixtral's) in the MoE block only (ours -> Qwen2-MoE):
+//   model.layers.l.block_sparse_moe.gate.weight -> model.layers.l.mlp.gate.weight
+//   ...block_sparse_moe.experts.e.w1.weight -> ...mlp.experts.e.gate_proj.weight
+//   ...block_sparse_moe.experts.e.w2.weight -> ...mlp.experts.e.down_proj.weight
+//   ...block_sparse_moe.experts.e.w3.weight -> ...mlp.experts.e.up_proj.weight
+//   ...block_sparse_moe.shared_expert.* -> ...mlp.shared_expert.*
+//   ...block_sparse_moe.shared_expert_gate.weight -> ...mlp.shared_expert_gate.weight
 // A dense model with model.qkv_bias is written as Qwen2-MoE with num_experts = 0 (every layer
 // a dense MLP: transformers' own rule), since Llama has no q/k/v-only biases.
 #pragma once
