@@ -43,6 +43,7 @@ struct KvGenerator::State {
   std::vector<TensorBuffer> k_cache, v_cache;  // per layer (Hkv, seq_len, D)
   TensorBuffer token, position;                // i32 (1): this step's id and position
   TensorBuffer x, xn, rstd, q, k, v, att, o, y, scores, probs, logits;
+  TensorBuffer shared_gate;                   // (1, 1): the shared experts' gate (Qwen2-MoE)
   TensorBuffer gate, up, hidden;              // (1, widest FFN)
   int32_t host_token = 0, host_position = 0;  // the sources of the uploads (alive until sync)
   const Tensor& at(const std::string& name) const {
@@ -103,6 +104,7 @@ KvGenerator::KvGenerator(const ModelConfig& model, bool normalize_top_k,
   st_->scores = scratch(dev, {Hq * model.seq_len}, "scores");
   st_->probs = scratch(dev, {1, std::max<int64_t>(model.num_experts, 1)}, "router probs");
   st_->logits = scratch(dev, {1, model.vocab_size}, "logits");
+  st_->shared_gate = scratch(dev, {1, 1}, "shared expert gate");
   st_->gate = scratch(dev, {1, widest_ffn}, "gate");
   st_->up = scratch(dev, {1, widest_ffn}, "up");
   st_->hidden = scratch(dev, {1, widest_ffn}, "hidden");
@@ -131,6 +133,11 @@ void KvGenerator::attention(int64_t l) {
   linear(ops, s, st.xn, st.at(p + "self_attn.q_proj.weight"), st.q);
   linear(ops, s, st.xn, st.at(p + "self_attn.k_proj.weight"), st.k);
   linear(ops, s, st.xn, st.at(p + "self_attn.v_proj.weight"), st.v);
+  if (m.qkv_bias) {  // Qwen2: before RoPE
+    ops.add(s, st.q, st.at(p + "self_attn.q_proj.bias").reshape({1, Hq * D}), st.q);
+    ops.add(s, st.k, st.at(p + "self_attn.k_proj.bias").reshape({1, Hkv * D}), st.k);
+    ops.add(s, st.v, st.at(p + "self_attn.v_proj.bias").reshape({1, Hkv * D}), st.v);
+  }
   const auto theta = float(m.rope_theta);
   const Tensor q3 = st.q.view().reshape({1, Hq, D}), k3 = st.k.view().reshape({1, Hkv, D});
   ops.rope(s, q3, st.position, theta, RopeDirection::Forward, q3);
@@ -157,13 +164,19 @@ void KvGenerator::attention(int64_t l) {
 }
 
 void KvGenerator::expert(const std::string& prefix, float weight) {
+  swiglu(prefix);
+  device_->ops().axpy(device_->default_stream(), weight, st_->y, st_->x);
+}
+
+void KvGenerator::swiglu(const std::string& prefix) {
   Ops& ops = device_->ops();
   Stream& s = device_->default_stream();
   State& st = *st_;
-  const bool dense = prefix.ends_with("mlp.");
-  const Tensor& w1 = st.at(prefix + (dense ? "gate_proj.weight" : "w1.weight"));
-  const Tensor& w3 = st.at(prefix + (dense ? "up_proj.weight" : "w3.weight"));
-  const Tensor& w2 = st.at(prefix + (dense ? "down_proj.weight" : "w2.weight"));
+  // Dense FFNs and the shared experts use Llama's names, routed experts Mixtral's.
+  const bool llama = prefix.ends_with("mlp.") || prefix.ends_with("shared_expert.");
+  const Tensor& w1 = st.at(prefix + (llama ? "gate_proj.weight" : "w1.weight"));
+  const Tensor& w3 = st.at(prefix + (llama ? "up_proj.weight" : "w3.weight"));
+  const Tensor& w2 = st.at(prefix + (llama ? "down_proj.weight" : "w2.weight"));
   const int64_t F = w1.dim(0);
   const Tensor gate = st.gate.view().view_elems(0, {1, F}), up = st.up.view().view_elems(0, {1, F});
   const Tensor hidden = st.hidden.view().view_elems(0, {1, F});
@@ -171,7 +184,19 @@ void KvGenerator::expert(const std::string& prefix, float weight) {
   linear(ops, s, st.xn, w3, up);
   ops.swiglu_forward(s, gate, up, hidden);
   linear(ops, s, hidden, w2, st.y);
-  ops.axpy(s, weight, st.y, st.x);
+}
+
+void KvGenerator::shared_experts(int64_t l) {
+  Ops& ops = device_->ops();
+  Stream& s = device_->default_stream();
+  State& st = *st_;
+  const std::string p = "model.layers." + std::to_string(l) + ".block_sparse_moe.shared_expert";
+  swiglu(p + ".");
+  if (!model_.shared_expert_gate) return ops.axpy(s, 1.0f, st.y, st.x);
+  // x += sigmoid(xn . wg) * y, the scalar gate applied on the device: (1,1) @ (1,C).
+  linear(ops, s, st.xn, st.at(p + "_gate.weight"), st.shared_gate);
+  ops.sigmoid_forward(s, st.shared_gate, st.shared_gate);
+  ops.gemm(s, GemmArgs{st.shared_gate, st.y, st.x, Transpose::No, Transpose::No, 1.0f, 1.0f});
 }
 
 void KvGenerator::feed_forward(int64_t l) {
@@ -183,6 +208,7 @@ void KvGenerator::feed_forward(int64_t l) {
   ops.rmsnorm_forward(s, st.x, st.at(p + "post_attention_layernorm.weight"), float(m.norm_eps),
                       st.xn, st.rstd);
   if (!is_moe_layer(m, int(l))) return expert(p + "mlp.", 1.0f);
+  if (m.num_shared_experts > 0) shared_experts(l);
   // The router on the device; the top-k choice on the host (E values), as the Transformer's:
   // softmax, top-k descending with ties to the lower expert, renormalised when normalize_top_k.
   const int64_t E = m.num_experts;

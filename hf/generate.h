@@ -8,10 +8,13 @@
 //
 // The math is model/transformer.h's, evaluated per position: embedding, per layer
 // x += attn(rmsnorm(x)) with RoPE at the token's absolute position against the cached keys and
-// values of every earlier position (grouped-query heads), x += ffn(rmsnorm(x)) (dense SwiGLU or
-// the MoE layer's top-k experts: softmax over the gate, top-k descending with ties to the lower
-// expert, renormalised when normalize_top_k; no jitter, no capacity), then the final norm and
-// lm_head. tests/hf/generate_test.cpp checks its logits against the Transformer's forward.
+// values of every earlier position (grouped-query heads; q/k/v biases with model.qkv_bias),
+// x += ffn(rmsnorm(x)) (dense SwiGLU or the MoE layer's top-k experts of width expert_d_ff:
+// softmax over the gate, top-k descending with ties to the lower expert, renormalised when
+// normalize_top_k; no jitter, no capacity; plus the shared experts, gated when
+// shared_expert_gate), then the final norm and lm_head. Softmax routing only: a model trained
+// with sigmoid scores or a selection bias routes otherwise. tests/hf/generate_test.cpp checks its
+// logits against the Transformer's forward.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +54,8 @@ class KvGenerator {
   void attention(int64_t layer);                         // x += attn(rmsnorm(x)) at position pos_
   void feed_forward(int64_t layer);                      // x += ffn(rmsnorm(x))
   void expert(const std::string& prefix, float weight);  // x += weight * swiglu expert(xn)
+  void swiglu(const std::string& prefix);                // y = the SwiGLU at prefix of xn
+  void shared_experts(int64_t layer);                    // x += [sigmoid(xn . wg)] * shared(xn)
 
   ModelConfig model_;
   bool normalize_top_k_ = true;

@@ -54,6 +54,16 @@ LoadedModel load(const std::string& checkpoint, const std::string& hf_dir) {
   LoadedModel out;
   if (!checkpoint.empty()) {
     checkpoint::FullParams full = checkpoint::load_full_params(checkpoint);
+    // The KV-cache generator routes with softmax probabilities and no selection bias.
+    MOEZERO_REQUIRE(full.config.model.num_experts == 0 ||
+                        (full.config.moe.score_function == ScoreFunction::Softmax &&
+                         full.config.moe.expert_bias_update_rate <= 0.0),
+                    "generate: ", checkpoint, " routes with ",
+                    full.config.moe.score_function == ScoreFunction::Sigmoid
+                        ? "sigmoid scores (moe.score_function = sigmoid)"
+                        : "a selection bias (moe.expert_bias_update_rate > 0)",
+                    ", which the generator does not compute (it routes with softmax "
+                    "probabilities only)");
     out.model = full.config.model;
     out.normalize_top_k = full.config.moe.normalize_top_k;
     out.tokenizer = full.config.data.tokenizer;

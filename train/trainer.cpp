@@ -120,7 +120,9 @@ std::map<std::string, std::vector<float>> read_init_values(const Config& cfg) {
   if (cfg.train.init_from.empty()) return init_values;
   const HfModel hf = read_hf_dir(cfg.train.init_from);
   check_same_shape(cfg.model, hf, "train.init_from");
-  for (GroupValues& g : hf_group_values(hf)) init_values.emplace(g.name, std::move(g.data));
+  check_same_routing(cfg.moe, hf, "train.init_from");
+  for (GroupValues& g : hf_group_values(hf, &cfg.model))
+    init_values.emplace(g.name, std::move(g.data));
   return init_values;
 }
 

@@ -64,8 +64,8 @@ std::vector<float> transformer_logits(const ModelConfig& m, const std::vector<Gr
   return score_bytes(m, moe, g, text, opt).first_logits;
 }
 
-TEST(Generate, KvCacheLogitsEqualTheTransformerForward) {
-  const ModelConfig m = tiny_model();
+// The KV-cache logits of every position against the Transformer's forward on the whole prefix.
+void expect_kv_logits_equal_forward(const ModelConfig& m) {
   const auto groups = random_groups(m, 11);
   const std::vector<int32_t> tokens = {72,  101, 108, 108, 111, 44,  32, 119, 111, 114,
                                        108, 100, 33,  10,  0,   255, 7,  7,   7,   7};
@@ -84,6 +84,25 @@ TEST(Generate, KvCacheLogitsEqualTheTransformerForward) {
   // f32 sums in other orders (blocked GEMMs vs plain loops): rounding only.
   EXPECT_LT(worst, 2e-4 * scale) << "worst |diff| " << worst << " of logits up to " << scale;
   EXPECT_EQ(gen.position(), int64_t(tokens.size()));
+}
+
+TEST(Generate, KvCacheLogitsEqualTheTransformerForward) {
+  expect_kv_logits_equal_forward(tiny_model());
+}
+
+// Issue 17's layers: fine-grained experts (width 24 beside dense 48), two gated shared experts
+// of width 8, Qwen2's q/k/v biases (random, like every other weight here); and ungated.
+TEST(Generate, KvCacheLogitsEqualTheTransformerForwardWithSharedExpertsAndQkvBias) {
+  ModelConfig m = tiny_model();
+  m.expert_d_ff = 24;
+  m.num_shared_experts = 2;
+  m.shared_expert_d_ff = 8;
+  m.shared_expert_gate = true;
+  m.qkv_bias = true;
+  expect_kv_logits_equal_forward(m);
+  m.shared_expert_gate = false;
+  m.shared_expert_d_ff = 0;  // the routed experts' width
+  expect_kv_logits_equal_forward(m);
 }
 
 TEST(Generate, GreedyKvCacheEqualsGreedyFullRecompute) {

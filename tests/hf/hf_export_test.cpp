@@ -105,7 +105,8 @@ TEST(HfExport, DenseModelIsLlamaAndMixedModelsAreRefused) {
 
 // The MoE layers of issue 17: fine-grained experts export their width as intermediate_size
 // (every Mixtral layer is MoE); sigmoid scores, the selection bias and shared experts have no
-// place in MixtralForCausalLM and are refused naming the key; init_from refuses a Mixtral
+// place in MixtralForCausalLM and are refused naming the key (shared experts without a gate:
+// Qwen2-MoE's refusal; q/k/v biases without shared experts); init_from refuses a Mixtral
 // directory for a model with shared experts.
 TEST(HfExport, MoeLayersOfTodayExportOrAreRefused) {
   const json j = json::parse(hf_config_json(tiny({"model.expert_d_ff=24"}), SafetensorsDType::F32));
@@ -118,9 +119,14 @@ TEST(HfExport, MoeLayersOfTodayExportOrAreRefused) {
               hf_architecture(tiny({"moe.expert_bias_update_rate=0.001"}));
             }).find("moe.expert_bias_update_rate"),
             std::string::npos);
+  // Shared experts go to Qwen2-MoE (tests/hf/hf_qwen2_moe_test.cpp), which gates them.
   EXPECT_NE(error_of([] {
               hf_architecture(tiny({"model.num_shared_experts=1"}));
-            }).find("model.num_shared_experts = 1"),
+            }).find("model.shared_expert_gate = false"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              hf_architecture(tiny({"model.qkv_bias=true"}));
+            }).find("model.qkv_bias = true: MixtralForCausalLM has no q/k/v biases"),
             std::string::npos);
   HfModel hf;
   hf.arch = HfArchitecture::Mixtral;
