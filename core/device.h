@@ -139,6 +139,11 @@ class Device {
   // frees while a collective of this device may be in flight (the classic NCCL deadlock).
   virtual bool raw_free_synchronizes() const { return false; }
 
+  // The host's virtual clock in seconds on the simulated backend (kernels/sim/; issue 18): it
+  // advances with each launch and jumps to the awaited time at a host synchronisation. Nullopt
+  // on real devices, whose time is the wall clock.
+  virtual std::optional<double> virtual_time_s() const { return std::nullopt; }
+
   // ---- Bounded host waits ---------------------------------------------------------------
   // Every host wait of this device (Stream::synchronize, Event::synchronize, synchronize())
   // may depend on a peer's collective. With a limit set (the rank's comm.timeout_s; 0 =

@@ -24,7 +24,13 @@
 #include "train/grad_health.h"
 #include "train/step_stats.h"
 
+namespace moezero::comm {
+struct RankContext;
+}
+
 namespace moezero::moe {
+
+class RoutingSource;
 
 struct StepLog {
   int64_t step = 0;  // 1-based
@@ -91,6 +97,12 @@ struct TrainOptions {
   // the non-finite check and the reduction (tests inject NaN/Inf through it; see
   // train/grad_health.h). Runs on the rank's thread; must be thread-safe. Empty: none.
   GradHook grad_hook;
+  // The simulated backend (issue 18, `moezero plan`): runs the ranks in place of World::run
+  // (e.g. comm::World::run_sim with a cluster's options). With it no memory estimate of this
+  // machine applies, parameters are allocated but not materialised, step times come from the
+  // devices' virtual clocks (Device::virtual_time_s), and routing from `routing_source`.
+  std::function<void(const std::function<void(comm::RankContext&)>& rank_main)> run_world;
+  const RoutingSource* routing_source = nullptr;  // required with run_world; not owned
 };
 
 struct TrainResult {

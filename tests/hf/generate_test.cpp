@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/param_group.h"
 #include "hf/hf_score.h"
+#include "kernels/backend.h"
 
 namespace moezero::moe {
 namespace {
@@ -141,6 +142,46 @@ TEST(Generate, SampleTokenFollowsTheDistribution) {
   EXPECT_NEAR(ones / 8000.0, 0.75, 0.02);  // 4.7 standard deviations
   s.top_k = 1;
   for (int i = 0; i < 50; ++i) EXPECT_EQ(sample_token(logits, s, rng), 1);
+}
+
+// The same code on a GPU (kernels/cuda through the Ops interface): the same greedy tokens as on
+// the CPU, and logits within rounding (cuBLAS and the CPU GEMM sum in other orders; f32, no TF32).
+TEST(Generate, CudaGreedyEqualsCpu) {
+  std::string why;
+  if (!cuda_available(&why))
+    GTEST_SKIP() << "no GPU here (" << why << "): CUDA generation untested";
+  const ModelConfig m = tiny_model();
+  const auto groups = random_groups(m, 21);
+  const std::unique_ptr<Device> gpu = make_cuda_device(0);
+  KvGenerator cpu_gen(m, true, groups), cuda_gen(m, true, groups, gpu.get());
+  EXPECT_EQ(cuda_gen.device().kind(), DeviceKind::Cuda);
+  const std::vector<int32_t> prompt = {84, 104, 101, 32};
+  double worst = 0, scale = 0;
+  for (int32_t t : prompt) {
+    const std::vector<float> a = cpu_gen.feed(t);
+    const std::vector<float>& b = cuda_gen.feed(t);
+    for (size_t v = 0; v < a.size(); ++v) {
+      worst = std::max(worst, double(std::abs(a[v] - b[v])));
+      scale = std::max(scale, double(std::abs(a[v])));
+    }
+  }
+  EXPECT_LT(worst, 1e-4 * scale) << "worst |cpu - cuda| " << worst << " of logits up to " << scale;
+  Sampling greedy;
+  greedy.temperature = 0.0;
+  const std::vector<int32_t> on_cpu = generate(cpu_gen, prompt, 20, greedy);
+  const std::vector<int32_t> on_cuda = generate(cuda_gen, prompt, 20, greedy);
+  ASSERT_EQ(on_cpu.size(), 20u);
+  EXPECT_EQ(on_cpu, on_cuda);
+}
+
+TEST(Generate, RunsOnTheDeviceItIsGiven) {
+  const ModelConfig m = tiny_model();
+  const std::unique_ptr<Device> cpu = make_cpu_device(3);
+  KvGenerator gen(m, true, random_groups(m, 2), cpu.get());
+  EXPECT_EQ(&gen.device(), cpu.get());
+  EXPECT_EQ(gen.feed(65).size(), 256u);
+  EXPECT_GT(cpu->allocator().stats().current_bytes[size_t(MemTag::FullParam)], 0u)
+      << "the weights should live on the given device";
 }
 
 TEST(Generate, BadPromptsAreRefused) {

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "hf/hf_score.h"
+#include "hf/hf_tokenizer_export.h"
 #include "train/data.h"
 #include "train/trainer.h"
 
@@ -405,6 +406,58 @@ TEST(HfExport, ExportRefusesMissingOrForeignGroupsAndWritesBf16) {
           << g[k].name << " " << i;
   const json j = json::parse(std::ifstream(dir / "config.json"));
   EXPECT_EQ(j["torch_dtype"], "bfloat16");
+}
+
+// The tokenizer files transformers 4.40 reads (hf/hf_tokenizer_export.h), with and without an
+// end-of-text token, and a tokenizer larger than the model refused naming both sizes.
+TEST(HfExport, TokenizerFilesForTransformers) {
+  const fs::path dir = temp_dir("tokenizer_files");
+  const std::string fixture =
+      std::string(MOEZERO_SOURCE_DIR) + "/tests/hf/data/multilingual_tokenizer.json";
+  export_hf_tokenizer(fixture, dir.string(), 64, 420);
+  auto read = [&](const char* name) {
+    std::ifstream f(dir / name);
+    EXPECT_TRUE(f.good()) << name;
+    return json::parse(f);
+  };
+  const json cfg = read("tokenizer_config.json");
+  EXPECT_EQ(cfg.at("tokenizer_class"), "PreTrainedTokenizerFast");
+  EXPECT_EQ(cfg.at("model_max_length"), 64);
+  EXPECT_EQ(cfg.at("eos_token"), "<|endoftext|>");
+  EXPECT_EQ(cfg.at("bos_token"), "<|endoftext|>");
+  EXPECT_EQ(cfg.at("clean_up_tokenization_spaces"), false);
+  EXPECT_EQ(read("special_tokens_map.json").at("eos_token"), "<|endoftext|>");
+  const json gen = read("generation_config.json");
+  EXPECT_EQ(gen.at("eos_token_id"), 0);
+  EXPECT_EQ(gen.at("bos_token_id"), 0);
+  std::ifstream a(fixture), b(dir / "tokenizer.json");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}),
+            std::string(std::istreambuf_iterator<char>(b), {}));
+
+  // Without <|endoftext|>: no special tokens, no stop id.
+  json j = json::parse(std::ifstream(fixture));
+  j["added_tokens"][0]["content"] = "<|other|>";  // id 0 keeps a name, not end-of-text
+  j["model"]["vocab"]["<|other|>"] = j["model"]["vocab"]["<|endoftext|>"];
+  j["model"]["vocab"].erase("<|endoftext|>");
+  const fs::path plain = dir / "plain.json";
+  std::ofstream(plain) << j.dump();
+  const fs::path dir2 = temp_dir("tokenizer_files_plain");
+  export_hf_tokenizer(plain.string(), dir2.string(), 32, 420);
+  std::ifstream c(dir2 / "tokenizer_config.json");
+  const json cfg2 = json::parse(c);
+  EXPECT_FALSE(cfg2.contains("eos_token"));
+  std::ifstream g2(dir2 / "generation_config.json");
+  EXPECT_FALSE(json::parse(g2).contains("eos_token_id"));
+
+  try {
+    export_hf_tokenizer(fixture, dir.string(), 64, 256);
+    FAIL() << "a tokenizer larger than the model was exported";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("has 420 token ids, more than the model's vocab_size (256)"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(HfScore, RefusesShortTextAndBytesOutsideTheVocabulary) {
