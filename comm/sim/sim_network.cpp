@@ -10,7 +10,7 @@
 namespace moezero::comm {
 
 namespace {
-constexpr size_t kMaxReservations = 4096;
+constexpr size_t kMaxReservations = 1024;
 
 double tier_rate(const CommEmulation& spec, Tier t) {
   return (t == Tier::IntraNode ? spec.intra_node_gbps : spec.link_gbps) * 1e9 / 8.0;

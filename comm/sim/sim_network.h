@@ -17,7 +17,7 @@
 // ordered by the program (same stream, event waits, host syncs) arrive in that order; two
 // collectives of different channels that overlap in virtual time on one port may be taken in
 // either order from run to run (their total, and every collective's duration alone, is fixed).
-// Old reservations are forgotten past 4096 per port: the oldest half is dropped and the port
+// Old reservations are forgotten past 1024 per port: the oldest half is dropped and the port
 // counts as busy until the last dropped one ended (never early, possibly late).
 #pragma once
 

@@ -211,6 +211,23 @@ TEST(SimComm, ConcurrentCollectivesShareOneNic) {
   EXPECT_NEAR(serial, 2 * (one + lat), 1e-12);
 }
 
+TEST(SimComm, PortTimelinesFillTheEarliestGap) {
+  CommEmulation spec;
+  spec.link_gbps = 8.0;  // 1e9 bytes/s
+  PortTimelines ports(spec);
+  auto one_flow = [](double bytes) {
+    return Traffic{{Flow{0, Tier::InterNode, Direction::Send, bytes}}, 0.5};
+  };
+  EXPECT_DOUBLE_EQ(ports.reserve(one_flow(1e9), 10.0), 11.5);  // [10, 11) + latency
+  EXPECT_DOUBLE_EQ(ports.reserve(one_flow(2e9), 10.5), 13.5);  // after it: [11, 13)
+  EXPECT_DOUBLE_EQ(ports.reserve(one_flow(1e9), 0.0), 1.5);    // the gap before: [0, 1)
+  EXPECT_DOUBLE_EQ(ports.reserve(one_flow(9e9), 1.0), 10.5);   // exactly fills [1, 10)
+  EXPECT_DOUBLE_EQ(ports.reserve(one_flow(1e9), 0.0), 14.5);   // busy until 13: [13, 14)
+  // Another port (the receive side) is free.
+  EXPECT_DOUBLE_EQ(
+      ports.reserve(Traffic{{Flow{0, Tier::InterNode, Direction::Recv, 1e9}}, 0.0}, 0.0), 1.0);
+}
+
 TEST(SimComm, BackedBuffersMoveRealValues) {
   World::run_sim(cluster(1, 4), [&](RankContext& ctx) {
     Stream& s = ctx.device->create_stream("comm");
