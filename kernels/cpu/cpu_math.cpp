@@ -4,6 +4,8 @@
 #include <bit>
 #include <cmath>
 
+#include "kernels/cpu/cpu_common.h"
+
 // AVX-512, AVX2 and the baseline: the loader picks the widest this CPU has.
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define MOEZERO_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -67,6 +69,14 @@ MOEZERO_CPU_CLONES void swiglu_backward_f32(const float* g, const float* u, cons
     dg[i] = d[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
     du[i] = d[i] * g[i] * sg;
   }
+}
+
+MOEZERO_CPU_CLONES void bf16_to_f32_row(const bf16* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(src[i]);
+}
+
+MOEZERO_CPU_CLONES void f32_to_bf16_row(const float* src, bf16* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = from_f32<bf16>(src[i]);
 }
 
 MOEZERO_CPU_CLONES bool all_finite_f32(const float* x, int64_t n) {
