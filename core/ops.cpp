@@ -392,6 +392,19 @@ void Ops::swiglu_backward(Stream& s, const Tensor& gate, const Tensor& up, const
   do_swiglu_backward(s, gate, up, dout, dgate, dup);
 }
 
+void Ops::swiglu_backward_act(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& dout,
+                              const Tensor& act, const Tensor& dgate, const Tensor& dup) {
+  Check ck("swiglu_backward_act", s);
+  ck.on_device("gate", gate);
+  ck.act("gate", gate);
+  ck.like("up", up, "gate", gate);
+  ck.like("dout", dout, "gate", gate);
+  ck.like("act", act, "gate", gate);
+  ck.like("dgate", dgate, "gate", gate);
+  ck.like("dup", dup, "gate", gate);
+  do_swiglu_backward_act(s, gate, up, dout, act, dgate, dup);
+}
+
 // ---- softmax / top-k / cross-entropy ---------------------------------------------------------
 
 void Ops::softmax_forward(Stream& s, const Tensor& x, const Tensor& out) {

@@ -232,11 +232,13 @@ void LocalExperts::backward_experts(const ModuleContext& ctx, const DispatchStat
     for (const auto& [row, n] : ranges)
       f([&](const Tensor& t) { return t.slice_rows(row, row + n); });
   };
-  each_range([&](auto r) { ops.swiglu_forward(s, r(gate), r(up), r(act)); });  // recompute
   ops.grouped_gemm(s, dact_p, Transpose::No, Transpose::No, 1.0f, 0.0f);
+  // SwiGLU's backward and the recomputed activation (for w2's gradient) in one pass.
+  each_range([&](auto r) {
+    ops.swiglu_backward_act(s, r(gate), r(up), r(dact), r(act), r(dgate), r(dup));
+  });
   for (const auto& round : gw2_rounds)
     ops.grouped_gemm(s, round, Transpose::Yes, Transpose::No, 1.0f, 1.0f);
-  each_range([&](auto r) { ops.swiglu_backward(s, r(gate), r(up), r(dact), r(dgate), r(dup)); });
   for (const auto& round : gw13_rounds)
     ops.grouped_gemm(s, round, Transpose::Yes, Transpose::No, 1.0f, 1.0f);
   ops.grouped_gemm(s, dx1, Transpose::No, Transpose::No, 1.0f, 0.0f);

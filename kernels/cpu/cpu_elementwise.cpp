@@ -286,4 +286,35 @@ void swiglu_backward(Stream& s, const Tensor& gate, const Tensor& up, const Tens
   });
 }
 
+void swiglu_backward_act(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& dout,
+                         const Tensor& act, const Tensor& dgate, const Tensor& dup) {
+  s.enqueue_host([gate, up, dout, act, dgate, dup] {
+    dispatch_act(gate.dtype(), "swiglu_backward_act", [&]<typename T>() {
+      const T* pg = static_cast<const T*>(gate.data());
+      const T* pu = static_cast<const T*>(up.data());
+      const T* pd = static_cast<const T*>(dout.data());
+      T* pa = static_cast<T*>(act.data());
+      T* pdg = static_cast<T*>(dgate.data());
+      T* pdu = static_cast<T*>(dup.data());
+      for_blocks(gate.numel(), [&](int64_t lo, int64_t hi) {
+        if constexpr (std::is_same_v<T, float>) {
+          swiglu_backward_act_f32(pg + lo, pu + lo, pd + lo, pa + lo, pdg + lo, pdu + lo, hi - lo);
+        } else {  // through fp32 staging (as swiglu_forward)
+          float g[kStage], u[kStage], d[kStage], o[kStage], dg[kStage], du[kStage];
+          for (int64_t i = lo; i < hi; i += kStage) {
+            const int64_t n = std::min(kStage, hi - i);
+            load_f32(pg + i, g, n);
+            load_f32(pu + i, u, n);
+            load_f32(pd + i, d, n);
+            swiglu_backward_act_f32(g, u, d, o, dg, du, n);
+            store_f32(o, pa + i, n);
+            store_f32(dg, pdg + i, n);
+            store_f32(du, pdu + i, n);
+          }
+        }
+      });
+    });
+  });
+}
+
 }  // namespace moezero::cpu

@@ -71,6 +71,16 @@ MOEZERO_CPU_CLONES void swiglu_backward_f32(const float* g, const float* u, cons
   }
 }
 
+MOEZERO_CPU_CLONES void swiglu_backward_act_f32(const float* g, const float* u, const float* d,
+                                                float* o, float* dg, float* du, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float sg = sigmoid(g[i]);
+    o[i] = g[i] * sg * u[i];  // = swiglu_forward_f32: (g * sigmoid(g)) * u
+    dg[i] = d[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
+    du[i] = d[i] * g[i] * sg;
+  }
+}
+
 MOEZERO_CPU_CLONES void bf16_to_f32_row(const bf16* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(src[i]);
 }

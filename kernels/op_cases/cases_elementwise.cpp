@@ -204,6 +204,36 @@ OpCase swiglu_case(SizeClass size, DType t, int64_t r, int64_t f, bool backward)
   return c;
 }
 
+// swiglu_backward_act: swiglu_backward plus the recomputed forward output act.
+OpCase swiglu_act_case(SizeClass size, DType t, int64_t r, int64_t f) {
+  OpCase c = swiglu_case(size, t, r, f, true);
+  c.op = "swiglu_backward_act";
+  c.name = c.op + " " + dt(t) + " " + shape_text({r, f});
+  const Shape sh{r, f};
+  c.tensors.insert(c.tensors.begin() + 3, {"act", t, sh, Role::Out});
+  c.flops = 12.0 * r * f;
+  c.inputs = [=](uint64_t seed) {
+    Gen g(seed);
+    HostValues v{g.uniform(t, r * f, -4, 4), g.uniform(t, r * f, -2, 2), g.uniform(t, r * f)};
+    v.resize(6);
+    return v;
+  };
+  c.reference = [](HostValues& v) {
+    const size_t n = v[0].size();
+    for (size_t k = 3; k < v.size(); ++k) v[k].resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const double g = v[0][i], u = v[1][i];
+      v[3][i] = silu(g) * u;
+      v[4][i] = v[2][i] * u * dsilu(g);
+      v[5][i] = v[2][i] * silu(g);
+    }
+  };
+  c.run = [](Ops& ops, Stream& s, std::span<const Tensor> x) {
+    ops.swiglu_backward_act(s, x[0], x[1], x[2], x[3], x[4], x[5]);
+  };
+  return c;
+}
+
 // One AdamW step (step 3: bias correction active), weight decay, grad_scale, a bf16 copy.
 OpCase adamw_case(SizeClass size, int64_t n) {
   OpCase c = base("adamw", size, DType::F32, n, " + bf16 copy");
@@ -345,6 +375,7 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
     out.push_back(nonfinite_case(kT, t, 1000));
     out.push_back(swiglu_case(kT, t, 3, 17, false));
     out.push_back(swiglu_case(kT, t, 17, 129, true));
+    out.push_back(swiglu_act_case(kT, t, 17, 129));
   }
   out.push_back(fill_case(kT, DType::I32, 17));
   out.push_back(cast_case(kT, f32, bf16, 129));
