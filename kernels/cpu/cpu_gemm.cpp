@@ -4,9 +4,12 @@
 // or OpenBLAS's cblas_sgemm when the build has no oneDNN), one per fixed tile of C
 // (kTileM x kTileN), in parallel over TBB. bf16 x bf16 products run as oneDNN bf16 matmuls
 // (fp32 accumulation into an fp32 C) where the CPU has bf16 dot products; otherwise bf16
-// operands are widened to fp32 copies first. A bf16 C is computed in an fp32 copy and rounded
-// once at the end. Tile boundaries depend only on the shapes, and every call runs on one thread,
-// so results are bit-identical run to run and do not depend on the number of cores.
+// operands are widened to fp32 copies first. A bf16 C is computed in an fp32 working buffer
+// (pooled per calling thread) and rounded once, tile by tile, by the task that computed the tile.
+// Tile boundaries depend only on the shapes, and every call runs on one thread, so results are
+// bit-identical run to run and do not depend on the number of cores. grouped_gemm (the MoE
+// layer's experts: every ready expert's row blocks in one call) puts the tiles of all its
+// problems in one parallel loop; each problem is computed exactly as a gemm of its own.
 //
 // One thread per call: Debian's oneDNN runs its parallel regions on GNU OpenMP, whose team size
 // is the calling thread's nthreads ICV. Every thread that calls dnnl_sgemm first sets that ICV
