@@ -9,8 +9,12 @@
 // AVX-512, AVX2 and the baseline: the loader picks the widest this CPU has.
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define MOEZERO_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// bf16 row conversions pack 16-bit lanes: 512-bit packs need AVX-512BW (the avx512f clone
+// would stay at 256 bits).
+#define MOEZERO_CPU_CLONES_BW __attribute__((target_clones("arch=skylake-avx512", "avx2", "default")))
 #else
 #define MOEZERO_CPU_CLONES
+#define MOEZERO_CPU_CLONES_BW
 #endif
 
 namespace moezero::cpu {
@@ -86,11 +90,11 @@ MOEZERO_CPU_CLONES void swiglu_backward_act_f32(const float* __restrict__ g,
   }
 }
 
-MOEZERO_CPU_CLONES void bf16_to_f32_row(const bf16* src, float* dst, int64_t n) {
+MOEZERO_CPU_CLONES_BW void bf16_to_f32_row(const bf16* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(src[i]);
 }
 
-MOEZERO_CPU_CLONES void f32_to_bf16_row(const float* src, bf16* dst, int64_t n) {
+MOEZERO_CPU_CLONES_BW void f32_to_bf16_row(const float* src, bf16* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = from_f32<bf16>(src[i]);
 }
 
