@@ -20,7 +20,8 @@ include(CMakePackageConfigHelpers)
 
 set(MOEZERO_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/moezero)
 
-set(_moezero_libs moezero_core moezero_kernels_cpu moezero_kernels moezero_comm moezero_prefetch
+set(_moezero_libs moezero_core moezero_kernels_cpu moezero_sim moezero_kernels moezero_comm
+                  moezero_prefetch
                   moezero_zero moezero_layers moezero_moe moezero_model moezero_hf moezero_trainer
                   moezero_api)
 if(MOEZERO_HAVE_CUDA)

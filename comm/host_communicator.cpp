@@ -22,15 +22,17 @@ void check_buffer(const void* p, size_t bytes, const char* op, const char* which
 }  // namespace
 
 HostCommunicator::HostCommunicator(ProcessGroup group, int global_rank, std::string channel,
-                                   std::string name, std::string stream_hint)
+                                   std::string name, std::string stream_hint,
+                                   DeviceKind stream_kind)
     : Communicator(std::move(group), global_rank, std::move(channel)),
       name_(std::move(name)),
-      stream_hint_(std::move(stream_hint)) {}
+      stream_hint_(std::move(stream_hint)),
+      stream_kind_(stream_kind) {}
 
 void HostCommunicator::check_stream(Stream& stream, const char* op) const {
-  MOEZERO_CHECK(stream.device().kind() == DeviceKind::Cpu, op, ": ", name_,
-                " needs a CPU stream, got '", stream.name(), "' on ", stream.device().name(),
-                stream_hint_.empty() ? "" : " ", stream_hint_);
+  MOEZERO_CHECK(stream.device().kind() == stream_kind_, op, ": ", name_, " needs a ",
+                device_kind_name(stream_kind_), " stream, got '", stream.name(), "' on ",
+                stream.device().name(), stream_hint_.empty() ? "" : " ", stream_hint_);
 }
 
 void HostCommunicator::all_gather(const void* send, void* recv, size_t send_elems, DType dtype,

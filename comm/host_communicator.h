@@ -37,9 +37,10 @@ class HostCommunicator : public Communicator {
 
  protected:
   // [in] name: the implementation's name for errors ("LocalCommunicator"); [in] stream_hint:
-  // appended to the error of a non-CPU stream (may be empty).
+  // appended to the error of a stream of another kind (may be empty); [in] stream_kind: the
+  // device kind whose streams it takes (Cpu; Sim for the simulated communicator).
   HostCommunicator(ProcessGroup group, int global_rank, std::string channel, std::string name,
-                   std::string stream_hint);
+                   std::string stream_hint, DeviceKind stream_kind = DeviceKind::Cpu);
   // Takes the next sequence number and enqueues the checked call on `stream` (which is a CPU
   // stream); wraps the enqueue in an ObservedCall.
   virtual void submit(HostCall call, Stream& stream) = 0;
@@ -48,6 +49,7 @@ class HostCommunicator : public Communicator {
   void check_stream(Stream& stream, const char* op) const;
 
   std::string name_, stream_hint_;
+  DeviceKind stream_kind_;
 };
 
 }  // namespace moezero::comm

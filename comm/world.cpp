@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/sim/sim_world.h"
 #include "core/error.h"
 
 namespace moezero::comm {
@@ -48,6 +49,50 @@ void World::run(int world_size, const std::function<void(RankContext&)>& fn,
       }
       // Destroying the device joins its stream workers; after an abort their pending
       // collectives fail at once, so this does not wait for a timeout.
+      try {
+        device.reset();
+      } catch (...) {
+        fail(r, std::current_exception());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+void World::run_sim(const SimWorldOptions& options, const std::function<void(RankContext&)>& fn) {
+  const SimTopology& topo = options.topology;
+  const CommEmulation network = options.network ? *options.network : topology_network(topo);
+  const int cluster = topo.nodes * topo.gpus_per_node;
+  const int world_size = options.world_size == 0 ? cluster : options.world_size;
+  MOEZERO_REQUIRE(world_size == cluster, "simulated world: world size ", world_size,
+                  " differs from the cluster's ", topo.nodes, " nodes x ", topo.gpus_per_node,
+                  " GPUs = ", cluster);
+  SimWorld world(world_size, options.present, network, options.comm);
+  std::mutex mu;
+  std::exception_ptr first;
+  auto fail = [&](int rank, std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!first) first = e;
+    }
+    world.abort("rank " + std::to_string(rank) + " failed: " + describe_exception(e));
+  };
+  std::vector<std::thread> threads;
+  for (int r : world.present()) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Device> device;
+      try {
+        device = sim::make_sim_device(r, options.gpu, options.device);
+        RankContext ctx{r, world_size, device.get(), nullptr,
+                        [&world, r](const ProcessGroup& g, const std::string& channel) {
+                          return world.make_communicator(g, r, channel);
+                        }};
+        fn(ctx);
+        device->synchronize();
+      } catch (...) {
+        fail(r, std::current_exception());
+      }
       try {
         device.reset();
       } catch (...) {

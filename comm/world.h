@@ -17,12 +17,15 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "comm/local/local_world.h"
+#include "comm/sim/sim_links.h"
 #include "core/communicator.h"
 #include "core/device.h"
 #include "kernels/backend.h"
+#include "kernels/sim/sim_device.h"
 
 namespace moezero::comm {
 
@@ -33,9 +36,10 @@ std::string describe_exception(const std::exception_ptr& e);
 struct RankContext {
   int rank = 0;  // global rank
   int world_size = 1;
-  Device* device = nullptr;     // this rank's CPU device ("cpu:<rank>")
+  Device* device = nullptr;     // this rank's device ("cpu:<rank>", "sim:<rank> (h100)", ...)
   LocalWorld* world = nullptr;  // ranks as threads on CPU devices (World::run)
-  // Set instead of `world` by World::run_cuda / run_mpi: creates an NCCL or MPI communicator.
+  // Set instead of `world` by World::run_cuda / run_mpi / run_sim: creates an NCCL, MPI or
+  // simulated communicator.
   std::function<std::unique_ptr<Communicator>(const ProcessGroup&, const std::string&)> make_comm;
 
   ProcessGroup world_group() const { return make_world_group(world_size); }
@@ -50,6 +54,21 @@ struct RankContext {
 struct WorldOptions {
   CommOptions comm;         // timeout and link emulation of every communicator
   CpuDeviceOptions device;  // per-rank device options (allocator capacity)
+};
+
+// A simulated cluster (docs/simulator.md): virtual world size, the ranks run as threads, the
+// topology and links, the GPU profile of every rank's simulated device.
+struct SimWorldOptions {
+  int world_size = 0;        // 0: topology.nodes * topology.gpus_per_node (else must equal it)
+  std::vector<int> present;  // global ranks run as threads; empty: all of them
+  SimTopology topology;
+  sim::GpuProfile gpu = sim::gpu_profile("h100");
+  sim::SimDeviceOptions device;  // capacity (0: the profile's memory), backed threshold
+  CommOptions comm;              // timeout (wall) of collectives; emulation is ignored
+  // When set, this network instead of the topology's links (nodes and GPUs per node still
+  // size the world): CommEmulation{} is an ideal network (no bandwidth or latency cost, bench's
+  // compute-only row); a config's comm_emulation models the link `moezero bench` emulates.
+  std::optional<CommEmulation> network;
 };
 
 class World {
@@ -75,6 +94,11 @@ class World {
   // more processes than it has GPUs.
   static void run_mpi(DeviceKind device, const std::function<void(RankContext&)>& fn,
                       const WorldOptions& options = {});
+  // The simulated backend: one thread per PRESENT rank, each with a simulated device
+  // ("sim:<rank>") on options.gpu and SimCommunicators of one SimWorld (comm/sim/sim_world.h:
+  // virtual time, absent members modelled). ctx.rank is the global rank, ctx.world_size the
+  // virtual world size. Failure handling as run(). Throws UserError on bad options.
+  static void run_sim(const SimWorldOptions& options, const std::function<void(RankContext&)>& fn);
 };
 
 }  // namespace moezero::comm

@@ -295,6 +295,9 @@ void visit_model(V& v, auto& c) {
   v.field("shared_expert_gate", c.shared_expert_gate,
           "Qwen2-MoE: scale the shared experts' output per token by sigmoid(xn . w) (a learned "
           "(1, d_model) gate)");
+  v.field("qkv_bias", c.qkv_bias,
+          "Qwen2 / Qwen2-MoE: learned biases on the attention's q, k and v projections (zero "
+          "init, no weight decay)");
 }
 
 template <class V>

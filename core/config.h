@@ -34,6 +34,7 @@ struct ModelConfig {
   int64_t num_shared_experts = 0;   // shared SwiGLU experts every token of a MoE layer goes through
   int64_t shared_expert_d_ff = 0;   // width of each shared expert; 0: expert_width()
   bool shared_expert_gate = false;  // Qwen2-MoE: shared output *= sigmoid(xn · w_gate)
+  bool qkv_bias = false;            // Qwen2: biases on the q, k and v projections
 
   // The width of a routed expert: expert_d_ff, or d_ff when it is 0.
   int64_t expert_width() const { return expert_d_ff > 0 ? expert_d_ff : d_ff; }

@@ -7,7 +7,14 @@
 
 namespace moezero {
 
-const char* device_kind_name(DeviceKind k) { return k == DeviceKind::Cpu ? "cpu" : "cuda"; }
+const char* device_kind_name(DeviceKind k) {
+  switch (k) {
+    case DeviceKind::Cpu: return "cpu";
+    case DeviceKind::Cuda: return "cuda";
+    case DeviceKind::Sim: return "sim";
+  }
+  return "unknown";
+}
 
 int Device::add_wait_expiry_hook(std::function<std::string()> hook) {
   std::lock_guard lock(hooks_mu_);

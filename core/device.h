@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace moezero {
@@ -32,7 +33,8 @@ class Allocator;
 class Ops;
 class Event;
 
-enum class DeviceKind : uint8_t { Cpu, Cuda };
+// Sim: the simulated backend (kernels/sim/): virtual time, no computation on big buffers.
+enum class DeviceKind : uint8_t { Cpu, Cuda, Sim };
 
 const char* device_kind_name(DeviceKind k);
 
@@ -112,6 +114,10 @@ class Device {
   // Blocks until every stream of this device is idle.
   virtual void synchronize() = 0;
 
+  // The host's virtual clock in seconds on the simulated backend (kernels/sim/sim_device.h):
+  // what a wall clock would read on the simulated machine. nullopt on real devices.
+  virtual std::optional<double> virtual_time_s() const { return std::nullopt; }
+
   // The op table of this backend (kernels/).
   virtual Ops& ops() = 0;
   // The caching allocator of this device (counts bytes by tag).
@@ -150,7 +156,8 @@ class Device {
   void remove_wait_expiry_hook(int id);
   void abort_host_waits(const std::string& why);
   // Polls `ready` (cheap, non-blocking) until true against the limit and aborts: spinning for
-  // the first 2 ms, then sleeping at most 100 us between looks. [in] what: the wait, for the error ("stream 'compute' of cuda:0").
+  // the first 2 ms, then sleeping at most 100 us between looks. [in] what: the wait, for the error
+  // ("stream 'compute' of cuda:0").
   void bounded_host_wait(const std::function<bool()>& ready, const std::string& what);
   // The waits' deadline check for backends that block on their own primitives: throws (after
   // the hooks) when aborted or when `start` is older than the limit.

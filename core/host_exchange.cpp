@@ -26,6 +26,20 @@ std::vector<int64_t> all_gather_words(Device& device, Stream& stream, Communicat
   return out;
 }
 
+std::vector<int64_t> all_reduce_words(Device& device, Stream& stream, Communicator& comm,
+                                      std::span<const int64_t> mine) {
+  std::vector<int64_t> out(mine.begin(), mine.end());
+  if (out.empty() || comm.size() == 1) return out;
+  TensorBuffer buf(device, DType::I64, Shape{static_cast<int64_t>(out.size())}, MemTag::CommBuffer,
+                   stream, "host exchange");
+  device.memcpy_async(buf.view().data(), out.data(), out.size() * 8, stream);
+  comm.all_reduce(buf.view().data(), buf.view().data(), out.size(), DType::I64, ReduceOp::Sum,
+                  stream);
+  device.memcpy_async(out.data(), buf.view().data(), out.size() * 8, stream);
+  stream.synchronize();
+  return out;
+}
+
 std::vector<std::string> all_gather_strings(Device& device, Stream& stream, Communicator& comm,
                                             const std::string& mine) {
   const size_t n = static_cast<size_t>(comm.size());

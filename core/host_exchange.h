@@ -21,6 +21,11 @@ class Stream;
 std::vector<int64_t> all_gather_words(Device& device, Stream& stream, Communicator& comm,
                                       std::span<const int64_t> mine);
 
+// The element-wise sum over the ranks of `comm` of every rank's `mine` (same count on every
+// rank): one all-reduce, so its cost does not grow with the group's size as an all-gather's does.
+std::vector<int64_t> all_reduce_words(Device& device, Stream& stream, Communicator& comm,
+                                      std::span<const int64_t> mine);
+
 // Every rank's string, in group-rank order, on every rank (lengths may differ): two
 // all-gathers, the lengths then the bytes padded to the longest.
 std::vector<std::string> all_gather_strings(Device& device, Stream& stream, Communicator& comm,

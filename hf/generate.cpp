@@ -7,7 +7,10 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/ops.h"
 #include "core/param_group.h"
+#include "core/tensor.h"
+#include "kernels/backend.h"
 #include "model/transformer.h"
 
 namespace moezero::moe {
@@ -16,48 +19,34 @@ namespace {
 
 using Vec = std::vector<float>;
 
-// y (out) = W (out, in) x (in).
-void matvec(const float* W, const float* x, int64_t out, int64_t in, float* y) {
-  for (int64_t o = 0; o < out; ++o) {
-    const float* row = W + o * in;
-    float acc = 0.0f;
-    for (int64_t i = 0; i < in; ++i) acc += row[i] * x[i];
-    y[o] = acc;
-  }
+TensorBuffer scratch(Device& dev, Shape shape, const char* what) {
+  return TensorBuffer(dev, DType::F32, shape, MemTag::Activation, dev.default_stream(), what);
 }
 
-Vec rmsnorm(const Vec& x, const float* w, double eps) {
-  double ss = 0.0;
-  for (float v : x) ss += double(v) * v;
-  const float inv = static_cast<float>(1.0 / std::sqrt(ss / double(x.size()) + eps));
-  Vec y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * w[i];
-  return y;
-}
-
-float silu(float z) { return z / (1.0f + std::exp(-z)); }
-
-// HF rotate-half RoPE of `heads` heads of size D at position pos, in place.
-void rope(float* u, int64_t heads, int64_t D, int64_t pos, double theta) {
-  for (int64_t h = 0; h < heads; ++h) {
-    float* v = u + h * D;
-    for (int64_t i = 0; i < D / 2; ++i) {
-      const double ang = double(pos) * std::pow(theta, -2.0 * double(i) / double(D));
-      const float c = static_cast<float>(std::cos(ang)), s = static_cast<float>(std::sin(ang));
-      const float a = v[i], b = v[i + D / 2];
-      v[i] = a * c - b * s;
-      v[i + D / 2] = b * c + a * s;
-    }
-  }
+// c (m, n) = a (m, k) @ b (n, k)^T: activations times a PyTorch-oriented (out, in) weight.
+void linear(Ops& ops, Stream& s, const Tensor& a, const Tensor& w, const Tensor& c) {
+  GemmArgs g;
+  g.a = a;
+  g.b = w;
+  g.c = c;
+  g.trans_b = Transpose::Yes;
+  ops.gemm(s, g);
 }
 
 }  // namespace
 
-// Every parameter by its Hugging Face name, pointing into the groups' values.
-struct KvGenerator::Weights {
-  std::vector<Vec> storage;
-  std::map<std::string, const float*> by_name;
-  const float* at(const std::string& name) const {
+// The weights (one device buffer per group, views by Hugging Face name), the KV cache and the
+// scratch tensors of one token's forward; all f32 on the generator's device.
+struct KvGenerator::State {
+  std::vector<TensorBuffer> storage;
+  std::map<std::string, Tensor> by_name;
+  std::vector<TensorBuffer> k_cache, v_cache;  // per layer (Hkv, seq_len, D)
+  TensorBuffer token, position;                // i32 (1): this step's id and position
+  TensorBuffer x, xn, rstd, q, k, v, att, o, y, scores, probs, logits;
+  TensorBuffer shared_gate;                   // (1, 1): the shared experts' gate (Qwen2-MoE)
+  TensorBuffer gate, up, hidden;              // (1, widest FFN)
+  int32_t host_token = 0, host_position = 0;  // the sources of the uploads (alive until sync)
+  const Tensor& at(const std::string& name) const {
     auto it = by_name.find(name);
     MOEZERO_CHECK(it != by_name.end(), "generate: no parameter ", name);
     return it->second;
@@ -65,11 +54,18 @@ struct KvGenerator::Weights {
 };
 
 KvGenerator::KvGenerator(const ModelConfig& model, bool normalize_top_k,
-                         const std::vector<GroupValues>& groups)
-    : model_(model), normalize_top_k_(normalize_top_k), w_(std::make_unique<Weights>()) {
+                         const std::vector<GroupValues>& groups, Device* device)
+    : model_(model), normalize_top_k_(normalize_top_k), st_(std::make_unique<State>()) {
+  if (!device) {
+    own_device_ = make_cpu_device();
+    device = own_device_.get();
+  }
+  device_ = device;
+  Device& dev = *device_;
+  Stream& s = dev.default_stream();
   std::map<std::string, const GroupValues*> values;
   for (const GroupValues& g : groups) values[g.name] = &g;
-  w_->storage.reserve(groups.size());
+  int64_t widest_ffn = 0;
   for (const GroupSpec& spec : full_param_groups(model)) {
     auto it = values.find(spec.name);
     MOEZERO_REQUIRE(it != values.end(), "generate: parameter group '", spec.name, "' is missing");
@@ -77,20 +73,162 @@ KvGenerator::KvGenerator(const ModelConfig& model, bool normalize_top_k,
     MOEZERO_REQUIRE(int64_t(it->second->data.size()) == layout.numel(), "generate: group '",
                     spec.name, "' has ", it->second->data.size(), " values, expected ",
                     layout.numel());
-    w_->storage.push_back(it->second->data);
-    for (size_t i = 0; i < spec.params.size(); ++i)
-      w_->by_name[spec.params[i].name] = w_->storage.back().data() + layout.offset(i);
+    st_->storage.emplace_back(dev, DType::F32, Shape{layout.numel()}, MemTag::FullParam, s,
+                              "generate weights");
+    const Tensor all = st_->storage.back().view();
+    dev.memcpy_async(all.data(), it->second->data.data(), all.size_bytes(), s);
+    for (size_t i = 0; i < spec.params.size(); ++i) {
+      const ParamSpec& p = spec.params[i];
+      st_->by_name[p.name] = all.view_elems(layout.offset(i), p.shape);
+      if (p.name.find("gate_proj") != std::string::npos || p.name.find(".w1.") != std::string::npos)
+        widest_ffn = std::max(widest_ffn, p.shape[0]);
+    }
   }
+  s.synchronize();  // the host groups may go away after the constructor
+  const int64_t C = model.d_model, Hq = model.n_heads, D = C / Hq, KV = model.n_kv_heads * D;
+  for (int64_t l = 0; l < model.n_layers; ++l) {
+    st_->k_cache.push_back(scratch(dev, {model.n_kv_heads, model.seq_len, D}, "k cache"));
+    st_->v_cache.push_back(scratch(dev, {model.n_kv_heads, model.seq_len, D}, "v cache"));
+  }
+  st_->token = TensorBuffer(dev, DType::I32, {1}, MemTag::Activation, s, "token");
+  st_->position = TensorBuffer(dev, DType::I32, {1}, MemTag::Activation, s, "position");
+  st_->x = scratch(dev, {1, C}, "x");
+  st_->xn = scratch(dev, {1, C}, "xn");
+  st_->rstd = scratch(dev, {1}, "rstd");
+  st_->q = scratch(dev, {1, Hq * D}, "q");
+  st_->k = scratch(dev, {1, KV}, "k");
+  st_->v = scratch(dev, {1, KV}, "v");
+  st_->att = scratch(dev, {1, Hq * D}, "att");
+  st_->o = scratch(dev, {1, C}, "o");
+  st_->y = scratch(dev, {1, C}, "y");
+  st_->scores = scratch(dev, {Hq * model.seq_len}, "scores");
+  st_->probs = scratch(dev, {1, std::max<int64_t>(model.num_experts, 1)}, "router probs");
+  st_->logits = scratch(dev, {1, model.vocab_size}, "logits");
+  st_->shared_gate = scratch(dev, {1, 1}, "shared expert gate");
+  st_->gate = scratch(dev, {1, widest_ffn}, "gate");
+  st_->up = scratch(dev, {1, widest_ffn}, "up");
+  st_->hidden = scratch(dev, {1, widest_ffn}, "hidden");
   reset();
 }
 
-KvGenerator::~KvGenerator() = default;
+KvGenerator::~KvGenerator() {
+  try {  // the buffers go back to the allocator after the stream's last use of them
+    if (device_) device_->default_stream().synchronize();
+  } catch (const std::exception&) {  // a failed op was reported by the feed that enqueued it
+  }
+}
 
-void KvGenerator::reset() {
-  const int64_t kv = model_.n_kv_heads * (model_.d_model / model_.n_heads);
-  k_cache_.assign(size_t(model_.n_layers), Vec(size_t(model_.seq_len * kv)));
-  v_cache_.assign(size_t(model_.n_layers), Vec(size_t(model_.seq_len * kv)));
-  pos_ = 0;
+void KvGenerator::reset() { pos_ = 0; }  // positions >= pos_ of the cache are never read
+
+void KvGenerator::attention(int64_t l) {
+  const ModelConfig& m = model_;
+  Ops& ops = device_->ops();
+  Stream& s = device_->default_stream();
+  State& st = *st_;
+  const int64_t C = m.d_model, Hq = m.n_heads, Hkv = m.n_kv_heads, D = C / Hq, G = Hq / Hkv;
+  const int64_t L = pos_ + 1;  // positions attended to
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  ops.rmsnorm_forward(s, st.x, st.at(p + "input_layernorm.weight"), float(m.norm_eps), st.xn,
+                      st.rstd);
+  linear(ops, s, st.xn, st.at(p + "self_attn.q_proj.weight"), st.q);
+  linear(ops, s, st.xn, st.at(p + "self_attn.k_proj.weight"), st.k);
+  linear(ops, s, st.xn, st.at(p + "self_attn.v_proj.weight"), st.v);
+  if (m.qkv_bias) {  // Qwen2: before RoPE
+    ops.add(s, st.q, st.at(p + "self_attn.q_proj.bias").reshape({1, Hq * D}), st.q);
+    ops.add(s, st.k, st.at(p + "self_attn.k_proj.bias").reshape({1, Hkv * D}), st.k);
+    ops.add(s, st.v, st.at(p + "self_attn.v_proj.bias").reshape({1, Hkv * D}), st.v);
+  }
+  const auto theta = float(m.rope_theta);
+  const Tensor q3 = st.q.view().reshape({1, Hq, D}), k3 = st.k.view().reshape({1, Hkv, D});
+  ops.rope(s, q3, st.position, theta, RopeDirection::Forward, q3);
+  ops.rope(s, k3, st.position, theta, RopeDirection::Forward, k3);
+  const Tensor kc = st.k_cache[size_t(l)], vc = st.v_cache[size_t(l)];
+  std::vector<GemmProblem> qk, pv;
+  for (int64_t h = 0; h < Hkv; ++h) {  // this position's row of each kv head's cache
+    const int64_t row = (h * m.seq_len + pos_) * D;
+    ops.cast(s, st.k.view().view_elems(h * D, {D}), kc.view_elems(row, {D}));
+    ops.cast(s, st.v.view().view_elems(h * D, {D}), vc.view_elems(row, {D}));
+    // Query heads h*G .. h*G+G-1 share kv head h: scores (G, L) = q (G, D) @ K[0:L]^T.
+    const Tensor scores_h = st.scores.view().view_elems(h * G * L, {G, L});
+    qk.push_back({st.q.view().view_elems(h * G * D, {G, D}),
+                  kc.view_elems(h * m.seq_len * D, {L, D}), scores_h});
+    pv.push_back({scores_h, vc.view_elems(h * m.seq_len * D, {L, D}),
+                  st.att.view().view_elems(h * G * D, {G, D})});
+  }
+  ops.grouped_gemm(s, qk, Transpose::No, Transpose::Yes, 1.0f / std::sqrt(float(D)), 0.0f);
+  const Tensor scores = st.scores.view().view_elems(0, {Hq, L});
+  ops.softmax_forward(s, scores, scores);
+  ops.grouped_gemm(s, pv, Transpose::No, Transpose::No, 1.0f, 0.0f);
+  linear(ops, s, st.att, st.at(p + "self_attn.o_proj.weight"), st.o);
+  ops.add(s, st.x, st.o, st.x);
+}
+
+void KvGenerator::expert(const std::string& prefix, float weight) {
+  swiglu(prefix);
+  device_->ops().axpy(device_->default_stream(), weight, st_->y, st_->x);
+}
+
+void KvGenerator::swiglu(const std::string& prefix) {
+  Ops& ops = device_->ops();
+  Stream& s = device_->default_stream();
+  State& st = *st_;
+  // Dense FFNs and the shared experts use Llama's names, routed experts Mixtral's.
+  const bool llama = prefix.ends_with("mlp.") || prefix.ends_with("shared_expert.");
+  const Tensor& w1 = st.at(prefix + (llama ? "gate_proj.weight" : "w1.weight"));
+  const Tensor& w3 = st.at(prefix + (llama ? "up_proj.weight" : "w3.weight"));
+  const Tensor& w2 = st.at(prefix + (llama ? "down_proj.weight" : "w2.weight"));
+  const int64_t F = w1.dim(0);
+  const Tensor gate = st.gate.view().view_elems(0, {1, F}), up = st.up.view().view_elems(0, {1, F});
+  const Tensor hidden = st.hidden.view().view_elems(0, {1, F});
+  linear(ops, s, st.xn, w1, gate);
+  linear(ops, s, st.xn, w3, up);
+  ops.swiglu_forward(s, gate, up, hidden);
+  linear(ops, s, hidden, w2, st.y);
+}
+
+void KvGenerator::shared_experts(int64_t l) {
+  Ops& ops = device_->ops();
+  Stream& s = device_->default_stream();
+  State& st = *st_;
+  const std::string p = "model.layers." + std::to_string(l) + ".block_sparse_moe.shared_expert";
+  swiglu(p + ".");
+  if (!model_.shared_expert_gate) return ops.axpy(s, 1.0f, st.y, st.x);
+  // x += sigmoid(xn . wg) * y, the scalar gate applied on the device: (1,1) @ (1,C).
+  linear(ops, s, st.xn, st.at(p + "_gate.weight"), st.shared_gate);
+  ops.sigmoid_forward(s, st.shared_gate, st.shared_gate);
+  ops.gemm(s, GemmArgs{st.shared_gate, st.y, st.x, Transpose::No, Transpose::No, 1.0f, 1.0f});
+}
+
+void KvGenerator::feed_forward(int64_t l) {
+  const ModelConfig& m = model_;
+  Ops& ops = device_->ops();
+  Stream& s = device_->default_stream();
+  State& st = *st_;
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  ops.rmsnorm_forward(s, st.x, st.at(p + "post_attention_layernorm.weight"), float(m.norm_eps),
+                      st.xn, st.rstd);
+  if (!is_moe_layer(m, int(l))) return expert(p + "mlp.", 1.0f);
+  if (m.num_shared_experts > 0) shared_experts(l);
+  // The router on the device; the top-k choice on the host (E values), as the Transformer's:
+  // softmax, top-k descending with ties to the lower expert, renormalised when normalize_top_k.
+  const int64_t E = m.num_experts;
+  ops.gemm(s, GemmArgs{st.xn, st.at(p + "block_sparse_moe.gate.weight"), st.probs, Transpose::No,
+                       Transpose::Yes, 1.0f, 0.0f});
+  ops.softmax_forward(s, st.probs, st.probs);
+  Vec probs(size_t(E), 0.0f);
+  device_->memcpy_async(probs.data(), st.probs.view().data(), size_t(E) * sizeof(float), s);
+  s.synchronize();  // host sync: the experts to run depend on the probabilities
+  std::vector<int64_t> order(static_cast<size_t>(E));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return probs[size_t(a)] > probs[size_t(b)]; });
+  float chosen = 0.0f;
+  for (int64_t j = 0; j < m.top_k; ++j) chosen += probs[size_t(order[size_t(j)])];
+  for (int64_t j = 0; j < m.top_k; ++j) {
+    const int64_t e = order[size_t(j)];
+    expert(p + "block_sparse_moe.experts." + std::to_string(e) + ".",
+           probs[size_t(e)] / (normalize_top_k_ ? chosen : 1.0f));
+  }
 }
 
 const std::vector<float>& KvGenerator::feed(int32_t token) {
@@ -99,85 +237,23 @@ const std::vector<float>& KvGenerator::feed(int32_t token) {
                   " tokens)");
   MOEZERO_REQUIRE(token >= 0 && token < m.vocab_size, "generate: token ", token,
                   " outside the vocabulary (", m.vocab_size, ")");
-  const int64_t C = m.d_model, Hq = m.n_heads, Hkv = m.n_kv_heads, D = C / Hq, F = m.d_ff;
-  const int64_t KV = Hkv * D;
-  const float* emb = w_->at("model.embed_tokens.weight") + int64_t(token) * C;
-  const auto HD = static_cast<size_t>(Hq * D);
-  Vec x(emb, emb + C), q(HD), att(HD), o(static_cast<size_t>(C));
-  Vec gate(static_cast<size_t>(F)), up(static_cast<size_t>(F)), y(static_cast<size_t>(C));
+  Ops& ops = device_->ops();
+  Stream& s = device_->default_stream();
+  State& st = *st_;
+  st.host_token = token;
+  st.host_position = int32_t(pos_);
+  device_->memcpy_async(st.token.view().data(), &st.host_token, sizeof(int32_t), s);
+  device_->memcpy_async(st.position.view().data(), &st.host_position, sizeof(int32_t), s);
+  ops.embedding_forward(s, st.token, st.at("model.embed_tokens.weight"), st.x);
   for (int64_t l = 0; l < m.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    // Attention at position pos_.
-    Vec xn = rmsnorm(x, w_->at(p + "input_layernorm.weight"), m.norm_eps);
-    float* k = k_cache_[size_t(l)].data() + pos_ * KV;
-    float* v = v_cache_[size_t(l)].data() + pos_ * KV;
-    matvec(w_->at(p + "self_attn.q_proj.weight"), xn.data(), Hq * D, C, q.data());
-    matvec(w_->at(p + "self_attn.k_proj.weight"), xn.data(), KV, C, k);
-    matvec(w_->at(p + "self_attn.v_proj.weight"), xn.data(), KV, C, v);
-    rope(q.data(), Hq, D, pos_, m.rope_theta);
-    rope(k, Hkv, D, pos_, m.rope_theta);
-    const float scale = 1.0f / std::sqrt(float(D));
-    Vec score(static_cast<size_t>(pos_ + 1));
-    for (int64_t h = 0; h < Hq; ++h) {
-      const int64_t kh = h / (Hq / Hkv);
-      const float* qh = q.data() + h * D;
-      float mx = -INFINITY;
-      for (int64_t t = 0; t <= pos_; ++t) {
-        const float* kt = k_cache_[size_t(l)].data() + t * KV + kh * D;
-        float s = 0.0f;
-        for (int64_t d = 0; d < D; ++d) s += qh[d] * kt[d];
-        score[size_t(t)] = s * scale;
-        mx = std::max(mx, score[size_t(t)]);
-      }
-      float sum = 0.0f;
-      for (float& s : score) sum += (s = std::exp(s - mx));
-      float* ah = att.data() + h * D;
-      std::fill(ah, ah + D, 0.0f);
-      for (int64_t t = 0; t <= pos_; ++t) {
-        const float* vt = v_cache_[size_t(l)].data() + t * KV + kh * D;
-        const float a = score[size_t(t)] / sum;
-        for (int64_t d = 0; d < D; ++d) ah[d] += a * vt[d];
-      }
-    }
-    matvec(w_->at(p + "self_attn.o_proj.weight"), att.data(), C, Hq * D, o.data());
-    for (int64_t c = 0; c < C; ++c) x[size_t(c)] += o[size_t(c)];
-    // Feed-forward.
-    xn = rmsnorm(x, w_->at(p + "post_attention_layernorm.weight"), m.norm_eps);
-    auto expert = [&](const float* w1, const float* w3, const float* w2, float weight) {
-      matvec(w1, xn.data(), F, C, gate.data());
-      matvec(w3, xn.data(), F, C, up.data());
-      for (int64_t f = 0; f < F; ++f) gate[size_t(f)] = silu(gate[size_t(f)]) * up[size_t(f)];
-      matvec(w2, gate.data(), C, F, y.data());
-      for (int64_t c = 0; c < C; ++c) x[size_t(c)] += weight * y[size_t(c)];
-    };
-    if (!is_moe_layer(m, int(l))) {
-      expert(w_->at(p + "mlp.gate_proj.weight"), w_->at(p + "mlp.up_proj.weight"),
-             w_->at(p + "mlp.down_proj.weight"), 1.0f);
-      continue;
-    }
-    const int64_t E = m.num_experts;
-    Vec probs(static_cast<size_t>(E));
-    matvec(w_->at(p + "block_sparse_moe.gate.weight"), xn.data(), E, C, probs.data());
-    const float mx = *std::max_element(probs.begin(), probs.end());
-    float sum = 0.0f;
-    for (float& v2 : probs) sum += (v2 = std::exp(v2 - mx));
-    for (float& v2 : probs) v2 /= sum;
-    std::vector<int64_t> order(static_cast<size_t>(E));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return probs[size_t(a)] > probs[size_t(b)]; });
-    float chosen = 0.0f;
-    for (int64_t j = 0; j < m.top_k; ++j) chosen += probs[size_t(order[size_t(j)])];
-    for (int64_t j = 0; j < m.top_k; ++j) {
-      const int64_t e = order[size_t(j)];
-      const std::string ep = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
-      const float wgt = probs[size_t(e)] / (normalize_top_k_ ? chosen : 1.0f);
-      expert(w_->at(ep + "w1.weight"), w_->at(ep + "w3.weight"), w_->at(ep + "w2.weight"), wgt);
-    }
+    attention(l);
+    feed_forward(l);
   }
-  const Vec xf = rmsnorm(x, w_->at("model.norm.weight"), m.norm_eps);
+  ops.rmsnorm_forward(s, st.x, st.at("model.norm.weight"), float(m.norm_eps), st.xn, st.rstd);
+  linear(ops, s, st.xn, st.at("lm_head.weight"), st.logits);
   logits_.resize(size_t(m.vocab_size));
-  matvec(w_->at("lm_head.weight"), xf.data(), m.vocab_size, C, logits_.data());
+  device_->memcpy_async(logits_.data(), st.logits.view().data(), logits_.size() * sizeof(float), s);
+  s.synchronize();  // host sync: the logits are read by the sampler
   ++pos_;
   return logits_;
 }

@@ -1,20 +1,30 @@
-// hf/generate.h — text generation on the CPU: the model's forward one token at a time with a
-// KV cache (fp32, plain loops, world 1), and the sampling rules of `moezero generate`.
+// hf/generate.h — text generation: the model's forward one token at a time with a KV cache
+// (fp32, world 1), and the sampling rules of `moezero generate`.
+//
+// Every step runs through the Device / Ops interface (core/ops.h), so the same code runs on
+// the CPU backend and on a GPU (kernels/cuda): the weights are uploaded once, the cache lives on
+// the device, and per token only the token id and position go up and the logits (V floats,
+// plus E router probabilities per MoE layer, to pick the experts on the host) come back.
 //
 // The math is model/transformer.h's, evaluated per position: embedding, per layer
 // x += attn(rmsnorm(x)) with RoPE at the token's absolute position against the cached keys and
-// values of every earlier position (grouped-query heads), x += ffn(rmsnorm(x)) (dense SwiGLU or
-// the MoE layer's top-k experts: softmax over the gate, top-k descending with ties to the lower
-// expert, renormalised when normalize_top_k; no jitter, no capacity), then the final norm and
-// lm_head. tests/hf/generate_test.cpp checks its logits against the Transformer's forward.
+// values of every earlier position (grouped-query heads; q/k/v biases with model.qkv_bias),
+// x += ffn(rmsnorm(x)) (dense SwiGLU or the MoE layer's top-k experts of width expert_d_ff:
+// softmax over the gate, top-k descending with ties to the lower expert, renormalised when
+// normalize_top_k; no jitter, no capacity; plus the shared experts, gated when
+// shared_expert_gate), then the final norm and lm_head. Softmax routing only: a model trained
+// with sigmoid scores or a selection bias routes otherwise. tests/hf/generate_test.cpp checks its
+// logits against the Transformer's forward.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
+#include "core/device.h"
 #include "hf/hf_export.h"
 
 namespace moezero::moe {
@@ -22,8 +32,10 @@ namespace moezero::moe {
 class KvGenerator {
  public:
   // [in] groups: every group of full_param_groups(model) by name (checked).
+  // [in] device: where the forward runs (must outlive the generator); without one, a CPU
+  // device of the generator's own.
   KvGenerator(const ModelConfig& model, bool normalize_top_k,
-              const std::vector<GroupValues>& groups);
+              const std::vector<GroupValues>& groups, Device* device = nullptr);
   ~KvGenerator();
   KvGenerator(const KvGenerator&) = delete;
   KvGenerator& operator=(const KvGenerator&) = delete;
@@ -35,13 +47,21 @@ class KvGenerator {
   void reset();  // empties the cache
   int64_t position() const { return pos_; }
   const ModelConfig& model() const { return model_; }
+  Device& device() const { return *device_; }
 
  private:
-  struct Weights;
+  struct State;
+  void attention(int64_t layer);                         // x += attn(rmsnorm(x)) at position pos_
+  void feed_forward(int64_t layer);                      // x += ffn(rmsnorm(x))
+  void expert(const std::string& prefix, float weight);  // x += weight * swiglu expert(xn)
+  void swiglu(const std::string& prefix);                // y = the SwiGLU at prefix of xn
+  void shared_experts(int64_t layer);                    // x += [sigmoid(xn . wg)] * shared(xn)
+
   ModelConfig model_;
   bool normalize_top_k_ = true;
-  std::unique_ptr<Weights> w_;
-  std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer (seq_len, Hkv * D)
+  std::unique_ptr<Device> own_device_;  // when none was given
+  Device* device_ = nullptr;
+  std::unique_ptr<State> st_;  // device weights, cache and scratch
   std::vector<float> logits_;
   int64_t pos_ = 0;
 };

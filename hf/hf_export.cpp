@@ -11,6 +11,8 @@
 #include <set>
 
 #include "core/error.h"
+#include "hf/hf_config_reader.h"
+#include "hf/hf_qwen2_moe.h"
 #include "model/transformer.h"
 #include "moe/moe_runtime.h"
 
@@ -21,26 +23,54 @@ using nlohmann::json;
 using nlohmann::ordered_json;
 
 const char* hf_architecture_name(HfArchitecture a) {
-  return a == HfArchitecture::Mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM";
+  switch (a) {
+    case HfArchitecture::Mixtral: return "MixtralForCausalLM";
+    case HfArchitecture::Llama: return "LlamaForCausalLM";
+    case HfArchitecture::Qwen2Moe: return "Qwen2MoeForCausalLM";
+  }
+  return "?";
+}
+
+namespace {
+const char* hf_model_type(HfArchitecture a) {
+  switch (a) {
+    case HfArchitecture::Mixtral: return "mixtral";
+    case HfArchitecture::Llama: return "llama";
+    case HfArchitecture::Qwen2Moe: return "qwen2_moe";
+  }
+  return "?";
+}
+}  // namespace
+
+std::string hf_tensor_name(HfArchitecture a, const std::string& ours) {
+  return a == HfArchitecture::Qwen2Moe ? qwen2_moe_tensor_name(ours) : ours;
 }
 
 HfArchitecture hf_architecture(const Config& cfg) {
   const ModelConfig& m = cfg.model;
+  // Shared experts or q/k/v biases: Qwen2-MoE (the only one of the three that has them).
+  if (m.num_shared_experts > 0 || (m.num_experts == 0 && m.qkv_bias)) {
+    check_qwen2_moe_export(cfg);
+    return HfArchitecture::Qwen2Moe;
+  }
   if (m.num_experts == 0) return HfArchitecture::Llama;
   if (m.moe_every != 1)
     MOEZERO_THROW("model.moe_every = ", m.moe_every,
                   ": this model has dense FFN layers between its MoE layers, which "
                   "MixtralForCausalLM cannot express (every Mixtral layer is a sparse MoE block). "
-                  "Export models with moe_every = 1 (Mixtral) or num_experts = 0 (Llama)");
+                  "Export models with moe_every = 1 (Mixtral), num_experts = 0 (Llama) or gated "
+                  "shared experts (Qwen2MoeForCausalLM)");
   if (!cfg.moe.normalize_top_k)
     MOEZERO_THROW(
         "moe.normalize_top_k = false: the model weights experts by their raw top-k "
         "probabilities, but MixtralForCausalLM always renormalises the top-k weights "
-        "to sum to 1; the exported model would compute another function");
-  if (m.num_shared_experts > 0)
-    MOEZERO_THROW("model.num_shared_experts = ", m.num_shared_experts,
-                  ": MixtralForCausalLM has no shared experts (Qwen2MoeForCausalLM export is not "
-                  "implemented yet)");
+        "to sum to 1; the exported model would compute another function (Qwen2MoeForCausalLM "
+        "has norm_topk_prob = false, but needs gated shared experts)");
+  if (m.qkv_bias)
+    MOEZERO_THROW(
+        "model.qkv_bias = true: MixtralForCausalLM has no q/k/v biases (Qwen2MoeForCausalLM has "
+        "them, but always with a gated shared expert: model.num_shared_experts > 0 and "
+        "model.shared_expert_gate = true)");
   if (cfg.moe.score_function != ScoreFunction::Softmax)
     MOEZERO_THROW(
         "moe.score_function = sigmoid: MixtralForCausalLM routes with softmax probabilities; "
@@ -62,10 +92,11 @@ std::string hf_config_json(const Config& cfg, SafetensorsDType dtype) {
   const ModelConfig& m = cfg.model;
   ordered_json j;
   j["architectures"] = {hf_architecture_name(arch)};
-  j["model_type"] = arch == HfArchitecture::Mixtral ? "mixtral" : "llama";
+  j["model_type"] = hf_model_type(arch);
   j["vocab_size"] = m.vocab_size;
   j["hidden_size"] = m.d_model;
-  // Mixtral: every layer is MoE (moe_every = 1), so its one width is the experts'.
+  // Mixtral: every layer is MoE (moe_every = 1), so its one width is the experts'; Qwen2-MoE:
+  // the dense layers' (its experts have moe_intermediate_size).
   j["intermediate_size"] = arch == HfArchitecture::Mixtral ? m.expert_width() : m.d_ff;
   j["num_hidden_layers"] = m.n_layers;
   j["num_attention_heads"] = m.n_heads;
@@ -89,6 +120,8 @@ std::string hf_config_json(const Config& cfg, SafetensorsDType dtype) {
     j["output_router_logits"] = false;
     j["router_aux_loss_coef"] = cfg.moe.aux_loss_coef;
     j["router_jitter_noise"] = cfg.moe.router_jitter;
+  } else if (arch == HfArchitecture::Qwen2Moe) {
+    add_qwen2_moe_config_keys(cfg, j);
   } else {
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
@@ -116,9 +149,26 @@ void write_text_atomic(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
+namespace {
+// Qwen2MoeForCausalLM always has q/k/v biases: a model without model.qkv_bias gets zero ones
+// (`zeros` keeps their values alive until the file is written).
+void add_required_zero_tensors(const ModelConfig& m, HfArchitecture arch,
+                               std::vector<SafetensorsTensor>& tensors,
+                               std::vector<std::vector<float>>& zeros) {
+  if (arch != HfArchitecture::Qwen2Moe || m.qkv_bias) return;
+  const auto biases = qwen2_moe_qkv_bias_tensors(m);
+  zeros.reserve(biases.size());
+  for (const auto& [name, shape] : biases) {
+    zeros.emplace_back(static_cast<size_t>(shape[0]), 0.0f);
+    tensors.push_back(SafetensorsTensor{name, shape, zeros.back().data()});
+  }
+}
+}  // namespace
+
 void export_hf(const Config& cfg, const std::vector<GroupValues>& groups,
                const std::string& out_dir, const HfExportOptions& options) {
   const std::string config_text = hf_config_json(cfg, options.dtype);  // refuses first
+  const HfArchitecture arch = hf_architecture(cfg);
   const std::vector<GroupSpec> specs = full_param_groups(cfg.model);
   std::map<std::string, const GroupValues*> by_name;
   for (const GroupValues& g : groups)
@@ -138,9 +188,12 @@ void export_hf(const Config& cfg, const std::vector<GroupValues>& groups,
     used.insert(spec.name);
     for (size_t i = 0; i < spec.params.size(); ++i) {
       const ParamSpec& p = spec.params[i];
-      tensors.push_back(SafetensorsTensor{p.name, p.shape.dims(), data.data() + layout.offset(i)});
+      tensors.push_back(SafetensorsTensor{hf_tensor_name(arch, p.name), p.shape.dims(),
+                                          data.data() + layout.offset(i)});
     }
   }
+  std::vector<std::vector<float>> zeros;  // the data of zero tensors the format requires
+  add_required_zero_tensors(cfg.model, arch, tensors, zeros);
   for (const GroupValues& g : groups)
     if (!used.count(g.name))
       MOEZERO_THROW("export: parameter group '", g.name,
@@ -160,38 +213,6 @@ void export_hf(const Config& cfg, const std::vector<GroupValues>& groups,
 
 namespace {
 
-struct ConfigReader {
-  const json& j;
-  std::string file;
-
-  [[noreturn]] void fail(const std::string& key, const std::string& why) const {
-    MOEZERO_USER_ERROR(file, ": ", key, ": ", why);
-  }
-  const json* find(const std::string& key) const {
-    auto it = j.find(key);
-    return it == j.end() ? nullptr : &*it;
-  }
-  int64_t integer(const std::string& key, int64_t min_value) const {
-    const json* v = find(key);
-    if (!v) fail(key, "missing");
-    if (!v->is_number_integer()) fail(key, "must be an integer, got " + v->dump());
-    const auto x = v->get<int64_t>();
-    if (x < min_value) fail(key, "must be >= " + std::to_string(min_value) + ", got " + v->dump());
-    return x;
-  }
-  double number(const std::string& key, double fallback) const {
-    const json* v = find(key);
-    if (!v || v->is_null()) return fallback;
-    if (!v->is_number()) fail(key, "must be a number, got " + v->dump());
-    return v->get<double>();
-  }
-  // The key must be absent, null, or equal to `expected`.
-  void absent_or(const std::string& key, const json& expected, const std::string& why) const {
-    const json* v = find(key);
-    if (v && !v->is_null() && *v != expected) fail(key, v->dump() + ": " + why);
-  }
-};
-
 // Reads `dir`/config.json (`file`) as a JSON object.
 json load_config_json(const std::string& dir, const std::string& file) {
   if (!fs::is_directory(dir))
@@ -208,8 +229,8 @@ json load_config_json(const std::string& dir, const std::string& file) {
   return j;
 }
 
-// Mixtral or Llama: `architectures` decides when present (it names the class from_pretrained
-// builds), else model_type.
+// Mixtral, Llama or Qwen2-MoE: `architectures` decides when present (it names the class
+// from_pretrained builds), else model_type.
 HfArchitecture read_architecture(const ConfigReader& r) {
   const json* archs = r.find("architectures");
   const json* type = r.find("model_type");
@@ -221,22 +242,28 @@ HfArchitecture read_architecture(const ConfigReader& r) {
     return HfArchitecture::Mixtral;
   if (archs ? has_arch("LlamaForCausalLM") : (type && *type == "llama"))
     return HfArchitecture::Llama;
+  if (archs ? has_arch("Qwen2MoeForCausalLM") : (type && *type == "qwen2_moe"))
+    return HfArchitecture::Qwen2Moe;
   r.fail("architectures", (archs ? archs->dump() : std::string("missing")) +
-                              ": only MixtralForCausalLM and LlamaForCausalLM can be loaded");
+                              ": only MixtralForCausalLM, LlamaForCausalLM and "
+                              "Qwen2MoeForCausalLM can be loaded");
 }
 
-// The keys both architectures share: sizes, RoPE, norm and init.
+// The keys every architecture shares: sizes, RoPE, norm and init.
 void read_common_keys(const ConfigReader& r, HfArchitecture arch, ModelConfig& m) {
   m.vocab_size = r.integer("vocab_size", 1);
   m.d_model = r.integer("hidden_size", 1);
-  m.d_ff = r.integer("intermediate_size", 1);
+  const bool qwen = arch == HfArchitecture::Qwen2Moe;
+  m.d_ff = qwen ? r.integer_or("intermediate_size", 1, 5632) : r.integer("intermediate_size", 1);
   m.n_layers = r.integer("num_hidden_layers", 1);
   m.n_heads = r.integer("num_attention_heads", 1);
   // A key config.json leaves out takes the default of the transformers class it names
-  // (MixtralConfig: 8 key/value heads, rope_theta 1e6; LlamaConfig: every head, 1e4).
+  // (MixtralConfig: 8 key/value heads, rope_theta 1e6; LlamaConfig: every head, 1e4;
+  // Qwen2MoeConfig: 16 key/value heads, 1e4).
   const bool mixtral = arch == HfArchitecture::Mixtral;
   m.n_kv_heads = r.find("num_key_value_heads") ? r.integer("num_key_value_heads", 1)
                  : mixtral                     ? 8
+                 : qwen                        ? 16
                                                : m.n_heads;
   m.seq_len = r.integer("max_position_embeddings", 1);
   // Positions are int32; a larger context overflowed the KV cache's size (seq_len * kv width
@@ -325,6 +352,8 @@ HfModel read_hf_dir(const std::string& dir) {
   read_common_keys(r, hf.arch, m);
   if (hf.arch == HfArchitecture::Mixtral)
     read_mixtral_keys(r, m, hf.moe);
+  else if (hf.arch == HfArchitecture::Qwen2Moe)
+    read_qwen2_moe_keys(r, m, hf.moe);
   else
     read_llama_keys(r, m);
   check_unsupported_keys(r, m);
@@ -338,33 +367,55 @@ HfModel read_hf_dir(const std::string& dir) {
   return hf;
 }
 
-std::vector<GroupValues> hf_group_values(const HfModel& hf) {
+namespace {
+bool is_qkv_bias_name(const std::string& name) {
+  return name.find(".self_attn.") != std::string::npos && name.ends_with("_proj.bias");
+}
+
+// A tensor of the file that `model` has no parameter for: Qwen2-MoE's q/k/v biases are dropped
+// when they are all zero (a model without model.qkv_bias computes the same), anything else is
+// refused naming it.
+void check_unused_tensor(const HfModel& hf, const ModelConfig& model, const SafetensorsEntry& e) {
+  const SafetensorsFile& w = hf.weights;
+  if (hf.arch == HfArchitecture::Qwen2Moe && !model.qkv_bias && is_qkv_bias_name(e.name)) {
+    const std::vector<float> v = w.to_f32(e);
+    if (std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; })) return;
+    MOEZERO_USER_ERROR(w.path(), ": tensor '", e.name,
+                       "' holds nonzero q/k/v biases, which a model without them cannot use "
+                       "(set model.qkv_bias = true)");
+  }
+  MOEZERO_USER_ERROR(w.path(), ": tensor '", e.name, "' is not a parameter of the ",
+                     hf_architecture_name(hf.arch), " that config.json describes");
+}
+}  // namespace
+
+std::vector<GroupValues> hf_group_values(const HfModel& hf, const ModelConfig* target) {
+  const ModelConfig& model = target ? *target : hf.model;
   const SafetensorsFile& w = hf.weights;
   std::vector<GroupValues> out;
   std::set<std::string> used;
-  for (const GroupSpec& spec : full_param_groups(hf.model)) {
+  for (const GroupSpec& spec : full_param_groups(model)) {
     const GroupLayout layout(spec);
     GroupValues g{spec.name, std::vector<float>(static_cast<size_t>(layout.numel()), 0.0f)};
     for (size_t i = 0; i < spec.params.size(); ++i) {
       const ParamSpec& p = spec.params[i];
-      const SafetensorsEntry* e = w.find(p.name);
+      const std::string name = hf_tensor_name(hf.arch, p.name);
+      const SafetensorsEntry* e = w.find(name);
       if (!e)
-        MOEZERO_USER_ERROR(w.path(), ": tensor '", p.name, "' is missing (the model of ", hf.dir,
+        MOEZERO_USER_ERROR(w.path(), ": tensor '", name, "' is missing (the model of ", hf.dir,
                            "/config.json needs it)");
       const std::vector<int64_t> want = p.shape.dims();
       if (e->shape != want)
-        MOEZERO_USER_ERROR(w.path(), ": tensor '", p.name, "' has shape ", json(e->shape).dump(),
+        MOEZERO_USER_ERROR(w.path(), ": tensor '", name, "' has shape ", json(e->shape).dump(),
                            " but config.json implies ", json(want).dump());
       const std::vector<float> v = w.to_f32(*e);
       std::copy(v.begin(), v.end(), g.data.begin() + layout.offset(i));
-      used.insert(p.name);
+      used.insert(name);
     }
     out.push_back(std::move(g));
   }
   for (const SafetensorsEntry& e : w.entries())
-    if (!used.count(e.name))
-      MOEZERO_USER_ERROR(w.path(), ": tensor '", e.name, "' is not a parameter of the ",
-                         hf_architecture_name(hf.arch), " that config.json describes");
+    if (!used.count(e.name)) check_unused_tensor(hf, model, e);
   return out;
 }
 
@@ -376,23 +427,40 @@ void check_same_shape(const ModelConfig& ours, const HfModel& hf, const std::str
       MOEZERO_USER_ERROR(what, ": ", file, " describes another model: ", hf_key, " = ", b,
                          " but model.", key, " = ", a);
   };
+  const bool qwen = hf.arch == HfArchitecture::Qwen2Moe;
   same(ours.vocab_size, m.vocab_size, "vocab_size", "vocab_size");
   same(ours.d_model, m.d_model, "d_model", "hidden_size");
   if (hf.arch == HfArchitecture::Mixtral)
     same(ours.expert_width(), m.d_ff, "expert_d_ff (or d_ff)", "intermediate_size");
-  else
+  else if (!qwen || m.num_experts == 0 || m.moe_every > 1)  // it has dense layers
     same(ours.d_ff, m.d_ff, "d_ff", "intermediate_size");
+  if (qwen && m.num_experts > 0)
+    same(ours.expert_width(), m.expert_width(), "expert_d_ff (or d_ff)", "moe_intermediate_size");
   same(ours.n_layers, m.n_layers, "n_layers", "num_hidden_layers");
   same(ours.n_heads, m.n_heads, "n_heads", "num_attention_heads");
   same(ours.n_kv_heads, m.n_kv_heads, "n_kv_heads", "num_key_value_heads");
-  same(ours.num_shared_experts, m.num_shared_experts, "num_shared_experts",
-       "shared experts (Mixtral and Llama have none)");
+  if (qwen)  // one shared expert of the summed width (exact: hf/hf_qwen2_moe.h)
+    same(shared_experts_width(ours), shared_experts_width(m),
+         "num_shared_experts x shared_expert_d_ff", "shared_expert_intermediate_size");
+  else
+    same(ours.num_shared_experts, m.num_shared_experts, "num_shared_experts",
+         "shared experts (Mixtral and Llama have none)");
   same(ours.num_experts, m.num_experts, "num_experts",
-       hf.arch == HfArchitecture::Mixtral ? "num_local_experts" : "num_local_experts (Llama: 0)");
+       hf.arch == HfArchitecture::Mixtral ? "num_local_experts"
+       : qwen                             ? "num_experts"
+                                          : "num_local_experts (Llama: 0)");
   if (m.num_experts > 0) {
     same(ours.top_k, m.top_k, "top_k", "num_experts_per_tok");
-    same(ours.moe_every, m.moe_every, "moe_every", "MoE layers every (Mixtral: 1)");
+    same(ours.moe_every, m.moe_every, "moe_every",
+         qwen ? "decoder_sparse_step" : "MoE layers every (Mixtral: 1)");
   }
+  if (qwen && ours.num_shared_experts > 0 && !ours.shared_expert_gate)
+    MOEZERO_USER_ERROR(what, ": ", file,
+                       " gates its shared expert per token (Qwen2-MoE's shared_expert_gate) but "
+                       "model.shared_expert_gate = false (set it to true)");
+  if (ours.qkv_bias && !m.qkv_bias)
+    MOEZERO_USER_ERROR(what, ": ", file, " describes a ", hf_architecture_name(hf.arch),
+                       ", which has no q/k/v biases, but model.qkv_bias = true");
   // Not shapes, but the function the weights were trained for: a different RoPE base or norm
   // epsilon would silently train another model from them.
   auto same_number = [&](double a, double b, const char* key, const char* hf_key) {
@@ -402,6 +470,23 @@ void check_same_shape(const ModelConfig& ours, const HfModel& hf, const std::str
   };
   same_number(ours.rope_theta, m.rope_theta, "rope_theta", "rope_theta");
   same_number(ours.norm_eps, m.norm_eps, "norm_eps", "rms_norm_eps");
+}
+
+void check_same_routing(const MoeConfig& ours, const HfModel& hf, const std::string& what) {
+  if (hf.model.num_experts == 0) return;
+  const std::string file = (fs::path(hf.dir) / "config.json").string();
+  const char* hf_rule =
+      hf.arch == HfArchitecture::Qwen2Moe
+          ? (hf.moe.normalize_top_k ? "norm_topk_prob = true" : "norm_topk_prob = false")
+          : "renormalised top-k weights (Mixtral)";
+  if (ours.normalize_top_k != hf.moe.normalize_top_k)
+    MOEZERO_USER_ERROR(what, ": ", file, " routes with ", hf_rule,
+                       " but moe.normalize_top_k = ", ours.normalize_top_k ? "true" : "false",
+                       " (set it to match)");
+  if (ours.score_function != ScoreFunction::Softmax)
+    MOEZERO_USER_ERROR(what, ": ", file, " routes with softmax probabilities (",
+                       hf_architecture_name(hf.arch),
+                       ") but moe.score_function = sigmoid (set it to softmax)");
 }
 
 }  // namespace moezero::moe

@@ -14,9 +14,13 @@
 //   num_experts > 0, moe_every == 1, normalize_top_k  -> MixtralForCausalLM ("mixtral")
 //   num_experts == 0 (dense)                           -> LlamaForCausalLM ("llama"; our dense
 //                                                         FFN uses Llama's mlp.{gate,up,down}_proj)
-//   num_experts > 0 with moe_every > 1 (dense layers between MoE layers), or
-//   moe.normalize_top_k = false (raw top-k probabilities): refused, naming the setting — no
-//   Hugging Face class computes those functions.
+//   num_shared_experts > 0 (gated), or a dense
+//   model with qkv_bias                                -> Qwen2MoeForCausalLM ("qwen2_moe"; the
+//                                                         rules and names: hf/hf_qwen2_moe.h)
+//   without shared experts: num_experts > 0 with moe_every > 1 (dense layers between MoE
+//   layers), moe.normalize_top_k = false (raw top-k probabilities) or qkv_bias; and anywhere:
+//   an ungated shared expert, sigmoid scores, the selection bias: refused, naming the setting —
+//   no Hugging Face class we write computes those functions.
 #pragma once
 
 #include <cstdint>
@@ -37,11 +41,17 @@ struct GroupValues {
   std::vector<float> data;
 };
 
-enum class HfArchitecture : uint8_t { Mixtral, Llama };
-const char* hf_architecture_name(HfArchitecture a);  // "MixtralForCausalLM", "LlamaForCausalLM"
+enum class HfArchitecture : uint8_t { Mixtral, Llama, Qwen2Moe };
+// "MixtralForCausalLM", "LlamaForCausalLM", "Qwen2MoeForCausalLM"
+const char* hf_architecture_name(HfArchitecture a);
+
+// The name of our parameter `ours` in a file of architecture `a` (ours are Mixtral's names;
+// Qwen2-MoE names its MoE block differently).
+std::string hf_tensor_name(HfArchitecture a, const std::string& ours);
 
 // The Hugging Face class that computes the model `cfg` describes; throws naming the setting
-// (model.moe_every, moe.normalize_top_k) when none does.
+// (model.moe_every, moe.normalize_top_k, model.shared_expert_gate, moe.score_function, ...)
+// when none does.
 HfArchitecture hf_architecture(const Config& cfg);
 
 // Every parameter group of the model on one rank with all experts (expert parallelism 1), in
@@ -53,10 +63,11 @@ struct HfExportOptions {
       SafetensorsDType::F32;  // fp32 masters are the truth; bf16 halves the file
 };
 
-// The config.json text for `cfg` (MixtralConfig or LlamaConfig fields).
+// The config.json text for `cfg` (MixtralConfig, LlamaConfig or Qwen2MoeConfig fields).
 std::string hf_config_json(const Config& cfg, SafetensorsDType dtype);
 
-// Writes out_dir/config.json and out_dir/model.safetensors (creating out_dir). `groups` must
+// Writes out_dir/config.json and out_dir/model.safetensors (creating out_dir); Qwen2-MoE files
+// get zero q/k/v biases when the model has none. `groups` must
 // hold every group of full_param_groups(cfg.model) by name, each with exactly its layout's
 // numel values (extra or missing groups are errors naming them). Throws moezero::Error.
 void export_hf(const Config& cfg, const std::vector<GroupValues>& groups,
@@ -74,16 +85,25 @@ struct HfModel {
 // Reads dir/config.json and dir/model.safetensors. Refuses (naming the file and key) what our
 // model cannot compute: another architecture, hidden_act other than silu, tied embeddings,
 // rope_scaling, a sliding window shorter than max_position_embeddings, attention or MLP
-// biases, a head_dim other than hidden_size / num_attention_heads.
+// biases (Llama), a head_dim other than hidden_size / num_attention_heads, Qwen2-MoE's
+// mlp_only_layers. A Qwen2-MoE reads back with model.qkv_bias = true and one gated shared
+// expert of width shared_expert_intermediate_size.
 HfModel read_hf_dir(const std::string& dir);
 
-// Every group of full_param_groups(hf.model), assembled from the weights by parameter name
-// (shapes checked; a tensor the model does not use is an error naming it).
-std::vector<GroupValues> hf_group_values(const HfModel& hf);
+// Every group of full_param_groups(*target) (null: hf.model), assembled from the weights by
+// parameter name (shapes checked; a tensor the model does not use is an error naming it, except
+// Qwen2-MoE's q/k/v biases for a target without model.qkv_bias when they are all zero).
+std::vector<GroupValues> hf_group_values(const HfModel& hf, const ModelConfig* target = nullptr);
 
 // Throws naming the first field (ours and config.json's key) where the model shapes differ:
-// vocab_size, d_model, d_ff, n_layers, n_heads, n_kv_heads, num_experts, top_k, moe_every.
-// `what` prefixes the message (e.g. "train.init_from").
+// vocab_size, d_model, d_ff, expert width, n_layers, n_heads, n_kv_heads, shared experts (count
+// or Qwen2-MoE's summed width and its gate), num_experts, top_k, moe_every, qkv_bias (ours on,
+// the file's class without), rope_theta, norm_eps. `what` prefixes the message (e.g.
+// "train.init_from").
 void check_same_shape(const ModelConfig& ours, const HfModel& hf, const std::string& what);
+
+// Throws naming moe.normalize_top_k or moe.score_function when our router would weight the
+// experts of `hf` (an MoE model) differently from the function its weights were trained for.
+void check_same_routing(const MoeConfig& ours, const HfModel& hf, const std::string& what);
 
 }  // namespace moezero::moe

@@ -50,7 +50,13 @@ std::unique_ptr<Device> make_cuda_device(int index) {
 }
 
 std::unique_ptr<Device> make_device(DeviceKind kind, int index) {
-  return kind == DeviceKind::Cpu ? make_cpu_device(index) : make_cuda_device(index);
+  switch (kind) {
+    case DeviceKind::Cpu: return make_cpu_device(index);
+    case DeviceKind::Cuda: return make_cuda_device(index);
+    case DeviceKind::Sim: break;
+  }
+  MOEZERO_THROW("make_device: a simulated device needs a GPU profile: use ",
+                "sim::make_sim_device (kernels/sim/sim_device.h)");
 }
 
 std::vector<DeviceKind> available_backends() {

@@ -9,6 +9,37 @@ namespace moezero::moe {
 namespace {
 // Parameter indices inside the group (the order of param_group()).
 constexpr size_t kNorm = 0, kQ = 1, kK = 2, kV = 3, kO = 4;
+constexpr size_t kQBias = 5, kKBias = 6, kVBias = 7;  // model.qkv_bias only
+
+// A bias (out) of a linear layer, zero-initialised and not decayed (Qwen2's q/k/v biases).
+ParamSpec linear_bias(std::string name, int64_t out) {
+  return ParamSpec{std::move(name), Shape{out}, ParamInit::Zeros, 0.0f, false};
+}
+
+// A ones column (R, 1) in the compute dtype: the GEMM operand that broadcasts a bias over rows
+// and sums a gradient's rows.
+TensorBuffer ones_column(const ModuleContext& ctx) {
+  TensorBuffer ones = ctx.alloc_act(Shape{ctx.rows(), 1}, "attn.ones");
+  ctx.ops().fill(ctx.s(), ones, 1.0);
+  return ones;
+}
+
+// y (R, out) `+=` bias (out) on every row: y += ones (R, 1) @ bias (1, out).
+void add_bias(const ModuleContext& ctx, const Tensor& ones, const Tensor& bias, const Tensor& y) {
+  ctx.ops().gemm(
+      ctx.s(),
+      GemmArgs{.a = ones, .b = bias.reshape(Shape{1, bias.numel()}), .c = y, .beta = 1.0f});
+}
+
+// dbias (out) f32 `+=` the column sums of dy (R, out): dbias += ones (R, 1)^T @ dy.
+void bias_backward(const ModuleContext& ctx, const Tensor& ones, const Tensor& dy,
+                   const Tensor& dbias) {
+  ctx.ops().gemm(ctx.s(), GemmArgs{.a = ones,
+                                   .b = dy,
+                                   .c = dbias.reshape(Shape{1, dbias.numel()}),
+                                   .trans_a = Transpose::Yes,
+                                   .beta = 1.0f});
+}
 }  // namespace
 
 AttentionBlock::AttentionBlock(const ModelConfig& cfg, int layer, int group)
@@ -19,6 +50,7 @@ AttentionBlock::AttentionBlock(const ModelConfig& cfg, int layer, int group)
       rope_theta_(static_cast<float>(cfg.rope_theta)),
       norm_eps_(static_cast<float>(cfg.norm_eps)),
       init_std_(static_cast<float>(cfg.init_std)),
+      qkv_bias_(cfg.qkv_bias),
       layer_(layer),
       group_(group) {}
 
@@ -39,6 +71,11 @@ GroupSpec AttentionBlock::param_group() const {
       matrix("self_attn.v_proj.weight", kv_out, d_model_),
       matrix("self_attn.o_proj.weight", d_model_, q_out),
   };
+  if (qkv_bias_) {  // after the weights, so that the group without them is unchanged
+    g.params.push_back(linear_bias(p + "self_attn.q_proj.bias", q_out));
+    g.params.push_back(linear_bias(p + "self_attn.k_proj.bias", kv_out));
+    g.params.push_back(linear_bias(p + "self_attn.v_proj.bias", kv_out));
+  }
   return g;
 }
 
@@ -63,6 +100,12 @@ AttentionBlock::Saved AttentionBlock::forward(const ModuleContext& ctx, ParamPro
   linear_forward(ctx, sv.xn, lay.view(flat, kQ), sv.q);
   linear_forward(ctx, sv.xn, lay.view(flat, kK), sv.k);
   linear_forward(ctx, sv.xn, lay.view(flat, kV), sv.v);
+  if (qkv_bias_) {
+    const TensorBuffer ones = ones_column(ctx);
+    add_bias(ctx, ones, lay.view(flat, kQBias), sv.q);
+    add_bias(ctx, ones, lay.view(flat, kKBias), sv.k);
+    add_bias(ctx, ones, lay.view(flat, kVBias), sv.v);
+  }
 
   const Tensor q3 = sv.q.view().reshape(Shape{R, Hq, D});
   const Tensor k3 = sv.k.view().reshape(Shape{R, Hkv, D});
@@ -118,6 +161,12 @@ void AttentionBlock::backward(const ModuleContext& ctx, ParamProvider& params, S
   const Tensor dk3 = dk.view().reshape(Shape{R, Hkv, D});
   ops.rope(s, dq3, ctx.positions, rope_theta_, Ops::RopeDirection::Backward, dq3);
   ops.rope(s, dk3, ctx.positions, rope_theta_, Ops::RopeDirection::Backward, dk3);
+  if (qkv_bias_) {  // dbias += column sums of the pre-RoPE gradients
+    const TensorBuffer ones = ones_column(ctx);
+    bias_backward(ctx, ones, dq, lay.view(gflat, kQBias));
+    bias_backward(ctx, ones, dk, lay.view(gflat, kKBias));
+    bias_backward(ctx, ones, dv, lay.view(gflat, kVBias));
+  }
 
   // q/k/v projections: dW += d^T xn; dxn = dq @ Wq + dk @ Wk + dv @ Wv.
   linear_backward_weight(ctx, dq, sv.xn, lay.view(gflat, kQ));

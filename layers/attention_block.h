@@ -11,6 +11,14 @@
 //   2 model.layers.{i}.self_attn.k_proj.weight  (Hkv*D, C) Normal(init_std)
 //   3 model.layers.{i}.self_attn.v_proj.weight  (Hkv*D, C) Normal(init_std)
 //   4 model.layers.{i}.self_attn.o_proj.weight  (C, Hq*D)  Normal(init_std)
+// and with model.qkv_bias (Qwen2 / Qwen2-MoE), after them:
+//   5 model.layers.{i}.self_attn.q_proj.bias    (Hq*D)     Zeros, no weight decay
+//   6 model.layers.{i}.self_attn.k_proj.bias    (Hkv*D)    Zeros, no weight decay
+//   7 model.layers.{i}.self_attn.v_proj.bias    (Hkv*D)    Zeros, no weight decay
+// q = xn q_proj^T + q_bias (before RoPE; likewise k, v). The bias gradient is the column sum
+// of the projection's output gradient (for q and k: after the inverse RoPE), computed as a GEMM
+// with a ones vector: dbias (1, out) += ones (R, 1)^T @ dq (R, out). Without qkv_bias the group
+// is exactly the five parameters above (same layout, same numbers).
 #pragma once
 
 #include "core/config.h"
@@ -50,6 +58,7 @@ class AttentionBlock {
  private:
   int64_t d_model_, n_heads_, n_kv_heads_, head_dim_;
   float rope_theta_, norm_eps_, init_std_;
+  bool qkv_bias_;
   int layer_, group_;
 };
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "moe/routing_source.h"
 #include "moe/routing_trace.h"
 #include "prefetch/prefetch_policy.h"
 
@@ -177,7 +178,38 @@ std::vector<float> MoeFeedForward::synchronize(const ModuleContext& ctx, Dispatc
   std::vector<float> h_stats(static_cast<size_t>(router_.stats_layout().numel()));
   s.device().memcpy_async(h_stats.data(), routing.stats.data(), h_stats.size() * 4, s);
   s.synchronize();  // HOST SYNC: sizes of the token exchange and the agreed active set
+  if (rt_.routing_source) simulated_counts(ctx, counts, h_stats);
   return h_stats;
+}
+
+void MoeFeedForward::simulated_counts(const ModuleContext& ctx, DispatchCounts& counts,
+                                      std::vector<float>& h_stats) const {
+  const RoutingSource& src = *rt_.routing_source;
+  const int64_t E = cfg_.num_experts, mb = ctx.micro_batch;
+  const int Epr = experts_.count();
+  const int me = rt_.router ? rt_.router->global_rank() : 0;
+  const int world = rt_.router ? rt_.router->size() : 1;
+  const std::vector<int64_t> mine = src.counts(mb, moe_index_, me);
+  MOEZERO_CHECK(static_cast<int64_t>(mine.size()) == E, "routing source: ", mine.size(),
+                " counts for ", E, " experts");
+  for (int64_t e = 0; e < E; ++e)
+    counts.h_local[static_cast<size_t>(e)] = static_cast<int32_t>(mine[static_cast<size_t>(e)]);
+  for (int p = 0; p < rt_.ep_size; ++p) {  // what EP peer p routes to this rank's experts
+    const int peer = rt_.a2a ? rt_.a2a->group().ranks[static_cast<size_t>(p)] : me;
+    const std::vector<int64_t> theirs = p == rt_.ep_rank ? mine : src.counts(mb, moe_index_, peer);
+    for (int j = 0; j < Epr; ++j)
+      counts.h_recv[static_cast<size_t>(p * Epr + j)] =
+          static_cast<int32_t>(theirs[static_cast<size_t>(experts_.expert(j))]);
+  }
+  // The agreed statistics: every rank's selections (dropless: all kept); the probability mass
+  // stands in as selections / top_k (a token's probabilities sum to one).
+  const std::vector<int64_t> total = src.total(mb, moe_index_, world);
+  for (int64_t e = 0; e < E; ++e) {
+    const float c = static_cast<float>(total[static_cast<size_t>(e)]);
+    h_stats[static_cast<size_t>(e)] = c;
+    h_stats[static_cast<size_t>(E + e)] = c;
+    h_stats[static_cast<size_t>(2 * E + e)] = c / static_cast<float>(cfg_.top_k);
+  }
 }
 
 void MoeFeedForward::record_prediction(std::span<const float> kept) {

@@ -92,6 +92,10 @@ class MoeFeedForward final : public FeedForward {
   // HOST SYNC: downloads the dispatch counts and the agreed router statistics (returned).
   std::vector<float> synchronize(const ModuleContext& ctx, DispatchCounts& counts,
                                  const Router::Routing& routing) const;
+  // The simulated backend: overwrites what synchronize() read with the routing source's counts
+  // (MoeRuntime::routing_source): this rank's, its EP peers' for its experts, the world's total.
+  void simulated_counts(const ModuleContext& ctx, DispatchCounts& counts,
+                        std::vector<float>& h_stats) const;
   // From the agreed kept counts (E), identical on every rank: the active local experts (Epr),
   // the frequency model and keep scores, dropped unneeded prefetches, routing statistics.
   std::vector<char> apply_agreement(ParamProvider& params, std::span<const float> kept);

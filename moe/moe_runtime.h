@@ -18,6 +18,7 @@ class TraceRecorder;
 namespace moezero::moe {
 
 class RoutingReplay;
+class RoutingSource;
 
 // Routing statistics of the MoE layers of one rank, accumulated over the micro-batches of a
 // step (the trainer reads and clears them after each step).
@@ -126,6 +127,10 @@ struct MoeRuntime {
   // moe.routing_replay (may be null: off): the recorded counts each training micro-batch's
   // routing is forced to. Not owned; the evaluation runtime has none.
   const RoutingReplay* replay = nullptr;
+  // The simulated backend (issue 18): no kernel computes there, so the numbers the layer's host
+  // reads at its one sync (this rank's counts, its EP peers' counts for its experts, the agreed
+  // totals) come from this source instead (moe/routing_source.h). Null on real devices.
+  const RoutingSource* routing_source = nullptr;
 };
 
 // Where one micro-batch sits in the global batch (for world-size independent router noise and

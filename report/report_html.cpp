@@ -7,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include "report/html_parts.h"
 #include "report/report_render.h"
 
 namespace moezero::report {
@@ -93,18 +94,6 @@ double nice_ceil(double v) {
   return 10.0 * p;
 }
 
-struct Heatmap {
-  std::string id, title, caption;
-  std::vector<std::string> rows;            // row labels ("L1")
-  std::vector<std::string> cols;            // column labels; empty: 0, 1, ...
-  std::string col_name = "expert";          // in the cells' tooltips
-  std::vector<std::vector<double>> values;  // (rows, cols); NaN: no value (grey, "n/a")
-  bool diverging = false;
-  double lo = 0.0, hi = 1.0;  // scale; diverging: [-hi, hi]
-  const char* value_fmt = "%.2f";
-  const char* legend_fmt = "%g";
-};
-
 std::string cell_color(const Heatmap& h, double v) {
   if (std::isnan(v)) return "#e4e7eb";
   return h.diverging ? diverging_color(v / h.hi) : sequential_color((v - h.lo) / (h.hi - h.lo));
@@ -116,6 +105,8 @@ std::string col_label(const Heatmap& h, size_t c) {
 std::string cell_text(const Heatmap& h, double v) {
   return std::isnan(v) ? std::string("n/a") : fmt(h.value_fmt, v);
 }
+
+}  // namespace
 
 std::string heatmap_svg(const Heatmap& h) {
   const size_t nr = h.rows.size(), ne = nr ? h.values[0].size() : 0;
@@ -144,8 +135,8 @@ std::string heatmap_svg(const Heatmap& h) {
       const std::string c = cell_color(h, v);
       const double x = left + cw * double(e);
       o << "<rect class=\"cell\" x=\"" << px(x) << "\" y=\"" << px(y) << "\" width=\"" << px(cw)
-        << "\" height=\"" << px(ch) << "\" fill=\"" << c << "\"><title>layer " << esc(h.rows[l])
-        << ", " << h.col_name << " " << col_label(h, e) << ": " << cell_text(h, v)
+        << "\" height=\"" << px(ch) << "\" fill=\"" << c << "\"><title>" << h.row_name << " "
+        << esc(h.rows[l]) << ", " << h.col_name << " " << col_label(h, e) << ": " << cell_text(h, v)
         << "</title></rect>";
       if (values_in_cells)
         o << "<text x=\"" << px(x + cw / 2) << "\" y=\"" << px(y + ch / 2 + 4)
@@ -187,6 +178,8 @@ std::string heatmap_svg(const Heatmap& h) {
   o << "</svg>\n";
   return o.str();
 }
+
+namespace {
 
 std::string placeholder(const std::string& title, const std::string& why) {
   return "<div class=\"hm\"><h3>" + esc(title) + "</h3><div class=\"empty\">" + esc(why) +
@@ -728,6 +721,9 @@ void write_memory(std::ostream& o, const Report& r) {
 }
 
 }  // namespace
+
+std::string html_escape(const std::string& s) { return esc(s); }
+const char* report_css() { return kCss; }
 
 std::string sequential_color(double t) { return interpolate(kViridis, t); }
 std::string diverging_color(double t) {

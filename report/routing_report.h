@@ -48,6 +48,12 @@ bool is_routing_trace(const std::string& path);
 // Reads and summarises a routing trace (throws UserError naming file, line and field).
 RoutingReport read_routing_report(const std::string& path);
 void write_routing_text(std::ostream& os, const RoutingReport& r);
+// The HTML page (inline CSS and SVG): the balance table <table id="routing-balance-table">,
+// layers x steps heatmaps <svg id="heatmap-routing-max-over-mean"> and
+// <svg id="heatmap-routing-cv"> (steps binned to at most 80 columns), layers x experts
+// <svg id="heatmap-routing-share"> (% of the layer's assignments) and per layer steps x experts
+// <svg id="heatmap-routing-load-L{layer}"> (load / mean load of the step; at most 40 rows).
+std::string render_routing_html(const RoutingReport& r);
 std::string routing_report_to_json(const RoutingReport& r);
 
 }  // namespace moezero::report

@@ -3,7 +3,8 @@
 # machine with an NVIDIA GPU (sm_90: H100/H200): configures a CUDA build in build-gpu/
 # (or $MOEZERO_GPU_BUILD_DIR), builds it with -j16, runs every test executable that exists
 # (core_tests, kernel_tests — both backends, the CUDA cases run for real here — comm_tests,
-# train_tests), a traced trainer run on the GPU read back by `moezero report`, and the CUDA
+# train_tests), generation on the GPU (hf_tests Generate.*: CUDA greedy = CPU greedy), a traced
+# trainer run on the GPU read back by `moezero report`, and the CUDA
 # kernel benchmark, then prints a summary table last.
 # Exits non-zero when the build, any test, or the benchmark fails, or when the GPU is not
 # usable (CUDA cases would only skip). Logs: $MOEZERO_GPU_LOG_DIR (default build-gpu/logs;
@@ -159,6 +160,17 @@ if [[ -x "$BUILD/bin/moezero" ]]; then
     --trace "$LOGS/train_cuda.trace.json"
   note_last "$(grep -m1 '^done:' "$LOGS/train_cuda.log" || echo 'no done line')"
   step report_cuda_trace 60 "$BUILD/bin/moezero" report "$LOGS/train_cuda.trace.json"
+fi
+
+# Generation on the GPU: the KV-cache forward through the CUDA op table gives the CPU's greedy
+# tokens (hf_tests Generate.*: CudaGreedyEqualsCpu must run, not skip).
+if [[ -x "$BUILD/bin/hf_tests" ]]; then
+  step generate_cuda 120 "$BUILD/bin/hf_tests" --gtest_filter='Generate.*'
+  if grep -qE '^\[  SKIPPED \] Generate.CudaGreedyEqualsCpu' "$LOGS/generate_cuda.log"; then
+    STATUS[${#STATUS[@]}-1]="FAIL"
+    FAILED=1
+  fi
+  note_last "$(gtest_counts "$LOGS/generate_cuda.log")"
 fi
 
 if [[ -x "$BUILD/bin/kernels_cuda_bench" ]]; then

@@ -61,4 +61,16 @@ struct Row {
 std::vector<Row> combine(const std::vector<std::string>& names,
                          const std::vector<std::vector<RunSummary>>& runs);
 
+// A cell of the table: "-" when absent; bytes in binary units, ratios to 3 places, ms to 1.
+std::string cell(const std::string& field, const Value& v);
+// The table on stdout: one line per row, columns in row_fields() order.
+void print_table(const std::vector<Row>& rows);
+// {"rows": [{"strategy": ..., field: value or null, ...}]}; [in] who: the command, for errors.
+void write_json(const std::vector<Row>& rows, const std::string& path, const char* who);
+
+// A command-line count >= min; [in] what: "bench: --repeats" (names the flag in the error).
+int64_t parse_count(const std::string& v, const char* what, int64_t min);
+// "a,b,c" -> {a, b, c}; refuses an empty list naming `what`.
+std::vector<std::string> split_list(const std::string& list, const char* what);
+
 }  // namespace moezero::bench

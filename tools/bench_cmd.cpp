@@ -32,28 +32,6 @@ struct BenchArgs {
   int64_t warmup = 2;  // leading steps of every run left out of the medians
 };
 
-int64_t parse_count(const std::string& v, const char* flag, int64_t min) {
-  size_t used = 0;
-  int64_t n = -1;
-  try {
-    n = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || n < min)
-    MOEZERO_USER_ERROR("bench: ", flag, " needs an integer >= ", min, ", got '", v, "'");
-  return n;
-}
-
-std::vector<std::string> split_list(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  MOEZERO_REQUIRE(!out.empty(), "bench: --strategies needs a comma-separated list");
-  return out;
-}
-
 BenchArgs parse_bench_args(const std::vector<std::string>& args) {
   BenchArgs a;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -66,11 +44,11 @@ BenchArgs parse_bench_args(const std::vector<std::string>& args) {
     else if (args[i] == "--set")
       a.overrides.push_back(value("--set"));
     else if (args[i] == "--strategies")
-      a.strategies = split_list(value("--strategies"));
+      a.strategies = bench::split_list(value("--strategies"), "bench: --strategies");
     else if (args[i] == "--repeats")
-      a.repeats = parse_count(value("--repeats"), "--repeats", 1);
+      a.repeats = bench::parse_count(value("--repeats"), "bench: --repeats", 1);
     else if (args[i] == "--warmup")
-      a.warmup = parse_count(value("--warmup"), "--warmup", 0);
+      a.warmup = bench::parse_count(value("--warmup"), "bench: --warmup", 0);
     else if (args[i] == "--json")
       a.json_path = value("--json");
     else
@@ -132,60 +110,6 @@ std::vector<std::vector<bench::RunSummary>> run_all(const BenchArgs& a,
   return runs;
 }
 
-// A cell of the table: "-" when the counter is absent; bytes in binary units.
-std::string cell(const std::string& field, const Value& v) {
-  if (!v) return "-";
-  char buf[64];
-  if (field.find("bytes") != std::string::npos)
-    return format_bytes(static_cast<uint64_t>(std::llround(*v)));
-  if (field == "utilisation" || field == "spread" || field == "active_fraction")
-    std::snprintf(buf, sizeof buf, "%.3f", *v);
-  else if (field.find("_ms") != std::string::npos)
-    std::snprintf(buf, sizeof buf, "%.1f", *v);
-  else
-    std::snprintf(buf, sizeof buf, "%.0f", *v);
-  return buf;
-}
-
-// The table: one line per strategy, columns in row_fields() order, each as wide as its widest.
-void print_table(const std::vector<Row>& rows) {
-  const auto& fields = bench::row_fields();
-  std::vector<std::vector<std::string>> lines{{"strategy"}};
-  lines[0].insert(lines[0].end(), fields.begin(), fields.end());
-  for (const Row& r : rows) {
-    std::vector<std::string> l{r.strategy};
-    for (size_t f = 0; f < fields.size(); ++f) l.push_back(cell(fields[f], r.values[f]));
-    lines.push_back(std::move(l));
-  }
-  std::vector<size_t> width(lines[0].size(), 0);
-  for (const auto& l : lines)
-    for (size_t c = 0; c < l.size(); ++c) width[c] = std::max(width[c], l[c].size());
-  for (const auto& l : lines) {
-    std::string out;
-    for (size_t c = 0; c < l.size(); ++c) {
-      std::string pad(width[c] - l[c].size(), ' ');
-      out += c == 0 ? l[c] + pad : "  " + pad + l[c];
-    }
-    std::printf("%s\n", out.c_str());
-  }
-}
-
-void write_json(const std::vector<Row>& rows, const std::string& path) {
-  nlohmann::ordered_json j;
-  j["rows"] = nlohmann::ordered_json::array();
-  for (const Row& r : rows) {
-    nlohmann::ordered_json row;
-    row["strategy"] = r.strategy;
-    for (size_t f = 0; f < r.values.size(); ++f)
-      row[bench::row_fields()[f]] = r.values[f] ? nlohmann::ordered_json(*r.values[f]) : nullptr;
-    j["rows"].push_back(std::move(row));
-  }
-  std::ofstream out(path);
-  MOEZERO_REQUIRE(out.good(), "bench: --json ", path, ": cannot open for writing");
-  out << j.dump(2) << "\n";
-  MOEZERO_REQUIRE(out.good(), "bench: --json ", path, ": write failed");
-}
-
 }  // namespace
 
 int bench(const std::vector<std::string>& args) {
@@ -209,9 +133,9 @@ int bench(const std::vector<std::string>& args) {
       "tokens/s over repeats\n");
   if (!bench::rank_counter(moe::RankStepStats{}, "exposed_comm_ms"))
     std::printf("  comm_ms, exposed_comm_ms: the mean over ranks (no per-rank counter yet)\n");
-  print_table(rows);
+  bench::print_table(rows);
   if (!a.json_path.empty()) {
-    write_json(rows, a.json_path);
+    bench::write_json(rows, a.json_path, "bench");
     std::printf("json: %s\n", a.json_path.c_str());
   }
   return 0;

@@ -2,8 +2,14 @@
 // one row per strategy (tools/bench.h).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "core/param_group.h"
 #include "core/step_counters.h"
@@ -225,6 +231,82 @@ std::vector<Row> combine(const std::vector<std::string>& names,
       if (r.values[ms] && *r.values[ms] > 0)
         r.values[field_index("utilisation")] = *compute->values[ms] / *r.values[ms];
   return rows;
+}
+
+// A cell of the table: "-" when the counter is absent; bytes in binary units.
+std::string cell(const std::string& field, const Value& v) {
+  if (!v) return "-";
+  char buf[64];
+  if (field.find("bytes") != std::string::npos)
+    return format_bytes(static_cast<uint64_t>(std::llround(*v)));
+  if (field == "utilisation" || field == "spread" || field == "active_fraction")
+    std::snprintf(buf, sizeof buf, "%.3f", *v);
+  else if (field.find("_ms") != std::string::npos)
+    std::snprintf(buf, sizeof buf, "%.1f", *v);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", *v);
+  return buf;
+}
+
+// The table: one line per strategy, columns in row_fields() order, each as wide as its widest.
+void print_table(const std::vector<Row>& rows) {
+  const auto& fields = row_fields();
+  std::vector<std::vector<std::string>> lines{{"strategy"}};
+  lines[0].insert(lines[0].end(), fields.begin(), fields.end());
+  for (const Row& r : rows) {
+    std::vector<std::string> l{r.strategy};
+    for (size_t f = 0; f < fields.size(); ++f) l.push_back(cell(fields[f], r.values[f]));
+    lines.push_back(std::move(l));
+  }
+  std::vector<size_t> width(lines[0].size(), 0);
+  for (const auto& l : lines)
+    for (size_t c = 0; c < l.size(); ++c) width[c] = std::max(width[c], l[c].size());
+  for (const auto& l : lines) {
+    std::string out;
+    for (size_t c = 0; c < l.size(); ++c) {
+      std::string pad(width[c] - l[c].size(), ' ');
+      out += c == 0 ? l[c] + pad : "  " + pad + l[c];
+    }
+    std::printf("%s\n", out.c_str());
+  }
+}
+
+void write_json(const std::vector<Row>& rows, const std::string& path, const char* who) {
+  nlohmann::ordered_json j;
+  j["rows"] = nlohmann::ordered_json::array();
+  for (const Row& r : rows) {
+    nlohmann::ordered_json row;
+    row["strategy"] = r.strategy;
+    for (size_t f = 0; f < r.values.size(); ++f)
+      row[row_fields()[f]] = r.values[f] ? nlohmann::ordered_json(*r.values[f]) : nullptr;
+    j["rows"].push_back(std::move(row));
+  }
+  std::ofstream out(path);
+  MOEZERO_REQUIRE(out.good(), who, ": --json ", path, ": cannot open for writing");
+  out << j.dump(2) << "\n";
+  MOEZERO_REQUIRE(out.good(), who, ": --json ", path, ": write failed");
+}
+
+int64_t parse_count(const std::string& v, const char* what, int64_t min) {
+  size_t used = 0;
+  int64_t n = -1;
+  try {
+    n = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || n < min)
+    MOEZERO_USER_ERROR(what, " needs an integer >= ", min, ", got '", v, "'");
+  return n;
+}
+
+std::vector<std::string> split_list(const std::string& list, const char* what) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  MOEZERO_REQUIRE(!out.empty(), what, " needs a comma-separated list");
+  return out;
 }
 
 }  // namespace moezero::bench

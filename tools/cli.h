@@ -42,5 +42,6 @@ int report(const std::vector<std::string>& args);
 // `moezero bench --config FILE [--set k=v ...] [--strategies LIST] [--repeats N] [--warmup N]
 //  [--json OUT]` (tools/bench.h).
 int bench(const std::vector<std::string>& args);
+int plan(const std::vector<std::string>& args);
 
 }  // namespace moezero::cli

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "hf/hf_export.h"
 #include "hf/hf_score.h"
+#include "hf/hf_tokenizer_export.h"
 #include "hf/safetensors.h"
 #include "tools/cli.h"
 #include "train/checkpoint.h"
@@ -66,12 +67,8 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out,
   for (checkpoint::NamedGroup& g : full.groups) groups.push_back({g.name, std::move(g.data)});
   moe::export_hf(full.config, groups, out, opt);
   const std::string tok = find_tokenizer(checkpoint, full.config.data.tokenizer);
-  if (!tok.empty()) {  // transformers' generate needs its tokenizer beside the weights
-    std::error_code ec;
-    std::filesystem::copy_file(tok, std::filesystem::path(out) / "tokenizer.json",
-                               std::filesystem::copy_options::overwrite_existing, ec);
-    if (ec) MOEZERO_THROW("export: cannot copy the tokenizer '", tok, "': ", ec.message());
-  }
+  if (!tok.empty())  // transformers' AutoTokenizer and generate read these beside the weights
+    moe::export_hf_tokenizer(tok, out, full.config.model.seq_len, full.config.model.vocab_size);
   std::printf("exported %s (step %lld, %s) to %s\n", checkpoint.c_str(),
               static_cast<long long>(full.step),
               moe::hf_architecture_name(moe::hf_architecture(full.config)), out.c_str());

@@ -28,14 +28,18 @@ constexpr const char* kUsage =
     "  config [--doc | --defaults | FILE [--set section.key=value ...]]\n"
     "      print the config reference (Markdown), the defaults, or a checked, resolved file\n"
     "  export --checkpoint DIR --out HF_DIR [--dtype f32|bf16]\n"
-    "      write a checkpoint as a Hugging Face directory (config.json + model.safetensors)\n"
+    "      write a checkpoint as a Hugging Face directory (config.json + model.safetensors,\n"
+    "      and the run's tokenizer.json with its transformers tokenizer/generation configs)\n"
     "  score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]\n"
     "      mean next-token cross-entropy (nats) of an exported model on a byte file, as JSON\n"
     "  generate --checkpoint DIR | --model HF_DIR [--prompt TEXT] [--max-new-tokens N]\n"
     "        [--temperature T] [--top-k K] [--top-p P] [--seed S] [--tokenizer FILE]\n"
-    "      write text after the prompt (CPU, KV cache; tokens from the directory's\n"
+    "        [--device auto|cpu|cuda] [--ignore-eos] [--ids]\n"
+    "      write text after the prompt (KV cache; on the GPU when there is one, else the\n"
+    "      CPU (auto, the default, says so on stderr); tokens from the directory's\n"
     "      tokenizer.json, else bytes; temperature 0: greedy; defaults: 200 tokens,\n"
-    "      temperature 0.8, top-k 0 (all), top-p 1, seed 0)\n"
+    "      temperature 0.8, top-k 0 (all), top-p 1, seed 0; stops at <|endoftext|> unless\n"
+    "      --ignore-eos; --ids prints the prompt's and the new token ids as JSON)\n"
     "  report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]\n"
     "      per-expert, per-step, comms and memory summary of a metrics file or trace;\n"
     "      --html: one self-contained page with heatmaps, --json: the numbers\n"
@@ -43,6 +47,14 @@ constexpr const char* kUsage =
     "        [--warmup N] [--json OUT]\n"
     "      the benchmark of record: the real trainer under each strategy (compute, z1, z2,\n"
     "      z3-leaf, z3-fsdp, z3-none, moezero, moezero-cache=P), alternating, medians table\n"
+    "  plan --config FILE --cluster NODESxGPUS [--gpu NAME] [--inter-node NAME]\n"
+    "       [--intra-node NAME] [--routing-trace FILE | --zipf S [--drift D] [--coactivation C]\n"
+    "       [--rank-noise R]]\n"
+    "       [--strategies LIST] [--steps N] [--warmup N] [--present ep|all] [--set k=v ...]\n"
+    "       [--json OUT]\n"
+    "      what the job will do on a cluster: the real trainer per bench strategy on simulated\n"
+    "      GPUs (h100, h200, a100) and links (nvlink4, ib_ndr, eth_100g, ..., or 'config': the\n"
+    "      config's comm_emulation), bench's table, and the fastest strategy that fits\n"
     "  help      print this text\n";
 
 }  // namespace
@@ -64,6 +76,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return moezero::cli::generate(args);
     if (cmd == "report") return moezero::cli::report(args);
     if (cmd == "bench") return moezero::cli::bench(args);
+    if (cmd == "plan") return moezero::cli::plan(args);
     std::cerr << "moezero: unknown command '" << cmd << "'\n" << kUsage;
     return 2;
   } catch (const moezero::Error& e) {

@@ -49,10 +49,12 @@ int report(const std::vector<std::string>& args) {
   MOEZERO_REQUIRE(!input.empty(),
                   "usage: moezero report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]");
   if (report::is_routing_trace(input)) {  // profile.routing_trace: its own summary
-    MOEZERO_REQUIRE(html.empty(), "--html: not available for a routing trace (", input,
-                    "); use --json or the text tables");
     const report::RoutingReport r = report::read_routing_report(input);
     if (!quiet) report::write_routing_text(std::cout, r);
+    if (!html.empty()) {
+      write_file(html, report::render_routing_html(r), "--html");
+      std::cerr << "report: wrote " << html << "\n";
+    }
     if (!json.empty()) {
       write_file(json, report::routing_report_to_json(r) + "\n", "--json");
       std::cerr << "report: wrote " << json << "\n";

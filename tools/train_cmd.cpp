@@ -10,6 +10,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "hf/hf_export.h"
+#include "hf/hf_tokenizer_export.h"
 #include "kernels/backend.h"
 #include "model/transformer.h"
 #include "tools/cli.h"
@@ -127,6 +128,9 @@ void export_trained(const Config& cfg, moe::TrainResult& r, const TrainArgs& a, 
   for (size_t g = 0; g < r.params.size(); ++g)
     groups.push_back({r.group_names[g], std::move(r.params[g])});
   moe::export_hf(cfg, groups, a.export_dir, a.export_opt);
+  if (!cfg.data.tokenizer.empty())
+    moe::export_hf_tokenizer(cfg.data.tokenizer, a.export_dir, cfg.model.seq_len,
+                             cfg.model.vocab_size);
   std::printf("exported %s to %s\n", moe::hf_architecture_name(moe::hf_architecture(cfg)),
               a.export_dir.c_str());
 }

@@ -112,7 +112,7 @@ struct StepOutcome {
 // Every rank's counters of one step, from one all-gather.
 struct StepExchange {
   std::vector<RankStepStats> ranks;    // (world)
-  std::vector<uint64_t> expert_words;  // (world * per-rank words), rank-major (step_stats.h)
+  std::vector<uint64_t> expert_words;  // summed over the ranks (step_stats.h)
   int stop_signal = 0;  // TrainOptions::stop_flag seen by any rank (the largest signal): stop
 };
 
@@ -134,6 +134,7 @@ class RankSession {
   void load_start_state();
   // Returns the agreed stop signal (0: go on).
   int run_step(int64_t step, Clock::time_point t_start);
+  Clock::time_point now() const;  // the step clock (wall, or the simulated device's)
   void note_stop(int64_t step, int sig, bool saved);
   StepOutcome device_step(int64_t step, TensorBuffer& loss, TensorBuffer& aux);
   void micro_batch(int64_t mb, std::deque<std::vector<int32_t>>& host, TensorBuffer& loss,
@@ -247,6 +248,7 @@ void RankSession::build_model() {
     routing_replay_ = std::make_unique<RoutingReplay>(cfg_, moe_layer_ids, rows_ * T_, ctx_.rank);
     rt_.replay = routing_replay_.get();
   }
+  rt_.routing_source = run_.options.routing_source;  // simulated backend only
   if (moe_layers_ > 0) {
     frequency_ = std::make_unique<prefetch::FrequencyModel>(
         moe_layers_, static_cast<int>(cfg_.model.num_experts), cfg_.prefetch.ema_decay);
@@ -273,6 +275,7 @@ void RankSession::build_engine() {
   zo.micro_batches_per_step = tc_.grad_accum_steps;
   zo.seed = static_cast<uint64_t>(tc_.seed);
   zo.check_finite = cfg_.profile.check_finite;
+  zo.materialize = !run_.options.run_world;  // simulated: states counted, not filled
   if (run_.options.grad_hook)
     zo.grad_hook = [this](const GradReadyInfo& gi) {
       run_.options.grad_hook(GradHookInfo{ctx_.rank, hook_step_, gi.micro_batch, &gi.layout->spec(),
@@ -312,8 +315,16 @@ void RankSession::load_start_state() {
                        " (raise train.steps to continue)");
 }
 
+// The step clock: the wall clock, or the simulated device's virtual host clock.
+Clock::time_point RankSession::now() const {
+  if (const std::optional<double> v = dev_.virtual_time_s())
+    return Clock::time_point(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*v)));
+  return Clock::now();
+}
+
 void RankSession::run_steps() {
-  const auto t_start = Clock::now();
+  const auto t_start = now();
   before_ = engine_->counters();
   for (int64_t step = first_step_; step < end_step_; ++step) {
     const int sig = run_step(step, t_start);
@@ -338,7 +349,7 @@ void RankSession::note_stop(int64_t step, int sig, bool saved) {
 
 // 0-based `step`: the device work, the counters' exchange, the checkpoint, then rank 0 logs.
 int RankSession::run_step(int64_t step, Clock::time_point t_start) {
-  const auto t0 = Clock::now();
+  const auto t0 = now();
   hook_step_ = step + 1;
   dev_.allocator().reset_peak();
   TensorBuffer loss(dev_, DType::F32, Shape{1}, MemTag::Other, cs_, "loss");
@@ -353,17 +364,17 @@ int RankSession::run_step(int64_t step, Clock::time_point t_start) {
   const int stop = ex.stop_signal;
   // The routing trace reads this step's counts before evaluation runs (which records none).
   if (routing_trace_) routing_trace_->record_step(step + 1, moe_stats_, dev_, cs_, *comms_.misc);
-  const auto te = Clock::now();
+  const auto te = now();
   // Not when stopping on a signal (agreed: every rank skips it alike).
   const std::optional<double> val_loss =
       o.stop_error.empty() && stop == 0 ? evaluate(step) : std::nullopt;
-  const Clock::duration eval_time = Clock::now() - te;                               // not in tok/s
+  const Clock::duration eval_time = now() - te;                                      // not in tok/s
   const Clock::duration save_time = save_checkpoint(step, o.stop_error, stop != 0);  // not in tok/s
   if (ctx_.rank != 0) {
     if (!o.stop_error.empty()) MOEZERO_USER_ERROR(o.stop_error);
     return stop;
   }
-  const auto t1 = Clock::now();
+  const auto t1 = now();
   log_step(step, o, std::move(ex), predicted, t1 - t0 - save_time - eval_time, t_start, t1,
            val_loss);
   return stop;
@@ -442,28 +453,27 @@ RankStepStats RankSession::step_counters(const StepTiming& timing) {
   return mine;
 }
 
-// One exchange per step (one host sync): the struct as raw 8-byte words, then the per-expert
-// words, whose count depends only on the config, then this rank's stop signal (0: none; every
-// rank stops after the same step when any saw one); through device buffers (NCCL reads device
-// memory only).
+// One exchange per step: every rank's struct as raw 8-byte words and its stop signal (0: none;
+// every rank stops after the same step when any saw one) by an all-gather, then the per-expert
+// words, whose count depends only on the config, summed over the ranks by an all-reduce (their
+// size does not grow with the world); through device buffers (NCCL reads device memory only).
 StepExchange RankSession::exchange_step_stats(const StepTiming& timing) {
   const RankStepStats mine = step_counters(timing);
   const std::vector<uint64_t> expert_words = step_stats_->rank_words(*engine_, moe_stats_, timing);
-  const size_t expert_n = expert_words.size(), stride = kRankStepStatsWords + expert_n + 1;
+  const size_t stride = kRankStepStatsWords + 1;
   std::vector<int64_t> mine_words(stride);
   to_words(mine, mine_words.data());
-  std::memcpy(mine_words.data() + kRankStepStatsWords, expert_words.data(), expert_n * 8);
   mine_words[stride - 1] = run_.options.stop_flag ? run_.options.stop_flag->load() : 0;
   const std::vector<int64_t> words = all_gather_words(dev_, cs_, *comms_.misc, mine_words);
   StepExchange ex;
   ex.ranks.resize(static_cast<size_t>(world_));
-  ex.expert_words.resize(expert_n * static_cast<size_t>(world_));
   for (size_t r = 0; r < ex.ranks.size(); ++r) {
     ex.ranks[r] = from_words(words.data() + r * stride);
-    std::memcpy(ex.expert_words.data() + r * expert_n,
-                words.data() + r * stride + kRankStepStatsWords, expert_n * 8);
     ex.stop_signal = std::max(ex.stop_signal, static_cast<int>(words[r * stride + stride - 1]));
   }
+  std::vector<int64_t> signed_words(expert_words.begin(), expert_words.end());
+  const std::vector<int64_t> summed = all_reduce_words(dev_, cs_, *comms_.misc, signed_words);
+  ex.expert_words.assign(summed.begin(), summed.end());
   return ex;
 }
 
@@ -554,7 +564,7 @@ void RankSession::log_step(int64_t step, const StepOutcome& o, StepExchange ex,
   s.tokens = step_tokens_;
   s.tokens_per_s = double(step_tokens_) / std::chrono::duration<double>(busy).count();
   s.elapsed_s = std::chrono::duration<double>(t1 - t_start).count();
-  step_stats_->sum(ex.expert_words, world_, moe_stats_, predicted, s.moe_layers, s.comm);
+  step_stats_->sum(ex.expert_words, moe_stats_, predicted, s.moe_layers, s.comm);
   s.ranks = std::move(ex.ranks);
   if (cfg_.profile.grad_norms) s.grad_norms = health_->norms(o.result);
   s.nonfinite = o.nonfinite;

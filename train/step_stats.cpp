@@ -28,14 +28,17 @@ enum Field : size_t { MOEZERO_EXPERT_STEP_COUNTERS(MOEZERO_FIELD) kFieldCount };
 #undef MOEZERO_FIELD_Sum
 constexpr size_t kHeaderWords = 2;
 
-uint64_t bits(double v) { return std::bit_cast<uint64_t>(v); }
-double from_bits(uint64_t w) { return std::bit_cast<double>(w); }
+// Words are summed over ranks by one integer all-reduce (RankSession::exchange_step_stats), so
+// a double (milliseconds) is held as whole nanoseconds: exact sums, 1 ns resolution.
+constexpr double kNsPerMs = 1e6;
+uint64_t bits(double ms) { return static_cast<uint64_t>(std::llround(ms * kNsPerMs)); }
+double from_bits(uint64_t w) { return static_cast<double>(static_cast<int64_t>(w)) / kNsPerMs; }
 
-// Adds v to the word w holding a T (a double as its bits), and reads a T back from a word.
+// Adds v to the word w holding a T (a double as nanoseconds), and reads a T back from a word.
 template <typename T>
 void add_to_word(uint64_t& w, T v) {
   if constexpr (std::is_floating_point_v<T>)
-    w = bits(from_bits(w) + static_cast<double>(v));
+    w += bits(static_cast<double>(v));
   else
     w += static_cast<uint64_t>(v);
 }
@@ -176,14 +179,13 @@ std::vector<uint64_t> StepStatsCollector::rank_words(const ZeroEngine& engine,
   return w;
 }
 
-void StepStatsCollector::sum(const std::vector<uint64_t>& all_words, int world,
-                             const MoeStats& stats,
+void StepStatsCollector::sum(const std::vector<uint64_t>& words, const MoeStats& stats,
                              const std::vector<std::vector<double>>& predicted,
                              std::vector<MoeLayerStats>& layers, CommStepStats& comm) const {
   const size_t E = static_cast<size_t>(experts_);
   const size_t per_rank = kHeaderWords + moe_layers_.size() * kFieldCount * E;
-  MOEZERO_CHECK(all_words.size() == per_rank * static_cast<size_t>(world), "step statistics: got ",
-                all_words.size(), " words for ", world, " ranks of ", per_rank);
+  MOEZERO_CHECK(words.size() == per_rank, "step statistics: got ", words.size(),
+                " summed words, expected ", per_rank);
   comm = CommStepStats{};
   layers.assign(moe_layers_.size(), MoeLayerStats{});
   for (size_t m = 0; m < moe_layers_.size(); ++m) {
@@ -214,8 +216,8 @@ void StepStatsCollector::sum(const std::vector<uint64_t>& all_words, int world,
       L.calibration_active = stats.calibration_active[m];
     }
   }
-  for (int r = 0; r < world; ++r) {
-    const uint64_t* w = all_words.data() + static_cast<size_t>(r) * per_rank;
+  {  // the words are already summed over the ranks
+    const uint64_t* w = words.data();
     comm.comm_ms += from_bits(w[0]);
     comm.exposed_comm_ms += from_bits(w[1]);
     for (size_t m = 0; m < moe_layers_.size(); ++m) {

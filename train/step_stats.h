@@ -115,9 +115,9 @@ class StepStatsCollector {
   std::vector<uint64_t> rank_words(const ZeroEngine& engine, const MoeStats& stats,
                                    const StepTiming& timing);
 
-  // Rank 0: sums every rank's words (world * word count, rank-major) into per-layer stats and
-  // the step's comm timing.
-  void sum(const std::vector<uint64_t>& all_words, int world, const MoeStats& stats,
+  // Rank 0: the words summed over every rank (an integer all-reduce of rank_words) into
+  // per-layer stats and the step's comm timing.
+  void sum(const std::vector<uint64_t>& words, const MoeStats& stats,
            const std::vector<std::vector<double>>& predicted, std::vector<MoeLayerStats>& layers,
            CommStepStats& comm) const;
 

@@ -82,6 +82,14 @@ void check_run(const Config& cfg, const TrainOptions& options,
                     cuda_device_count(),
                     " GPU(s) of this machine: parallel.backend \"cuda\" runs one rank per GPU");
   }
+  if (options.run_world) {
+    MOEZERO_REQUIRE(!mpi, "a simulated run (moezero plan) runs in one process, not under mpirun");
+    MOEZERO_REQUIRE(options.routing_source != nullptr,
+                    "TrainOptions::run_world (simulated backend) needs a routing_source");
+    MOEZERO_REQUIRE(options.data != nullptr,
+                    "TrainOptions::run_world (simulated backend) needs a data source (its tokens "
+                    "are not read)");
+  }
   MOEZERO_REQUIRE(tc.micro_batch_size % world == 0, "train.micro_batch_size (", tc.micro_batch_size,
                   ") must be divisible by parallel.world_size (", world,
                   "): it is the global number of sequences per micro-batch");
@@ -112,7 +120,9 @@ std::map<std::string, std::vector<float>> read_init_values(const Config& cfg) {
   if (cfg.train.init_from.empty()) return init_values;
   const HfModel hf = read_hf_dir(cfg.train.init_from);
   check_same_shape(cfg.model, hf, "train.init_from");
-  for (GroupValues& g : hf_group_values(hf)) init_values.emplace(g.name, std::move(g.data));
+  check_same_routing(cfg.moe, hf, "train.init_from");
+  for (GroupValues& g : hf_group_values(hf, &cfg.model))
+    init_values.emplace(g.name, std::move(g.data));
   return init_values;
 }
 
@@ -139,7 +149,9 @@ void run_ranks(const Config& cfg, const std::optional<comm::MpiProcess>& mpi, co
   comm::WorldOptions wopt;
   wopt.comm = make_comm_options(cfg.comm_emulation, cfg.comm);
   try {
-    if (mpi)
+    if (run.options.run_world)
+      run.options.run_world(rank_main);
+    else if (mpi)
       comm::World::run_mpi(on_cuda ? DeviceKind::Cuda : DeviceKind::Cpu, rank_main, wopt);
     else if (on_cuda)
       comm::World::run_cuda(world, rank_main, wopt);
@@ -159,13 +171,26 @@ void run_ranks(const Config& cfg, const std::optional<comm::MpiProcess>& mpi, co
 
 }  // namespace
 
+sim::SimDeviceOptions simulated_device_options(int world_size) {
+  sim::SimDeviceOptions o;
+  o.compute_backed = false;
+  // The largest exchange is the step statistics' all-gather: world x (RankStepStats + 1) words;
+  // a request is backed up to 4/5 of backed_bytes (sim_device.h).
+  const uint64_t gather = uint64_t(std::max(world_size, 1)) * (kRankStepStatsWords + 1) * 8;
+  o.backed_bytes = std::max<uint64_t>(uint64_t(1) << 20, gather * 5 / 4 + (uint64_t(64) << 10));
+  return o;
+}
+
 TrainResult train(const Config& cfg, const TrainOptions& options) {
   const std::optional<comm::MpiProcess> mpi = comm::mpi_process();
   check_run(cfg, options, mpi);
   // Refused before anything is allocated when it cannot fit (train/memory_estimate.h).
-  MemoryEstimate estimate = estimate_memory(cfg, mpi.has_value());
-  estimate.first_gpu = mpi ? mpi->local_rank : 0;  // run_cuda: rank r on GPU r; MPI: local rank
-  check_memory_fits(cfg, estimate, machine_memory_limit());
+  // Simulated ranks: the simulated devices' capacity decides (an out-of-memory error names it).
+  if (!options.run_world) {
+    MemoryEstimate estimate = estimate_memory(cfg, mpi.has_value());
+    estimate.first_gpu = mpi ? mpi->local_rank : 0;  // run_cuda: rank r on GPU r; MPI: local rank
+    check_memory_fits(cfg, estimate, machine_memory_limit());
+  }
   std::unique_ptr<TokenData> data;
   if (!options.data)
     data = std::make_unique<TokenData>(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);

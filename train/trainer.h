@@ -20,11 +20,18 @@
 #include <vector>
 
 #include "core/config.h"
+#include "kernels/sim/sim_device.h"
 #include "train/checkpoint.h"
 #include "train/grad_health.h"
 #include "train/step_stats.h"
 
+namespace moezero::comm {
+struct RankContext;
+}
+
 namespace moezero::moe {
+
+class RoutingSource;
 
 struct StepLog {
   int64_t step = 0;  // 1-based
@@ -91,6 +98,12 @@ struct TrainOptions {
   // the non-finite check and the reduction (tests inject NaN/Inf through it; see
   // train/grad_health.h). Runs on the rank's thread; must be thread-safe. Empty: none.
   GradHook grad_hook;
+  // The simulated backend (issue 18, `moezero plan`): runs the ranks in place of World::run
+  // (e.g. comm::World::run_sim with a cluster's options). With it no memory estimate of this
+  // machine applies, parameters are allocated but not materialised, step times come from the
+  // devices' virtual clocks (Device::virtual_time_s), and routing from `routing_source`.
+  std::function<void(const std::function<void(comm::RankContext&)>& rank_main)> run_world;
+  const RoutingSource* routing_source = nullptr;  // required with run_world; not owned
 };
 
 struct TrainResult {
@@ -113,6 +126,11 @@ struct TrainResult {
 // Learning rate of 0-based step `step`: linear warmup to train.lr over warmup_steps, then
 // cosine decay to min_lr at the last step.
 double lr_at(const TrainConfig& t, int64_t step);
+
+// What the trainer needs of the simulated devices it runs on (TrainOptions::run_world with
+// comm::World::run_sim): no op computes (its host plans come from the routing source), and the
+// buffers of the per-step host exchanges among `world_size` ranks are real memory.
+sim::SimDeviceOptions simulated_device_options(int world_size);
 
 // Runs the whole training described by `cfg`. Ranks are threads of this process, or, when the
 // process was started by mpirun (comm/mpi_launch.h), one rank per process (World::run_mpi:

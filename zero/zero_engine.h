@@ -84,6 +84,10 @@ struct ZeroOptions {
   // with fewer micro-batches reduces the rest at step(), not overlapped.
   int64_t micro_batches_per_step = 1;
   uint64_t seed = 1234;  // parameter initialisation
+  // False on the simulated backend (issue 18): the states are allocated (and counted by tag)
+  // but no initial value is computed or uploaded, so a rank can stand for a shard of a model
+  // far larger than this machine's memory.
+  bool materialize = true;
   // Gradient health (docs/health.md). check_finite: every full gradient is scanned for
   // NaN/Inf on the compute stream before it is reduced (Ops::find_nonfinite); the results
   // are read at the step's one host sync and the first one is StepResult::nonfinite.

@@ -106,33 +106,35 @@ void init_group(GroupState& st, const ZeroOptions& options, Device& device, Stre
   const DType dt = options.compute_dtype;
   const bool fp32 = dt == DType::F32;
   const char* name = st.layout.spec().name.c_str();
-  std::vector<float> full(static_cast<size_t>(st.padded), 0.0f);
-  for (size_t i = 0; i < st.layout.param_count(); ++i)
+  // Simulated: nothing is uploaded, so the host copy is not made (it is the full group).
+  const bool values = options.materialize;
+  std::vector<float> full(values ? static_cast<size_t>(st.padded) : 0, 0.0f);
+  for (size_t i = 0; i < st.layout.param_count() && values; ++i)
     init_param(st.layout.spec().params[i], options.seed, full.data() + st.layout.offset(i));
 
   if (st.params_sharded) {
-    const float* mine = full.data() + st.rank * st.shard_elems;
+    const float* mine = values ? full.data() + st.rank * st.shard_elems : nullptr;
     if (fp32) {
       st.master =
           TensorBuffer(device, DType::F32, Shape{st.shard_elems}, MemTag::ParamShard, cs, name);
     } else {
       st.param_shard =
           TensorBuffer(device, dt, Shape{st.shard_elems}, MemTag::ParamShard, cs, name);
-      up.upload(st.param_shard, mine, st.shard_elems);
+      if (values) up.upload(st.param_shard, mine, st.shard_elems);
       st.master =
           TensorBuffer(device, DType::F32, Shape{st.shard_elems}, MemTag::OptimState, cs, name);
     }
-    up.upload(st.master, mine, st.shard_elems);
+    if (values) up.upload(st.master, mine, st.shard_elems);
     st.master_view = st.master.view();
   } else {
     st.full_persistent = TensorBuffer(device, dt, Shape{st.padded}, MemTag::ParamShard, cs, name);
-    up.upload(st.full_persistent, full.data(), st.padded);
+    if (values) up.upload(st.full_persistent, full.data(), st.padded);
     if (fp32) {
       st.master_view = st.full_persistent.view().view_elems(st.opt_offset, Shape{st.opt_elems});
     } else {
       st.master =
           TensorBuffer(device, DType::F32, Shape{st.opt_elems}, MemTag::OptimState, cs, name);
-      up.upload(st.master, full.data() + st.opt_offset, st.opt_elems);
+      if (values) up.upload(st.master, full.data() + st.opt_offset, st.opt_elems);
       st.master_view = st.master.view();
     }
   }

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/param_group.h"
 #include "hf/hf_score.h"
+#include "kernels/backend.h"
 
 namespace moezero::moe {
 namespace {
@@ -63,8 +64,8 @@ std::vector<float> transformer_logits(const ModelConfig& m, const std::vector<Gr
   return score_bytes(m, moe, g, text, opt).first_logits;
 }
 
-TEST(Generate, KvCacheLogitsEqualTheTransformerForward) {
-  const ModelConfig m = tiny_model();
+// The KV-cache logits of every position against the Transformer's forward on the whole prefix.
+void expect_kv_logits_equal_forward(const ModelConfig& m) {
   const auto groups = random_groups(m, 11);
   const std::vector<int32_t> tokens = {72,  101, 108, 108, 111, 44,  32, 119, 111, 114,
                                        108, 100, 33,  10,  0,   255, 7,  7,   7,   7};
@@ -83,6 +84,25 @@ TEST(Generate, KvCacheLogitsEqualTheTransformerForward) {
   // f32 sums in other orders (blocked GEMMs vs plain loops): rounding only.
   EXPECT_LT(worst, 2e-4 * scale) << "worst |diff| " << worst << " of logits up to " << scale;
   EXPECT_EQ(gen.position(), int64_t(tokens.size()));
+}
+
+TEST(Generate, KvCacheLogitsEqualTheTransformerForward) {
+  expect_kv_logits_equal_forward(tiny_model());
+}
+
+// Issue 17's layers: fine-grained experts (width 24 beside dense 48), two gated shared experts
+// of width 8, Qwen2's q/k/v biases (random, like every other weight here); and ungated.
+TEST(Generate, KvCacheLogitsEqualTheTransformerForwardWithSharedExpertsAndQkvBias) {
+  ModelConfig m = tiny_model();
+  m.expert_d_ff = 24;
+  m.num_shared_experts = 2;
+  m.shared_expert_d_ff = 8;
+  m.shared_expert_gate = true;
+  m.qkv_bias = true;
+  expect_kv_logits_equal_forward(m);
+  m.shared_expert_gate = false;
+  m.shared_expert_d_ff = 0;  // the routed experts' width
+  expect_kv_logits_equal_forward(m);
 }
 
 TEST(Generate, GreedyKvCacheEqualsGreedyFullRecompute) {
@@ -141,6 +161,46 @@ TEST(Generate, SampleTokenFollowsTheDistribution) {
   EXPECT_NEAR(ones / 8000.0, 0.75, 0.02);  // 4.7 standard deviations
   s.top_k = 1;
   for (int i = 0; i < 50; ++i) EXPECT_EQ(sample_token(logits, s, rng), 1);
+}
+
+// The same code on a GPU (kernels/cuda through the Ops interface): the same greedy tokens as on
+// the CPU, and logits within rounding (cuBLAS and the CPU GEMM sum in other orders; f32, no TF32).
+TEST(Generate, CudaGreedyEqualsCpu) {
+  std::string why;
+  if (!cuda_available(&why))
+    GTEST_SKIP() << "no GPU here (" << why << "): CUDA generation untested";
+  const ModelConfig m = tiny_model();
+  const auto groups = random_groups(m, 21);
+  const std::unique_ptr<Device> gpu = make_cuda_device(0);
+  KvGenerator cpu_gen(m, true, groups), cuda_gen(m, true, groups, gpu.get());
+  EXPECT_EQ(cuda_gen.device().kind(), DeviceKind::Cuda);
+  const std::vector<int32_t> prompt = {84, 104, 101, 32};
+  double worst = 0, scale = 0;
+  for (int32_t t : prompt) {
+    const std::vector<float> a = cpu_gen.feed(t);
+    const std::vector<float>& b = cuda_gen.feed(t);
+    for (size_t v = 0; v < a.size(); ++v) {
+      worst = std::max(worst, double(std::abs(a[v] - b[v])));
+      scale = std::max(scale, double(std::abs(a[v])));
+    }
+  }
+  EXPECT_LT(worst, 1e-4 * scale) << "worst |cpu - cuda| " << worst << " of logits up to " << scale;
+  Sampling greedy;
+  greedy.temperature = 0.0;
+  const std::vector<int32_t> on_cpu = generate(cpu_gen, prompt, 20, greedy);
+  const std::vector<int32_t> on_cuda = generate(cuda_gen, prompt, 20, greedy);
+  ASSERT_EQ(on_cpu.size(), 20u);
+  EXPECT_EQ(on_cpu, on_cuda);
+}
+
+TEST(Generate, RunsOnTheDeviceItIsGiven) {
+  const ModelConfig m = tiny_model();
+  const std::unique_ptr<Device> cpu = make_cpu_device(3);
+  KvGenerator gen(m, true, random_groups(m, 2), cpu.get());
+  EXPECT_EQ(&gen.device(), cpu.get());
+  EXPECT_EQ(gen.feed(65).size(), 256u);
+  EXPECT_GT(cpu->allocator().stats().current_bytes[size_t(MemTag::FullParam)], 0u)
+      << "the weights should live on the given device";
 }
 
 TEST(Generate, BadPromptsAreRefused) {

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "hf/hf_score.h"
+#include "hf/hf_tokenizer_export.h"
 #include "train/data.h"
 #include "train/trainer.h"
 
@@ -104,7 +105,8 @@ TEST(HfExport, DenseModelIsLlamaAndMixedModelsAreRefused) {
 
 // The MoE layers of issue 17: fine-grained experts export their width as intermediate_size
 // (every Mixtral layer is MoE); sigmoid scores, the selection bias and shared experts have no
-// place in MixtralForCausalLM and are refused naming the key; init_from refuses a Mixtral
+// place in MixtralForCausalLM and are refused naming the key (shared experts without a gate:
+// Qwen2-MoE's refusal; q/k/v biases without shared experts); init_from refuses a Mixtral
 // directory for a model with shared experts.
 TEST(HfExport, MoeLayersOfTodayExportOrAreRefused) {
   const json j = json::parse(hf_config_json(tiny({"model.expert_d_ff=24"}), SafetensorsDType::F32));
@@ -117,9 +119,14 @@ TEST(HfExport, MoeLayersOfTodayExportOrAreRefused) {
               hf_architecture(tiny({"moe.expert_bias_update_rate=0.001"}));
             }).find("moe.expert_bias_update_rate"),
             std::string::npos);
+  // Shared experts go to Qwen2-MoE (tests/hf/hf_qwen2_moe_test.cpp), which gates them.
   EXPECT_NE(error_of([] {
               hf_architecture(tiny({"model.num_shared_experts=1"}));
-            }).find("model.num_shared_experts = 1"),
+            }).find("model.shared_expert_gate = false"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              hf_architecture(tiny({"model.qkv_bias=true"}));
+            }).find("model.qkv_bias = true: MixtralForCausalLM has no q/k/v biases"),
             std::string::npos);
   HfModel hf;
   hf.arch = HfArchitecture::Mixtral;
@@ -405,6 +412,58 @@ TEST(HfExport, ExportRefusesMissingOrForeignGroupsAndWritesBf16) {
           << g[k].name << " " << i;
   const json j = json::parse(std::ifstream(dir / "config.json"));
   EXPECT_EQ(j["torch_dtype"], "bfloat16");
+}
+
+// The tokenizer files transformers 4.40 reads (hf/hf_tokenizer_export.h), with and without an
+// end-of-text token, and a tokenizer larger than the model refused naming both sizes.
+TEST(HfExport, TokenizerFilesForTransformers) {
+  const fs::path dir = temp_dir("tokenizer_files");
+  const std::string fixture =
+      std::string(MOEZERO_SOURCE_DIR) + "/tests/hf/data/multilingual_tokenizer.json";
+  export_hf_tokenizer(fixture, dir.string(), 64, 420);
+  auto read = [&](const char* name) {
+    std::ifstream f(dir / name);
+    EXPECT_TRUE(f.good()) << name;
+    return json::parse(f);
+  };
+  const json cfg = read("tokenizer_config.json");
+  EXPECT_EQ(cfg.at("tokenizer_class"), "PreTrainedTokenizerFast");
+  EXPECT_EQ(cfg.at("model_max_length"), 64);
+  EXPECT_EQ(cfg.at("eos_token"), "<|endoftext|>");
+  EXPECT_EQ(cfg.at("bos_token"), "<|endoftext|>");
+  EXPECT_EQ(cfg.at("clean_up_tokenization_spaces"), false);
+  EXPECT_EQ(read("special_tokens_map.json").at("eos_token"), "<|endoftext|>");
+  const json gen = read("generation_config.json");
+  EXPECT_EQ(gen.at("eos_token_id"), 0);
+  EXPECT_EQ(gen.at("bos_token_id"), 0);
+  std::ifstream a(fixture), b(dir / "tokenizer.json");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}),
+            std::string(std::istreambuf_iterator<char>(b), {}));
+
+  // Without <|endoftext|>: no special tokens, no stop id.
+  json j = json::parse(std::ifstream(fixture));
+  j["added_tokens"][0]["content"] = "<|other|>";  // id 0 keeps a name, not end-of-text
+  j["model"]["vocab"]["<|other|>"] = j["model"]["vocab"]["<|endoftext|>"];
+  j["model"]["vocab"].erase("<|endoftext|>");
+  const fs::path plain = dir / "plain.json";
+  std::ofstream(plain) << j.dump();
+  const fs::path dir2 = temp_dir("tokenizer_files_plain");
+  export_hf_tokenizer(plain.string(), dir2.string(), 32, 420);
+  std::ifstream c(dir2 / "tokenizer_config.json");
+  const json cfg2 = json::parse(c);
+  EXPECT_FALSE(cfg2.contains("eos_token"));
+  std::ifstream g2(dir2 / "generation_config.json");
+  EXPECT_FALSE(json::parse(g2).contains("eos_token_id"));
+
+  try {
+    export_hf_tokenizer(fixture, dir.string(), 64, 256);
+    FAIL() << "a tokenizer larger than the model was exported";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("has 420 token ids, more than the model's vocab_size (256)"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(HfScore, RefusesShortTextAndBytesOutsideTheVocabulary) {

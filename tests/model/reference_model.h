@@ -85,7 +85,17 @@ inline double reference_loss(const ModelConfig& cfg, const RefWeights& ws,
     const Mat xn = rmsnorm(x, w(ws, p + "input_layernorm.weight"), R, C, eps);
     Mat q = linear(xn, w(ws, p + "self_attn.q_proj.weight"), R, C, Hq * D);
     Mat k = linear(xn, w(ws, p + "self_attn.k_proj.weight"), R, C, Hkv * D);
-    const Mat v = linear(xn, w(ws, p + "self_attn.v_proj.weight"), R, C, Hkv * D);
+    Mat v = linear(xn, w(ws, p + "self_attn.v_proj.weight"), R, C, Hkv * D);
+    if (cfg.qkv_bias) {  // Qwen2: q/k/v biases, before RoPE
+      auto add_bias = [&](Mat& y, const std::string& name, int64_t out) {
+        const Mat& b = w(ws, p + name);
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t o = 0; o < out; ++o) y[r * out + o] += b[o];
+      };
+      add_bias(q, "self_attn.q_proj.bias", Hq * D);
+      add_bias(k, "self_attn.k_proj.bias", Hkv * D);
+      add_bias(v, "self_attn.v_proj.bias", Hkv * D);
+    }
     rope(q, R, seq, Hq, D, cfg.rope_theta);
     rope(k, R, seq, Hkv, D, cfg.rope_theta);
     Mat att(static_cast<size_t>(R * Hq * D), 0.0);

@@ -12,8 +12,6 @@ namespace {
 
 using moe::Transformer;
 
-class GradCheckTest : public ModelTest {};
-
 // f32 forward loss vs the f64 reference on the same weights: relative 1e-5. The loss is a
 // mean of 13 cross-entropies through 2 layers; f32 rounding (2^-24 per op, a few hundred ops
 // deep, mostly uncorrelated) lands around 1e-6 relative.
@@ -28,11 +26,47 @@ constexpr double kLossRtol = 1e-5;
 constexpr double kGradAtol = 1e-4;
 constexpr double kGradRtol = 1e-3;
 
+class GradCheckTest : public ModelTest {
+ protected:
+  // Zero-initialised parameters (the q/k/v biases) drawn N(0, 0.3^2), so that their use in the
+  // forward is tested too.
+  void perturb_zeros(SimpleParams& p) {
+    std::normal_distribution<float> n(0.0f, 0.3f);
+    std::mt19937 rng(99);
+    for (int g = 0; g < p.group_count(); ++g) {
+      const GroupLayout& lay = p.layout(g);
+      std::vector<float> v = p.params_host(g);
+      for (size_t i = 0; i < lay.param_count(); ++i) {
+        if (lay.spec().params[i].init != ParamInit::Zeros) continue;
+        for (int64_t j = 0; j < lay.spec().params[i].shape.numel(); ++j)
+          v[static_cast<size_t>(lay.offset(i) + j)] = n(rng);
+      }
+      p.set_params_host(g, v);
+    }
+  }
+  void check_gradients(const ModelConfig& cfg);
+};
+
 TEST_P(GradCheckTest, GradientsMatchFiniteDifferencesOfFloat64Reference) {
-  const ModelConfig cfg = tiny_config();
+  check_gradients(tiny_config());
+}
+
+// model.qkv_bias (Qwen2): the three biases per layer, nonzero, through the same check.
+TEST_P(GradCheckTest, QkvBiasGradientsMatchFiniteDifferencesOfFloat64Reference) {
+  ModelConfig cfg = tiny_config();
+  cfg.qkv_bias = true;
+  int biases = 0;
+  for (const GroupSpec& g : Transformer(cfg).param_groups())
+    for (const ParamSpec& p : g.params) biases += p.name.find("_proj.bias") != std::string::npos;
+  EXPECT_EQ(biases, 3 * cfg.n_layers);
+  check_gradients(cfg);
+}
+
+void GradCheckTest::check_gradients(const ModelConfig& cfg) {
   Transformer model(cfg);
   SimpleParams p(dev(), s(), model.param_groups(), DType::F32, 1234);
   perturb_norms(p);
+  perturb_zeros(p);
   const Batch b = random_batch(cfg, 2, 7, 2);  // B=2, T=7, 2 ignored targets
   const double scale = 1.0 / static_cast<double>(count_valid(b));
 

@@ -1,9 +1,9 @@
 // tests/moe/moe_layers_train_test.cpp — the MoE layers of today (README "MoE layers of today")
 // through the whole trainer: fine-grained experts (model.expert_d_ff), shared experts, sigmoid
-// scores and the auxiliary-loss-free selection bias together give the same losses at world 1 and at
-// world 4 with EP 2 and ZeRO-3; every prefetch policy and cache size stays bit-identical with them
-// on; the bias follows DeepSeek-V3's rule from the agreed loads exactly, lives in checkpoints and a
-// resumed run continues as an uninterrupted one.
+// scores, the auxiliary-loss-free selection bias and Qwen2's q/k/v biases together give the same
+// losses at world 1 and at world 4 with EP 2 and ZeRO-3; every prefetch policy and cache size stays
+// bit-identical with them on; the bias follows DeepSeek-V3's rule from the agreed loads exactly,
+// lives in checkpoints and a resumed run continues as an uninterrupted one.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -25,12 +25,14 @@ namespace {
 namespace fs = std::filesystem;
 
 // A 2-layer model with 4 fine-grained experts (width 24, dense width 48), 2 shared experts
-// (width 8), top-2 sigmoid scores, aux and z losses, and the selection bias (rate 0.01).
+// (width 8), top-2 sigmoid scores, aux and z losses, the selection bias (rate 0.01) and q/k/v
+// biases (model.qkv_bias: in the attention groups, so sharded by ZeRO-3 and checkpointed).
 Config layers_cfg(std::vector<std::string> overrides = {}) {
   std::vector<std::string> o = {"model.expert_d_ff=24",
                                 "model.num_shared_experts=2",
                                 "model.shared_expert_d_ff=8",
                                 "model.shared_expert_gate=true",
+                                "model.qkv_bias=true",
                                 "moe.score_function=sigmoid",
                                 "moe.aux_loss_coef=0.01",
                                 "moe.z_loss_coef=0.001",
@@ -65,6 +67,15 @@ TEST(MoeLayersTrain, WorldOneAndWorldFourEpTwoZeroThreeGiveTheSameLosses) {
       saw_expert = true;
     }
   EXPECT_TRUE(saw_expert);
+  // The attention groups hold the q/k/v biases after the weights (norm 32, q 32x32, k and v
+  // 16x32, o 32x32, then biases 32 + 16 + 16), and training moved them off their zero init.
+  for (size_t g = 0; g < ref.group_names.size(); ++g)
+    if (ref.group_names[g].ends_with(".attn")) {
+      ASSERT_EQ(ref.params[g].size(), 3104u + 64u) << ref.group_names[g];
+      const auto nonzero = std::count_if(ref.params[g].begin() + 3104, ref.params[g].end(),
+                                         [](float v) { return v != 0.0f; });
+      EXPECT_EQ(nonzero, 64) << ref.group_names[g] << ": the biases were not trained";
+    }
   for (const char* grad_accum : {"1", "2"}) {
     const TrainResult one = grad_accum[0] == '1'
                                 ? ref

@@ -168,7 +168,7 @@ TEST_F(ReportCli, BadInputFailsWithTheFileAndLine) {
 
 // A routing trace (profile.routing_trace) of the tiny run, reported: per step and layer the
 // summed counts are the metrics' tokens_per_expert and the balance equals the trainer's own
-// load_max_over_mean and load_cv of the same run; --html is refused for it.
+// load_max_over_mean and load_cv of the same run; --html draws the trace's heatmaps.
 TEST_F(ReportCli, RoutingTraceReportMatchesTheMetricsBalance) {
   const fs::path routing = kWork / "routing.jsonl", metrics = kWork / "routing_metrics.jsonl";
   const fs::path json = kWork / "routing_report.json";
@@ -235,13 +235,21 @@ TEST_F(ReportCli, RoutingTraceReportMatchesTheMetricsBalance) {
   const std::string page = slurp(mhtml);
   EXPECT_NE(page.find("<svg id=\"heatmap-balance-max\""), std::string::npos);
   EXPECT_NE(page.find("<svg id=\"heatmap-balance-cv\""), std::string::npos);
-  const fs::path log = kWork / "routing_html.log";
-  EXPECT_EQ(run(std::string(MOEZERO_BIN) + " report " + routing.string() + " --html " +
-                    (kWork / "routing.html").string(),
+  // The routing trace's own page: its heatmaps, one per MoE layer for the loads over steps.
+  const fs::path log = kWork / "routing_html.log", rhtml = kWork / "routing.html";
+  ASSERT_EQ(run(std::string(MOEZERO_BIN) + " report " + routing.string() + " --quiet --html " +
+                    rhtml.string(),
                 log),
-            1);
-  EXPECT_NE(slurp(log).find("--html: not available for a routing trace"), std::string::npos)
+            0)
       << slurp(log);
+  const std::string rpage = slurp(rhtml);
+  for (const char* id :
+       {"heatmap-routing-share", "heatmap-routing-max-over-mean", "heatmap-routing-cv"})
+    EXPECT_NE(rpage.find(std::string("<svg id=\"") + id + "\""), std::string::npos) << id;
+  for (const auto& l : r["layers"])
+    EXPECT_NE(rpage.find("<svg id=\"heatmap-routing-load-L" + l["layer"].dump() + "\""),
+              std::string::npos)
+        << l["layer"];
 }
 
 // ---- headless Chromium ---------------------------------------------------------------------

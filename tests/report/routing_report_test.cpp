@@ -92,6 +92,50 @@ TEST(RoutingReport, BalanceAndSharesOfAHandMadeTrace) {
   EXPECT_NE(text.str().find("37.5"), std::string::npos) << text.str();
 }
 
+// The number of <rect class="cell"> of the <svg id="id"> in `page` (-1: no such svg).
+int cells(const std::string& page, const std::string& id) {
+  const size_t at = page.find("<svg id=\"" + id + "\"");
+  if (at == std::string::npos) return -1;
+  const size_t end = page.find("</svg>", at);
+  int n = 0;
+  for (size_t p = page.find("<rect class=\"cell\"", at); p < end;
+       p = page.find("<rect class=\"cell\"", p + 1))
+    ++n;
+  return n;
+}
+
+// The HTML page draws the hand-made trace: shares (layers x experts), balance (layers x steps)
+// and each layer's loads over steps (steps x experts), with the values worked out above.
+TEST(RoutingReport, HtmlPageDrawsTheTracesHeatmaps) {
+  const RoutingReport r = read_routing_report(write("html.jsonl", good_trace()).string());
+  const std::string page = render_routing_html(r);
+  EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(page.find("<table id=\"routing-balance-table\">"), std::string::npos);
+  EXPECT_EQ(cells(page, "heatmap-routing-share"), 2 * 3);
+  EXPECT_EQ(cells(page, "heatmap-routing-max-over-mean"), 2 * 2);
+  EXPECT_EQ(cells(page, "heatmap-routing-cv"), 2 * 2);
+  EXPECT_EQ(cells(page, "heatmap-routing-load-L0"), 2 * 3);
+  EXPECT_EQ(cells(page, "heatmap-routing-load-L2"), 2 * 3);
+  // Layer 0: shares 37.5 / 25 / 37.5 %; step 1 loads (4, 2, 2) = 1.5, 0.75, 0.75 of the mean;
+  // layer 2 routed nothing at step 2 (n/a), max/mean 1.50 for layer 0 at step 1.
+  EXPECT_NE(page.find("<title>layer L0, expert 1: 25.0</title>"), std::string::npos);
+  EXPECT_NE(page.find("<title>step 1, expert 0: 1.50</title>"), std::string::npos);
+  EXPECT_NE(page.find("<title>step 2, expert 2: 1.50</title>"), std::string::npos);
+  EXPECT_NE(page.find("<title>layer L2, step 2: n/a</title>"), std::string::npos);
+  EXPECT_NE(page.find("<title>layer L0, step 1: 1.50</title>"), std::string::npos);
+
+  // A long trace is binned: 200 steps -> 80 step columns at most (here 67 bins of 3); layer 0
+  // routes (2, 3, 4) every step: expert 2 has 4/3 of the mean.
+  std::string longer = kHeader;
+  for (int s = 1; s <= 200; ++s)
+    longer += line(s, 0, 0, "[1,2,3]") + line(s, 0, 1, "[1,1,1]") + line(s, 2, 0, "[0,0,1]");
+  const std::string big =
+      render_routing_html(read_routing_report(write("long.jsonl", longer).string()));
+  EXPECT_EQ(cells(big, "heatmap-routing-max-over-mean"), 2 * 67);
+  EXPECT_EQ(cells(big, "heatmap-routing-load-L0"), 40 * 3);  // 40 rows of 5 steps
+  EXPECT_NE(big.find("<title>step 196-200, expert 2: 1.33</title>"), std::string::npos);
+}
+
 TEST(RoutingReport, DetectsTheHeaderAndRefusesBadLines) {
   EXPECT_FALSE(is_routing_trace(write("metrics.jsonl", "{\"step\":1,\"loss\":2.0}\n").string()));
   EXPECT_FALSE(is_routing_trace("/nonexistent/routing.jsonl"));

@@ -101,8 +101,10 @@ TEST(StepCounters, ExposedCommunicationNeverExceedsCommunication) {
         EXPECT_EQ(pairs, L.brier_count) << at;
         EXPECT_GT(active, 0) << at;
       }
-      EXPECT_DOUBLE_EQ(s.comm.comm_ms, comm) << at;
-      EXPECT_DOUBLE_EQ(s.comm.exposed_comm_ms, exposed) << at;
+      // Summed by one integer all-reduce at 1 ns resolution: within half a ns per rank.
+      const double tol = 0.5e-6 * double(s.ranks.size()) + 1e-12;
+      EXPECT_NEAR(s.comm.comm_ms, comm, tol) << at;
+      EXPECT_NEAR(s.comm.exposed_comm_ms, exposed, tol) << at;
       ASSERT_TRUE(s.comm.overlap_ratio().has_value()) << at;
       EXPECT_GE(*s.comm.overlap_ratio(), 0.0) << at;
       EXPECT_LE(*s.comm.overlap_ratio(), 1.0) << at;

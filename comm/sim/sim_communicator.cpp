@@ -1,0 +1,264 @@
+// comm/sim/sim_communicator.cpp — rendezvous of the present members in virtual time, the
+// modelled completion of the full group, and the values of small backed buffers.
+#include "comm/sim/sim_communicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "comm/local/link_emulation.h"
+#include "comm/local/reduce.h"
+#include "core/error.h"
+#include "core/virtual_time.h"
+
+namespace moezero::comm {
+
+namespace {
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = "{";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  return s + "}";
+}
+}  // namespace
+
+SimChannel::SimChannel(ProcessGroup group, std::vector<char> present_in_group, std::string name,
+                       CommOptions options, std::shared_ptr<AbortState> abort,
+                       std::shared_ptr<PortTimelines> timelines)
+    : group_(std::move(group)),
+      present_(std::move(present_in_group)),
+      name_(std::move(name)),
+      options_(options),
+      abort_(std::move(abort)),
+      timelines_(std::move(timelines)),
+      next_seq_(static_cast<size_t>(group_.size()), 0) {
+  for (int r = 0; r < group_.size(); ++r)
+    if (present_[static_cast<size_t>(r)]) present_gr_.push_back(r);
+  MOEZERO_CHECK(!present_gr_.empty(), "SimChannel: group ", group_.str(), " has no present rank");
+  // The i-th absent member (in group order) copies present member i mod P.
+  size_t absent = 0;
+  for (int r = 0; r < group_.size(); ++r)
+    source_.push_back(
+        present_[static_cast<size_t>(r)] ? r : present_gr_[absent++ % present_gr_.size()]);
+}
+
+uint64_t SimChannel::take_seq(int rank) {
+  std::lock_guard lock(mu_);
+  return next_seq_[static_cast<size_t>(rank)]++;
+}
+
+std::string SimChannel::where(const CallSignature& sig, uint64_t seq) const {
+  return sig.str() + " on group " + group_.str() + " channel '" + name_ + "' seq " +
+         std::to_string(seq);
+}
+
+void SimChannel::notify_abort() {
+  std::lock_guard lock(mu_);
+  cv_.notify_all();
+}
+
+void SimChannel::fail_locked(bool timeout, const std::string& message) {
+  if (!failure_) failure_ = std::make_pair(timeout, message);
+  cv_.notify_all();
+  if (failure_->first) throw TimeoutError(failure_->second, __FILE__, __LINE__);
+  throw Error(failure_->second, __FILE__, __LINE__);
+}
+
+int SimChannel::source_of(int p) const { return source_[static_cast<size_t>(p)]; }
+
+std::string SimChannel::validate_locked(const Slot& slot, uint64_t seq) const {
+  const HostCall& a0 = slot.calls[static_cast<size_t>(present_gr_[0])];
+  if (a0.sig.op != CollectiveOp::AllToAllV) return "";
+  for (int r : present_gr_)
+    for (int p : present_gr_) {
+      const size_t sent = slot.calls[static_cast<size_t>(r)].send_elems[static_cast<size_t>(p)];
+      const size_t expected = slot.calls[static_cast<size_t>(p)].recv_elems[static_cast<size_t>(r)];
+      if (sent != expected) {
+        std::ostringstream os;
+        os << "collective divergence in " << where(a0.sig, seq) << ": rank " << group_.ranks[r]
+           << " sends " << sent << " elems to rank " << group_.ranks[p] << ", which expects "
+           << expected << " from it";
+        return os.str();
+      }
+    }
+  return "";
+}
+
+CollectiveShape SimChannel::full_shape(const Slot& slot) const {
+  const size_t n = static_cast<size_t>(group_.size());
+  std::vector<HostCall> calls(n);
+  for (size_t p = 0; p < n; ++p)
+    calls[p] = slot.calls[static_cast<size_t>(source_of(static_cast<int>(p)))];
+  return collective_shape(calls, group_);
+}
+
+void SimChannel::move_data(Slot& slot) const {
+  const HostCall& a0 = slot.calls[static_cast<size_t>(present_gr_[0])];
+  const CollectiveOp op = a0.sig.op;
+  if (op == CollectiveOp::Barrier) return;
+  for (int r : present_gr_) {
+    const HostCall& c = slot.calls[static_cast<size_t>(r)];
+    if (is_virtual_address(c.send) || is_virtual_address(c.recv)) return;  // unbacked: no bytes
+  }
+  const int n = group_.size();
+  const size_t eb = dtype_size_bytes(a0.sig.dtype);
+  // Snapshot every present send first: in-place calls overwrite them.
+  auto send_bytes = [&](const HostCall& c) -> size_t {
+    switch (op) {
+      case CollectiveOp::AllGather:
+      case CollectiveOp::AllReduce:
+      case CollectiveOp::Broadcast: return c.sig.elems * eb;
+      case CollectiveOp::ReduceScatter: return c.sig.elems * eb * static_cast<size_t>(n);
+      case CollectiveOp::AllToAllV: {
+        size_t t = 0;
+        for (size_t e : c.send_elems) t += e;
+        return t * eb;
+      }
+      case CollectiveOp::Barrier: return 0;
+    }
+    return 0;
+  };
+  std::vector<std::vector<std::byte>> sends(static_cast<size_t>(n));
+  for (int r : present_gr_) {
+    const HostCall& c = slot.calls[static_cast<size_t>(r)];
+    if (op == CollectiveOp::Broadcast && r != source_of(c.sig.root)) continue;
+    const size_t b = send_bytes(c);
+    sends[static_cast<size_t>(r)].resize(b);
+    if (b > 0) std::memcpy(sends[static_cast<size_t>(r)].data(), c.send, b);
+  }
+  auto src = [&](int p) { return sends[static_cast<size_t>(source_of(p))].data(); };
+  const size_t elems = a0.sig.elems;
+  switch (op) {
+    case CollectiveOp::AllGather:
+      for (int r : present_gr_)
+        for (int p = 0; p < n; ++p)
+          std::memcpy(static_cast<std::byte*>(slot.calls[static_cast<size_t>(r)].recv) +
+                          static_cast<size_t>(p) * elems * eb,
+                      src(p), elems * eb);
+      break;
+    case CollectiveOp::AllReduce: {
+      std::vector<std::byte> out(elems * eb);
+      std::vector<const void*> in;
+      for (int p = 0; p < n; ++p) in.push_back(src(p));
+      if (elems > 0) reduce_elems(out.data(), in, elems, a0.sig.dtype, a0.sig.reduce);
+      for (int r : present_gr_)
+        if (elems > 0) std::memcpy(slot.calls[static_cast<size_t>(r)].recv, out.data(), out.size());
+      break;
+    }
+    case CollectiveOp::ReduceScatter:
+      for (int r : present_gr_) {
+        std::vector<const void*> in;
+        for (int p = 0; p < n; ++p) in.push_back(src(p) + static_cast<size_t>(r) * elems * eb);
+        if (elems > 0)
+          reduce_elems(slot.calls[static_cast<size_t>(r)].recv, in, elems, a0.sig.dtype,
+                       a0.sig.reduce);
+      }
+      break;
+    case CollectiveOp::Broadcast:
+      for (int r : present_gr_)
+        if (elems > 0)
+          std::memcpy(slot.calls[static_cast<size_t>(r)].recv, src(a0.sig.root), elems * eb);
+      break;
+    case CollectiveOp::AllToAllV:
+      for (int r : present_gr_) {
+        const HostCall& me = slot.calls[static_cast<size_t>(r)];
+        auto* dst = static_cast<std::byte*>(me.recv);
+        for (int p = 0; p < n; ++p) {
+          const HostCall& q = slot.calls[static_cast<size_t>(source_of(p))];
+          size_t offset = 0;  // where block r starts in q's send
+          for (int k = 0; k < r; ++k) offset += q.send_elems[static_cast<size_t>(k)];
+          const size_t want = me.recv_elems[static_cast<size_t>(p)] * eb;
+          const size_t have = std::min(want, q.send_elems[static_cast<size_t>(r)] * eb);
+          if (have > 0) std::memcpy(dst, src(p) + offset * eb, have);
+          if (want > have) std::memset(dst + have, 0, want - have);
+          dst += want;
+        }
+      }
+      break;
+    case CollectiveOp::Barrier: break;
+  }
+}
+
+double SimChannel::run(int rank, uint64_t seq, const HostCall& call, double arrival_s) {
+  const CallSignature sig = call.sig;
+  std::unique_lock lock(mu_);
+  if (failure_) fail_locked(failure_->first, failure_->second);
+  if (abort_->aborted) {
+    std::lock_guard alock(abort_->mu);
+    MOEZERO_THROW(where(sig, seq), ": aborted: ", abort_->reason);
+  }
+  auto& entry = slots_[seq];
+  if (!entry) entry = std::make_shared<Slot>(static_cast<size_t>(group_.size()));
+  std::shared_ptr<Slot> slot = entry;
+  if (slot->first_rank >= 0) {
+    const CallSignature& ref = slot->calls[static_cast<size_t>(slot->first_rank)].sig;
+    if (!sig.matches(ref))
+      fail_locked(false, "collective divergence on group " + group_.str() + " channel '" + name_ +
+                             "' seq " + std::to_string(seq) + ": rank " +
+                             std::to_string(group_.ranks[slot->first_rank]) + " called " +
+                             ref.str() + " but rank " + std::to_string(group_.ranks[rank]) +
+                             " called " + sig.str());
+  } else {
+    slot->first_rank = rank;
+  }
+  slot->calls[static_cast<size_t>(rank)] = call;
+  slot->arrived[static_cast<size_t>(rank)] = 1;
+  slot->start_s = std::max(slot->start_s, arrival_s);
+  const int n_present = static_cast<int>(present_gr_.size());
+  if (++slot->n_arrived == n_present) {
+    const std::string bad = validate_locked(*slot, seq);
+    if (!bad.empty()) fail_locked(false, bad);
+    Algorithm algo = Algorithm::Ring;
+    const Traffic traffic = choose_traffic(timelines_->spec(), full_shape(*slot), &algo);
+    slot->end_s = timelines_->reserve(traffic, slot->start_s);
+    move_data(*slot);
+    slot->done = true;
+    cv_.notify_all();
+  } else {
+    cv_.wait_for(lock, options_.timeout,
+                 [&] { return slot->done || failure_.has_value() || abort_->aborted.load(); });
+    if (!slot->done) {
+      if (failure_) fail_locked(failure_->first, failure_->second);
+      if (abort_->aborted) {
+        std::lock_guard alock(abort_->mu);
+        MOEZERO_THROW(where(sig, seq), ": aborted: ", abort_->reason);
+      }
+      std::vector<int> missing, arrived;
+      for (int r : present_gr_)
+        (slot->arrived[static_cast<size_t>(r)] ? arrived : missing).push_back(group_.ranks[r]);
+      fail_locked(true, where(sig, seq) + ": timed out after " +
+                            std::to_string(options_.timeout.count()) +
+                            " ms (wall) waiting for present ranks " + rank_list(missing) +
+                            " (arrived: " + rank_list(arrived) + ")");
+    }
+  }
+  const double end = slot->end_s;
+  if (++slot->n_departed == n_present) slots_.erase(seq);
+  return end;
+}
+
+SimCommunicator::SimCommunicator(std::shared_ptr<SimChannel> channel, int global_rank)
+    : HostCommunicator(channel->group(), global_rank, channel->name(), "SimCommunicator",
+                       "(the simulated communicator runs on simulated devices)", DeviceKind::Sim),
+      channel_(std::move(channel)) {}
+
+void SimCommunicator::submit(HostCall call, Stream& stream) {
+  auto* vs = dynamic_cast<VirtualStream*>(&stream);
+  MOEZERO_CHECK(vs != nullptr, "SimCommunicator: stream '", stream.name(), "' of ",
+                stream.device().name(), " keeps no virtual time");
+  const int rank = this->rank();
+  const uint64_t seq = channel_->take_seq(rank);
+  CommRecord record{
+      call.sig.op, group().str(), channel(), stream.name(), seq, call_size_bytes(call, size()), {},
+      {}};
+  const ObservedCall observed(*this, record.op, record.bytes, stream);
+  vs->enqueue_timed([ch = channel_, log = log(), rank, seq, call = std::move(call),
+                     record = std::move(record)](double start) mutable {
+    record.start = std::chrono::steady_clock::now();
+    const double end = ch->run(rank, seq, call, start);
+    record.end = std::chrono::steady_clock::now();
+    log->add(std::move(record));
+    return end;
+  });
+}
+
+}  // namespace moezero::comm

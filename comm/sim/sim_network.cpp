@@ -1,0 +1,121 @@
+// comm/sim/sim_network.cpp — algorithm choice and per-port reservation timelines.
+#include "comm/sim/sim_network.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "core/error.h"
+
+namespace moezero::comm {
+
+namespace {
+constexpr size_t kMaxReservations = 4096;
+
+double tier_rate(const CommEmulation& spec, Tier t) {
+  return (t == Tier::IntraNode ? spec.intra_node_gbps : spec.link_gbps) * 1e9 / 8.0;
+}
+}  // namespace
+
+const char* algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::Ring: return "ring";
+    case Algorithm::Tree: return "tree";
+    case Algorithm::Direct: return "direct";
+  }
+  return "?";
+}
+
+double uncontended_seconds(const CommEmulation& spec, const Traffic& traffic) {
+  double slowest = 0.0;
+  for (const Flow& f : traffic.flows) {
+    const double rate = tier_rate(spec, f.tier);
+    if (rate > 0.0) slowest = std::max(slowest, f.bytes / rate);
+  }
+  return slowest + traffic.latency_s;
+}
+
+Traffic tree_all_reduce_traffic(const CommEmulation& spec, const CollectiveShape& shape) {
+  Traffic out;
+  const int n = static_cast<int>(shape.ranks.size());
+  if (n <= 1) return out;
+  bool spans_nodes = false;
+  for (int r : shape.ranks)
+    spans_nodes = spans_nodes || tier_between(spec, shape.ranks[0], r) == Tier::InterNode;
+  const Tier tier = spans_nodes ? Tier::InterNode : Tier::IntraNode;
+  for (int r : shape.ranks) {
+    out.flows.push_back(Flow{r, tier, Direction::Send, 2.0 * shape.size_bytes});
+    out.flows.push_back(Flow{r, tier, Direction::Recv, 2.0 * shape.size_bytes});
+  }
+  const double step_s = (spans_nodes ? spec.latency_us : spec.intra_node_latency_us) * 1e-6;
+  out.latency_s = step_s * 2.0 * std::ceil(std::log2(static_cast<double>(n)));
+  return out;
+}
+
+Traffic choose_traffic(const CommEmulation& spec, const CollectiveShape& shape, Algorithm* algo) {
+  Traffic ring = collective_traffic(spec, shape);
+  Algorithm chosen = shape.op == CollectiveOp::AllToAllV ? Algorithm::Direct : Algorithm::Ring;
+  if (shape.op == CollectiveOp::AllReduce && shape.ranks.size() > 2) {
+    Traffic tree = tree_all_reduce_traffic(spec, shape);
+    if (uncontended_seconds(spec, tree) < uncontended_seconds(spec, ring)) {
+      if (algo) *algo = Algorithm::Tree;
+      return tree;
+    }
+  }
+  if (algo) *algo = chosen;
+  return ring;
+}
+
+double PortTimelines::port_bytes_per_s(const Flow& f) const { return tier_rate(spec_, f.tier); }
+
+double PortTimelines::place(Port& port, double start_s, double duration_s) {
+  double t = std::max(start_s, port.floor_s);
+  // The first reservation that could overlap [t, t + d): the one before t, then onwards.
+  auto it = port.busy.upper_bound(t);
+  if (it != port.busy.begin()) {
+    auto prev = std::prev(it);
+    if (prev->second > t) t = prev->second;
+  }
+  while (it != port.busy.end() && it->first < t + duration_s) {
+    t = std::max(t, it->second);
+    ++it;
+  }
+  const double end = t + duration_s;
+  // Merge with touching neighbours so that back-to-back traffic keeps one entry.
+  auto next = port.busy.lower_bound(t);
+  double new_start = t, new_end = end;
+  if (next != port.busy.begin()) {
+    auto prev = std::prev(next);
+    if (prev->second >= t) {
+      new_start = prev->first;
+      port.busy.erase(prev);
+    }
+  }
+  next = port.busy.lower_bound(new_start);
+  if (next != port.busy.end() && next->first <= end) {
+    new_end = std::max(new_end, next->second);
+    port.busy.erase(next);
+  }
+  port.busy[new_start] = new_end;
+  if (port.busy.size() > kMaxReservations) {
+    auto cut = port.busy.begin();
+    std::advance(cut, kMaxReservations / 2);
+    port.floor_s = std::max(port.floor_s, std::prev(cut)->second);
+    port.busy.erase(port.busy.begin(), cut);
+  }
+  return end;
+}
+
+double PortTimelines::reserve(const Traffic& traffic, double start_s) {
+  std::lock_guard lock(mu_);
+  double last = start_s;
+  for (const Flow& f : traffic.flows) {
+    const double rate = port_bytes_per_s(f);
+    if (rate <= 0.0 || f.bytes <= 0.0) continue;
+    Port& port = ports_[{f.rank, static_cast<int>(f.tier), static_cast<int>(f.dir)}];
+    last = std::max(last, place(port, start_s, f.bytes / rate));
+  }
+  return last + traffic.latency_s;
+}
+
+}  // namespace moezero::comm

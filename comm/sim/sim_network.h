@@ -1,0 +1,70 @@
+// comm/sim/sim_network.h — the network of a simulated cluster in virtual time: which algorithm
+// a collective uses (NCCL's choice by size), what it puts on which port (comm/net_model.h), and
+// when it completes while other collectives hold the same ports.
+//
+// Contention model (an addition to net_model.h's assumptions, for virtual time). Ranks and
+// streams run as threads, so collectives reach the network in wall order, not in virtual
+// order; net_model's NetworkModel (processor sharing on a clock that only moves forward)
+// cannot take them in that order. Instead every port (rank, tier, direction) keeps a
+// reservation timeline: each flow of a collective occupies its port for bytes / rate, in the
+// earliest gap of that port at or after the collective's start (all present members arrived);
+// the collective ends when its last flow ends, plus its latency steps. So concurrent
+// collectives on one port are served one after the other at full rate (FIFO per port) rather
+// than side by side at shared rates: a port's busy time, and so a link-bound step's time, is
+// the same as under sharing; which of two overlapping collectives finishes first is not.
+// Determinism: the result is a function of the order in which collectives reach the network.
+// Collectives of one (group, channel) always arrive in their sequence order, and collectives
+// ordered by the program (same stream, event waits, host syncs) arrive in that order; two
+// collectives of different channels that overlap in virtual time on one port may be taken in
+// either order from run to run (their total, and every collective's duration alone, is fixed).
+// Old reservations are forgotten past 4096 per port: the oldest half is dropped and the port
+// counts as busy until the last dropped one ended (never early, possibly late).
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/net_model.h"
+
+namespace moezero::comm {
+
+enum class Algorithm : uint8_t { Ring, Tree, Direct };
+const char* algorithm_name(Algorithm a);  // "ring", "tree", "direct"
+
+// Seconds `traffic` takes on idle ports: its slowest flow plus its latency.
+double uncontended_seconds(const CommEmulation& spec, const Traffic& traffic);
+
+// Double binary tree all-reduce (NCCL's "tree"): every rank sends and receives 2 S bytes
+// (reduce up, broadcast down, two trees each carrying half), over 2 ceil(log2 n) latency
+// steps; every flow on the NIC when the group spans nodes, else on the node's tier.
+Traffic tree_all_reduce_traffic(const CommEmulation& spec, const CollectiveShape& shape);
+
+// The algorithm NCCL would pick and its traffic: all_reduce takes the faster of ring and tree
+// on idle ports (NCCL's tuner also picks the algorithm by its predicted time); every other op
+// uses net_model's algorithms (ring; all_to_all_v: direct).
+Traffic choose_traffic(const CommEmulation& spec, const CollectiveShape& shape, Algorithm* algo);
+
+class PortTimelines {
+ public:
+  explicit PortTimelines(CommEmulation spec) : spec_(spec) {}
+  const CommEmulation& spec() const { return spec_; }
+  // Reserves every flow of `traffic` from `start_s` (see above). Returns the end: the last
+  // flow's end plus the latency. Thread-safe.
+  double reserve(const Traffic& traffic, double start_s);
+
+ private:
+  struct Port {
+    std::map<double, double> busy;  // start -> end, disjoint
+    double floor_s = 0.0;           // nothing before this (forgotten reservations)
+  };
+  double port_bytes_per_s(const Flow& f) const;
+  static double place(Port& port, double start_s, double duration_s);
+
+  CommEmulation spec_;
+  std::mutex mu_;
+  std::map<std::tuple<int, int, int>, Port> ports_;  // (rank, tier, direction)
+};
+
+}  // namespace moezero::comm

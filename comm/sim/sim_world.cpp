@@ -1,0 +1,78 @@
+// comm/sim/sim_world.cpp — present ranks, channels, abort.
+#include "comm/sim/sim_world.h"
+
+#include <set>
+
+#include "comm/sim/sim_communicator.h"
+#include "core/error.h"
+
+namespace moezero::comm {
+
+SimWorld::SimWorld(int world_size, std::vector<int> present, CommEmulation network,
+                   CommOptions options)
+    : world_size_(world_size),
+      present_(std::move(present)),
+      options_(options),
+      timelines_(std::make_shared<PortTimelines>(network)) {
+  MOEZERO_REQUIRE(world_size >= 1, "simulated world: world size must be >= 1, got ", world_size);
+  MOEZERO_REQUIRE(options.timeout.count() > 0, "simulated world: timeout must be > 0 ms, got ",
+                  options.timeout.count());
+  if (present_.empty())
+    for (int r = 0; r < world_size; ++r) present_.push_back(r);
+  is_present_.assign(static_cast<size_t>(world_size), 0);
+  for (int r : present_) {
+    MOEZERO_REQUIRE(r >= 0 && r < world_size, "simulated world: present rank ", r,
+                    " is outside the world of ", world_size);
+    MOEZERO_REQUIRE(!is_present_[static_cast<size_t>(r)], "simulated world: present rank ", r,
+                    " listed twice");
+    is_present_[static_cast<size_t>(r)] = 1;
+  }
+}
+
+SimWorld::~SimWorld() = default;
+
+bool SimWorld::is_present(int rank) const {
+  return rank >= 0 && rank < world_size_ && is_present_[static_cast<size_t>(rank)];
+}
+
+std::unique_ptr<Communicator> SimWorld::make_communicator(const ProcessGroup& group,
+                                                          int global_rank,
+                                                          const std::string& channel) {
+  MOEZERO_CHECK(group.size() >= 1, "make_communicator: group '", group.name, "' is empty");
+  std::set<int> seen;
+  std::vector<char> present_in_group;
+  for (int r : group.ranks) {
+    MOEZERO_CHECK(r >= 0 && r < world_size_, "make_communicator: group ", group.str(), " has rank ",
+                  r, " outside the world of ", world_size_);
+    MOEZERO_CHECK(seen.insert(r).second, "make_communicator: group ", group.str(), " lists rank ",
+                  r, " twice");
+    present_in_group.push_back(is_present_[static_cast<size_t>(r)]);
+  }
+  MOEZERO_CHECK(group.contains(global_rank), "make_communicator: rank ", global_rank,
+                " is not a member of group ", group.str());
+  MOEZERO_CHECK(is_present(global_rank), "make_communicator: rank ", global_rank,
+                " is not present in the simulated world");
+  std::shared_ptr<SimChannel> ch;
+  {
+    std::lock_guard lock(mu_);
+    auto& entry = channels_[channel + "@" + group.str()];
+    if (!entry)
+      entry = std::make_shared<SimChannel>(group, std::move(present_in_group), channel, options_,
+                                           abort_, timelines_);
+    ch = entry;
+  }
+  return std::make_unique<SimCommunicator>(std::move(ch), global_rank);
+}
+
+void SimWorld::abort(const std::string& reason) {
+  {
+    std::lock_guard lock(abort_->mu);
+    if (abort_->aborted) return;
+    abort_->reason = reason;
+    abort_->aborted = true;
+  }
+  std::lock_guard lock(mu_);
+  for (auto& [key, ch] : channels_) ch->notify_abort();
+}
+
+}  // namespace moezero::comm

@@ -1,0 +1,314 @@
+// tools/plan_cmd.cpp — `moezero plan --config FILE --cluster NODESxGPUS [--gpu NAME]
+// [--inter-node NAME] [--intra-node NAME] [--routing-trace FILE | --zipf S [--drift D]
+// [--coactivation C]] [--strategies LIST] [--steps N] [--warmup N] [--present ep|all]
+// [--set k=v ...] [--json OUT]`: what a MoE job will do on a cluster this machine does not have.
+// Runs the real trainer (ZeRO engine, prefetcher, shard cache, MoE layer decisions, step loop)
+// for each strategy of `moezero bench` on the simulated backend (kernels/sim, comm/sim; issue 18,
+// docs/simulator.md): virtual-time GPUs of a named profile, a modelled network of the cluster's
+// topology, routing from a trace or a synthetic generator (moe/routing_source.h). Prints the
+// same table as `moezero bench` and recommends the fastest strategy that fits the GPU's memory.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/sim/sim_links.h"
+#include "comm/world.h"
+#include "core/allocator.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/process_groups.h"
+#include "kernels/sim/sim_device.h"
+#include "model/transformer.h"
+#include "moe/routing_source.h"
+#include "tools/bench.h"
+#include "tools/cli.h"
+#include "train/trainer.h"
+
+namespace moezero::cli {
+namespace {
+
+using ::moezero::bench::Row;
+using ::moezero::bench::Value;
+
+struct PlanArgs {
+  std::string config_path, json_path, routing_trace;
+  int nodes = 0, gpus_per_node = 0;
+  std::string gpu = "h100", inter = "eth_100g", intra = "nvlink4";
+  double zipf = 1.0, drift = 0.0, coactivation = 0.0, rank_noise = 0.1;
+  bool synthetic_given = false;
+  std::vector<std::string> overrides, strategies;
+  int64_t steps = 2, warmup = 1;
+  bool all_present = false;
+};
+
+double parse_real(const std::string& v, const char* what) {
+  size_t used = 0;
+  double x = 0.0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || !std::isfinite(x) || x < 0.0)
+    MOEZERO_USER_ERROR(what, " needs a number >= 0, got '", v, "'");
+  return x;
+}
+
+PlanArgs parse_plan_args(const std::vector<std::string>& args) {
+  PlanArgs a;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto value = [&](const char* flag) {
+      MOEZERO_REQUIRE(i + 1 < args.size(), "plan: ", flag, " needs a value");
+      return args[++i];
+    };
+    const std::string& f = args[i];
+    if (f == "--config") {
+      a.config_path = value("--config");
+    } else if (f == "--cluster") {
+      const std::string c = value("--cluster");
+      const size_t x = c.find('x');
+      MOEZERO_REQUIRE(x != std::string::npos, "plan: --cluster needs NODESxGPUS (e.g. 8x8), got '",
+                      c, "'");
+      a.nodes = static_cast<int>(bench::parse_count(c.substr(0, x), "plan: --cluster NODES", 1));
+      a.gpus_per_node =
+          static_cast<int>(bench::parse_count(c.substr(x + 1), "plan: --cluster GPUS", 1));
+      MOEZERO_REQUIRE(int64_t(a.nodes) * a.gpus_per_node <= (1 << 20), "plan: --cluster ", c,
+                      " is beyond 2^20 GPUs");
+    } else if (f == "--gpu") {
+      a.gpu = value("--gpu");
+    } else if (f == "--inter-node") {
+      a.inter = value("--inter-node");
+    } else if (f == "--intra-node") {
+      a.intra = value("--intra-node");
+    } else if (f == "--routing-trace") {
+      a.routing_trace = value("--routing-trace");
+    } else if (f == "--zipf") {
+      a.zipf = parse_real(value("--zipf"), "plan: --zipf");
+      a.synthetic_given = true;
+    } else if (f == "--drift") {
+      a.drift = parse_real(value("--drift"), "plan: --drift");
+      a.synthetic_given = true;
+    } else if (f == "--coactivation") {
+      a.coactivation = parse_real(value("--coactivation"), "plan: --coactivation");
+      MOEZERO_REQUIRE(a.coactivation <= 1.0, "plan: --coactivation needs a number in [0, 1]");
+      a.synthetic_given = true;
+    } else if (f == "--rank-noise") {
+      a.rank_noise = parse_real(value("--rank-noise"), "plan: --rank-noise");
+      a.synthetic_given = true;
+    } else if (f == "--strategies") {
+      a.strategies = bench::split_list(value("--strategies"), "plan: --strategies");
+    } else if (f == "--steps") {
+      a.steps = bench::parse_count(value("--steps"), "plan: --steps", 1);
+    } else if (f == "--warmup") {
+      a.warmup = bench::parse_count(value("--warmup"), "plan: --warmup", 0);
+    } else if (f == "--present") {
+      const std::string p = value("--present");
+      MOEZERO_REQUIRE(p == "ep" || p == "all", "plan: --present needs ep or all, got '", p, "'");
+      a.all_present = p == "all";
+    } else if (f == "--set") {
+      a.overrides.push_back(value("--set"));
+    } else if (f == "--json") {
+      a.json_path = value("--json");
+    } else {
+      MOEZERO_USER_ERROR("plan: unknown option '", f, "' (see `moezero help`)");
+    }
+  }
+  MOEZERO_REQUIRE(!a.config_path.empty(), "plan: --config FILE is required");
+  MOEZERO_REQUIRE(a.nodes > 0, "plan: --cluster NODESxGPUS is required");
+  MOEZERO_REQUIRE(a.routing_trace.empty() || !a.synthetic_given,
+                  "plan: --routing-trace and --zipf/--drift/--coactivation exclude each other");
+  if (a.strategies.empty()) a.strategies = bench::default_strategy_names();
+  return a;
+}
+
+// The strategy's config: the file, the user's --set, the strategy's, then the cluster's world
+// size and the step count; nothing written.
+Config strategy_config(const PlanArgs& a, const bench::Strategy& s, int world) {
+  std::vector<std::string> o = a.overrides;
+  o.insert(o.end(), s.overrides.begin(), s.overrides.end());
+  o.push_back("parallel.world_size=" + std::to_string(world));
+  o.push_back("train.steps=" + std::to_string(a.warmup + a.steps));
+  Config c = load_config(a.config_path, o);
+  c.train.metrics_file.clear();
+  c.train.save_dir.clear();
+  c.profile.trace.clear();
+  c.profile.routing_trace.clear();
+  c.train.eval_every = 0;
+  return c;
+}
+
+std::unique_ptr<moe::RoutingSource> make_routing(const PlanArgs& a, const Config& c) {
+  moe::RoutingShape shape;
+  shape.num_experts = c.model.num_experts;
+  shape.top_k = static_cast<int>(c.model.top_k);
+  shape.tokens_per_rank =
+      c.train.micro_batch_size / c.parallel.world_size * static_cast<int64_t>(c.model.seq_len);
+  for (int l = 0; l < static_cast<int>(c.model.n_layers); ++l)
+    shape.moe_layers += moe::is_moe_layer(c.model, l) ? 1 : 0;
+  if (shape.moe_layers == 0) {  // a dense model: any valid shape (no MoE layer asks)
+    shape.moe_layers = 1;
+    shape.num_experts = std::max<int64_t>(shape.num_experts, 1);
+    shape.top_k = 1;
+  }
+  if (!a.routing_trace.empty())
+    return std::make_unique<moe::TraceRoutingSource>(a.routing_trace, shape);
+  moe::SyntheticRouting p;
+  p.zipf_s = a.zipf;
+  p.drift = a.drift;
+  p.coactivation = a.coactivation;
+  p.rank_noise = a.rank_noise;
+  p.seed = static_cast<uint64_t>(c.train.seed);
+  p.grad_accum_steps = c.train.grad_accum_steps;
+  return std::make_unique<moe::SyntheticRoutingSource>(shape, p);
+}
+
+struct Outcome {
+  std::string name;
+  std::optional<bench::RunSummary> summary;
+  uint64_t peak_total = 0;  // largest present rank's allocator peak of the measured steps
+  std::string failure;      // why it did not run (out of memory, config)
+  double wall_s = 0.0;
+};
+
+Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& base,
+                     const sim::GpuProfile& gpu) {
+  Outcome out{name, std::nullopt, 0, {}, 0.0};
+  const int world = a.nodes * a.gpus_per_node;
+  Config c;
+  try {
+    c = strategy_config(a, bench::resolve_strategy(name, base), world);
+  } catch (const Error& e) {
+    out.failure = "the config rejects its overrides: " + e.message();
+    return out;
+  }
+  const std::unique_ptr<moe::RoutingSource> routing = make_routing(a, c);
+  comm::SimWorldOptions so;
+  so.world_size = world;
+  so.topology.nodes = a.nodes;
+  so.topology.gpus_per_node = a.gpus_per_node;
+  so.topology.intra_link = a.intra;
+  if (a.inter == "config") {  // the link `moezero bench` emulates for this config
+    so.network = make_comm_options(c.comm_emulation, c.comm).emulation;
+    MOEZERO_REQUIRE(so.network->enabled() || name == "compute",
+                    "plan: --inter-node config needs an emulated link in the config "
+                    "(comm_emulation.link_gbps or latency_us)");
+  } else {
+    so.topology.inter_link = a.inter;
+  }
+  if (name == "compute") so.network = CommEmulation{};  // bench's denominator: comm is free
+  so.gpu = gpu;
+  so.device = moe::simulated_device_options(world);
+  so.comm = make_comm_options(c.comm_emulation, c.comm);
+  if (!a.all_present) {  // one expert-parallel group stands for the world (docs/simulator.md)
+    const ProcessGroups pgs(world, static_cast<int>(c.parallel.ep_size),
+                            static_cast<int>(std::max<int64_t>(c.model.num_experts, 1)));
+    so.present = pgs.ep_group_of(0).ranks;
+  }
+  moe::TrainOptions opt;
+  opt.routing_source = routing.get();
+  opt.data = [](const moe::BatchRequest& b, std::vector<int32_t>& tokens,
+                std::vector<int32_t>& targets) {  // not read: no kernel computes
+    tokens.assign(static_cast<size_t>(b.rows * b.seq_len), 0);
+    targets.assign(static_cast<size_t>(b.rows * b.seq_len), 0);
+  };
+  opt.run_world = [&so](const std::function<void(comm::RankContext&)>& rank_main) {
+    comm::World::run_sim(so, rank_main);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    const moe::TrainResult r = moe::train(c, opt);
+    out.summary = bench::summarise_run(r.steps, a.warmup);
+    for (size_t i = static_cast<size_t>(a.warmup); i < r.steps.size(); ++i)
+      for (const moe::RankStepStats& s : r.steps[i].ranks)
+        out.peak_total = std::max(out.peak_total, s.peak_total_bytes);
+  } catch (const Error& e) {
+    out.failure = e.message();
+  }
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace
+
+int plan(const std::vector<std::string>& args) {
+  const PlanArgs a = parse_plan_args(args);
+  const Config base = load_config(a.config_path, a.overrides);  // the user's errors are fatal
+  const sim::GpuProfile gpu = sim::gpu_profile(a.gpu);
+  const int world = a.nodes * a.gpus_per_node;
+  std::printf(
+      "moezero plan: %s on %d x %d %s (%s inside a node, %s between nodes), %s routing, "
+      "steps %lld-%lld measured\n",
+      a.config_path.c_str(), a.nodes, a.gpus_per_node, gpu.name.c_str(), a.intra.c_str(),
+      a.inter.c_str(), a.routing_trace.empty() ? "synthetic" : a.routing_trace.c_str(),
+      (long long)a.warmup + 1, (long long)(a.warmup + a.steps));
+  std::vector<Outcome> outcomes;
+  for (const std::string& name : a.strategies) {
+    outcomes.push_back(run_strategy(a, name, base, gpu));
+    const Outcome& o = outcomes.back();
+    if (o.summary)
+      std::printf("  %-18s simulated in %.1f s\n", name.c_str(), o.wall_s);
+    else
+      std::printf("  %-18s not run: %s\n", name.c_str(), o.failure.c_str());
+    std::fflush(stdout);
+  }
+  std::vector<std::string> names;
+  std::vector<std::vector<bench::RunSummary>> runs;
+  for (const Outcome& o : outcomes) {
+    names.push_back(o.name);
+    runs.push_back(o.summary ? std::vector<bench::RunSummary>{*o.summary}
+                             : std::vector<bench::RunSummary>{});
+  }
+  std::vector<Row> rows = bench::combine(names, runs);
+  // Times are virtual: exposed communication is the step's excess over the compute row's (the
+  // trace's wall-clock spans mean nothing here), and there is no spread.
+  const auto& fields = bench::row_fields();
+  auto at = [&](const char* f) {
+    return static_cast<size_t>(std::find(fields.begin(), fields.end(), f) - fields.begin());
+  };
+  std::optional<double> compute_ms;
+  for (const Row& r : rows)
+    if (r.strategy == "compute") compute_ms = r.values[at("step_ms")];
+  for (Row& r : rows) {
+    r.values[at("comm_ms")].reset();
+    r.values[at("exposed_comm_ms_max")].reset();
+    r.values[at("spread")].reset();
+    r.values[at("exposed_comm_ms")].reset();
+    if (compute_ms && r.values[at("step_ms")])
+      r.values[at("exposed_comm_ms")] = std::max(0.0, *r.values[at("step_ms")] - *compute_ms);
+  }
+  std::printf(
+      "\npredicted per optimizer step, rank 0 (virtual time); utilisation = compute's "
+      "step_ms / step_ms;\nexposed_comm_ms = step_ms - compute's step_ms\n");
+  bench::print_table(rows);
+  // The recommendation: the fastest strategy (not the compute-only reference) that ran within
+  // the GPU's memory.
+  const Outcome* best = nullptr;
+  const Row* best_row = nullptr;
+  for (const Row& r : rows) {
+    if (r.strategy == "compute" || !r.values[at("step_ms")]) continue;
+    const Outcome& o = *std::find_if(outcomes.begin(), outcomes.end(),
+                                     [&](const Outcome& x) { return x.name == r.strategy; });
+    if (o.peak_total > gpu.memory_bytes) continue;
+    if (!best_row || *r.values[at("step_ms")] < *best_row->values[at("step_ms")]) {
+      best = &o;
+      best_row = &r;
+    }
+  }
+  if (best)
+    std::printf("\nrecommended: %s (%.1f ms per step, peak %s of %s per GPU)\n", best->name.c_str(),
+                *best_row->values[at("step_ms")], format_bytes(best->peak_total).c_str(),
+                format_bytes(gpu.memory_bytes).c_str());
+  else
+    std::printf("\nno strategy ran within %s per GPU\n", format_bytes(gpu.memory_bytes).c_str());
+  if (!a.json_path.empty()) {
+    bench::write_json(rows, a.json_path, "plan");
+    std::printf("json: %s\n", a.json_path.c_str());
+  }
+  return 0;
+}
+
+}  // namespace moezero::cli
