@@ -133,6 +133,11 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="moezero's dtype")
     ap.add_argument("--torch-env", action="append", default=[], help="VAR=VALUE for PyTorch")
+    ap.add_argument("--two-cores", default="",
+                    help="also run moezero (world 1) pinned to these two cores, e.g. 0,1, in each "
+                         "rep, and print its scaling over --core")
+    ap.add_argument("--no-torch", action="store_true",
+                    help="moezero only (with --two-cores: just the scaling)")
     a = ap.parse_args()
     cfg = json.loads(json.dumps(BENCH_CONFIG))
     cfg["train"]["steps"] = a.steps
@@ -141,18 +146,37 @@ def main():
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
         cfg_path = f.name
-    mz, pt = [], []
-    for rep in range(a.reps):
-        out = pinned(a.core, [a.moezero, "train", "--config", cfg_path, "--set",
-                              f"train.dtype={a.dtype}"])
-        header = [l for l in out.splitlines() if l.strip().startswith("cpu ")]
+    def moezero_rate(cores):
+        out = pinned(cores, [a.moezero, "train", "--config", cfg_path, "--set",
+                             f"train.dtype={a.dtype}"])
         rates = [float(x) for x in re.findall(r"\|\s+(\d+) tok/s", out)][a.warmup:]
-        mz.append(statistics.median(rates))
-        res = json.loads(pinned(a.core, [sys.executable, "-c", TORCH_MODEL, json.dumps(cfg),
-                                         str(a.steps)], env=torch_env))
-        pt.append(statistics.median(res["rates"][a.warmup:]))
-        print(f"rep {rep + 1}: moezero {mz[-1]:.0f} tokens/s, PyTorch {pt[-1]:.0f} tokens/s")
+        return statistics.median(rates), [l for l in out.splitlines()
+                                          if l.strip().startswith("cpu ")]
+
+    mz, pt, mz2 = [], [], []
+    header = []
+    for rep in range(a.reps):
+        rate, header = moezero_rate(a.core)
+        mz.append(rate)
+        line = f"rep {rep + 1}: moezero {mz[-1]:.0f} tokens/s"
+        if a.two_cores:
+            mz2.append(moezero_rate(a.two_cores)[0])
+            line += f", moezero on cores {a.two_cores} {mz2[-1]:.0f} tokens/s"
+        if not a.no_torch:
+            res = json.loads(pinned(a.core, [sys.executable, "-c", TORCH_MODEL, json.dumps(cfg),
+                                             str(a.steps)], env=torch_env))
+            pt.append(statistics.median(res["rates"][a.warmup:]))
+            line += f", PyTorch {pt[-1]:.0f} tokens/s"
+        print(line)
     os.unlink(cfg_path)
+    if a.two_cores:
+        print(f"moezero world 1 ({a.dtype}) on cores {a.two_cores}: "
+              f"{statistics.median(mz2):.0f} tokens/s, {statistics.median(mz2) / statistics.median(mz):.2f}x "
+              f"one core ({statistics.median(mz):.0f} tokens/s)")
+    if a.no_torch:
+        print(f"{header[0].strip() if header else 'cpu: ?'}")
+        print(f"moezero {statistics.median(mz):.0f} tokens/s ({a.dtype}, core {a.core})")
+        return
     d, ff, t, b = m["d_model"], m["d_ff"], m["seq_len"], cfg["train"]["micro_batch_size"]
     rows = b * t * m["top_k"] // m["num_experts"]
     shapes = [[b * t, d, d], [rows, ff, d], [rows, d, ff], [d, d, b * t], [d, ff, rows],

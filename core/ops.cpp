@@ -392,6 +392,19 @@ void Ops::swiglu_backward(Stream& s, const Tensor& gate, const Tensor& up, const
   do_swiglu_backward(s, gate, up, dout, dgate, dup);
 }
 
+void Ops::swiglu_backward_act(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& dout,
+                              const Tensor& act, const Tensor& dgate, const Tensor& dup) {
+  Check ck("swiglu_backward_act", s);
+  ck.on_device("gate", gate);
+  ck.act("gate", gate);
+  ck.like("up", up, "gate", gate);
+  ck.like("dout", dout, "gate", gate);
+  ck.like("act", act, "gate", gate);
+  ck.like("dgate", dgate, "gate", gate);
+  ck.like("dup", dup, "gate", gate);
+  do_swiglu_backward_act(s, gate, up, dout, act, dgate, dup);
+}
+
 // ---- softmax / top-k / cross-entropy ---------------------------------------------------------
 
 void Ops::softmax_forward(Stream& s, const Tensor& x, const Tensor& out) {
@@ -500,39 +513,58 @@ void Ops::scatter_add_cols(Stream& s, const Tensor& src, const Tensor& idx, cons
   do_scatter_add_cols(s, src, idx, out);
 }
 
-void Ops::adamw(Stream& s, const AdamWArgs& a) {
-  Check ck("adamw", s);
+namespace {
+// One AdamW entry's checks; `op` names it in errors ("adamw", "adamw_multi: tensor 3").
+void check_adamw(Stream& s, const char* op, const AdamWArgs& a) {
+  Check ck(op, s);
   ck.on_device("param", a.param);
   ck.dtype("param", a.param, DType::F32);
-  const Shape n{a.param.numel()};
   auto flat = [&](const char* name, const Tensor& t) {
     ck.on_device(name, t);
     ck.dtype(name, t, DType::F32);
     if (t.numel() != a.param.numel()) {
-      MOEZERO_THROW("adamw: ", name, " is ", desc(t), " but param is ", desc(a.param),
+      MOEZERO_THROW(op, ": ", name, " is ", desc(t), " but param is ", desc(a.param),
                     ": numel differs (", t.numel(), " vs ", a.param.numel(), ")");
     }
   };
-  flat("grad", a.grad);
+  ck.on_device("grad", a.grad);
+  ck.act("grad", a.grad);
+  if (a.grad.numel() != a.param.numel()) {
+    MOEZERO_THROW(op, ": grad is ", desc(a.grad), " but param is ", desc(a.param),
+                  ": numel differs (", a.grad.numel(), " vs ", a.param.numel(), ")");
+  }
   flat("exp_avg", a.exp_avg);
   flat("exp_avg_sq", a.exp_avg_sq);
   if (a.param_copy.defined()) {
     ck.on_device("param_copy", a.param_copy);
     ck.act("param_copy", a.param_copy);
     if (a.param_copy.numel() != a.param.numel()) {
-      MOEZERO_THROW("adamw: param_copy is ", desc(a.param_copy), " but param is ", desc(a.param),
+      MOEZERO_THROW(op, ": param_copy is ", desc(a.param_copy), " but param is ", desc(a.param),
                     ": numel differs");
     }
   }
-  if (a.step < 1) MOEZERO_THROW("adamw: step is ", a.step, " but must be >= 1 (1-based)");
+  if (a.step < 1) MOEZERO_THROW(op, ": step is ", a.step, " but must be >= 1 (1-based)");
   if (!(a.beta1 >= 0.0f && a.beta1 < 1.0f) || !(a.beta2 >= 0.0f && a.beta2 < 1.0f)) {
-    MOEZERO_THROW("adamw: beta1 = ", a.beta1, ", beta2 = ", a.beta2, " must be in [0, 1)");
+    MOEZERO_THROW(op, ": beta1 = ", a.beta1, ", beta2 = ", a.beta2, " must be in [0, 1)");
   }
   ck.finite("lr", a.lr);
   ck.finite("weight_decay", a.weight_decay);
   ck.finite("grad_scale", a.grad_scale);
-  if (!(a.eps >= 0.0f)) MOEZERO_THROW("adamw: eps is ", a.eps, " but must be >= 0");
+  if (!(a.eps >= 0.0f)) MOEZERO_THROW(op, ": eps is ", a.eps, " but must be >= 0");
+}
+}  // namespace
+
+void Ops::adamw(Stream& s, const AdamWArgs& a) {
+  check_adamw(s, "adamw", a);
   do_adamw(s, a);
+}
+
+void Ops::adamw_multi(Stream& s, std::span<const AdamWArgs> tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string op = "adamw_multi: tensor " + std::to_string(i);
+    check_adamw(s, op.c_str(), tensors[i]);
+  }
+  do_adamw_multi(s, tensors);
 }
 
 // ---- MoE data movers ------------------------------------------------------------------------

@@ -54,7 +54,7 @@ struct GemmProblem {
 
 struct AdamWArgs {
   Tensor param;       // f32 (n)  master shard, updated in place
-  Tensor grad;        // f32 (n)  gradient shard, read only
+  Tensor grad;        // f32 or bf16 (n)  gradient shard, read only (bf16: widened exactly)
   Tensor exp_avg;     // f32 (n)  first moment, updated in place
   Tensor exp_avg_sq;  // f32 (n)  second moment, updated in place
   Tensor param_copy;  // optional (n) bf16 or f32: `=` compute copy of the updated param

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/trace.h"
@@ -74,15 +75,30 @@ LocalExperts::RunOrder LocalExperts::run_order(const ModuleContext& ctx, ParamPr
 }
 
 template <typename Run, typename Finish>
-void LocalExperts::execute(const RunOrder& order, Run&& run, Finish&& finish) {
-  for (int j : order.first) run(j);  // in the order parameters are ready
+void LocalExperts::execute(const RunOrder& order, const std::vector<uint64_t>& first_keys,
+                           Run&& run, Finish&& finish) {
+  for (size_t i = 0; i < order.first.size();) {  // in the order parameters are ready
+    size_t end = i + 1;
+    while (end < order.first.size() && first_keys[end] == first_keys[i]) ++end;
+    run(std::vector<int>(order.first.begin() + static_cast<std::ptrdiff_t>(i),
+                         order.first.begin() + static_cast<std::ptrdiff_t>(end)));
+    i = end;
+  }
   std::vector<int> first_ids = order.first;
   std::sort(first_ids.begin(), first_ids.end());
   for (int j : first_ids) finish(j);  // id order: the cache and the gradient buckets agree
   for (int j : order.then) {          // on-demand gathers, one at a time, id order
-    run(j);
+    run(std::vector<int>{j});
     finish(j);
   }
+}
+
+template <typename Held>
+std::vector<uint64_t> LocalExperts::wave_keys(const RunOrder& order, const ParamProvider& params,
+                                              Held&& is_held) const {
+  std::vector<uint64_t> keys;
+  for (int j : order.first) keys.push_back(is_held(j) ? 0 : params.fetch_ticket(group(j)));
+  return keys;
 }
 
 int LocalExperts::span(const ModuleContext& ctx, const DispatchState& rows, int j,
@@ -126,6 +142,109 @@ void LocalExperts::forward_expert(const ModuleContext& ctx, const DispatchState&
   if (rt_.trace) rt_.trace->end_span(sp);
 }
 
+namespace {
+
+// The row ranges [row, row + n) of a set of blocks, sorted and with adjacent ones merged
+// (elementwise ops give the same bits over a merged range as block by block).
+std::vector<std::pair<int64_t, int64_t>> merged_ranges(std::vector<std::pair<int64_t, int64_t>> r) {
+  std::sort(r.begin(), r.end());
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const auto& [row, n] : r) {
+    if (!out.empty() && out.back().first + out.back().second == row)
+      out.back().second += n;
+    else
+      out.emplace_back(row, n);
+  }
+  return out;
+}
+
+}  // namespace
+
+void LocalExperts::forward_experts(const ModuleContext& ctx, const DispatchState& rows,
+                                   const std::vector<ExpertParams>& ex, const Tensor& x,
+                                   const Tensor& gate, const Tensor& up, const Tensor& act,
+                                   const Tensor& y) const {
+  if (rt_.trace && rt_.trace->tracing()) {  // one span per expert
+    for (const ExpertParams& e : ex)
+      forward_expert(ctx, rows, e.j, *e.layout, e.w, x, gate, up, act, y);
+    return;
+  }
+  Ops& ops = ctx.ops();
+  Stream& s = ctx.s();
+  std::vector<GemmProblem> gate_up, down;
+  std::vector<std::pair<int64_t, int64_t>> blocks;
+  for (const ExpertParams& e : ex)
+    rows.for_each_block(e.j, [&](int64_t row, int64_t n) {
+      auto block = [&](const Tensor& t) { return t.slice_rows(row, row + n); };
+      gate_up.push_back({block(x), e.layout->view(e.w, kW1), block(gate)});
+      gate_up.push_back({block(x), e.layout->view(e.w, kW3), block(up)});
+      down.push_back({block(act), e.layout->view(e.w, kW2), block(y)});
+      blocks.emplace_back(row, n);
+    });
+  if (blocks.empty()) return;
+  ops.grouped_gemm(s, gate_up, Transpose::No, Transpose::Yes, 1.0f, 0.0f);
+  for (const auto& [row, n] : merged_ranges(blocks)) {
+    auto r = [&](const Tensor& t) { return t.slice_rows(row, row + n); };
+    ops.swiglu_forward(s, r(gate), r(up), r(act));
+  }
+  ops.grouped_gemm(s, down, Transpose::No, Transpose::Yes, 1.0f, 0.0f);
+}
+
+void LocalExperts::backward_experts(const ModuleContext& ctx, const DispatchState& rows,
+                                    const std::vector<ExpertParams>& ex, const Tensor& x,
+                                    const Tensor& gate, const Tensor& up, const Tensor& dy,
+                                    const Tensor& act, const Tensor& dact, const Tensor& dgate,
+                                    const Tensor& dup, const Tensor& dx) const {
+  if (rt_.trace && rt_.trace->tracing()) {  // one span per expert
+    for (const ExpertParams& e : ex)
+      backward_expert(ctx, rows, e.j, *e.layout, e.w, e.gw, x, gate, up, dy, act, dact, dgate, dup,
+                      dx);
+    return;
+  }
+  Ops& ops = ctx.ops();
+  Stream& s = ctx.s();
+  std::vector<GemmProblem> dact_p, dx1, dx3;
+  // Weight gradients accumulate (`+=`) over an expert's blocks: round r holds every expert's
+  // r-th block, so each expert's blocks are added in the same order as backward_expert's.
+  std::vector<std::vector<GemmProblem>> gw2_rounds, gw13_rounds;
+  std::vector<std::pair<int64_t, int64_t>> blocks;
+  for (const ExpertParams& e : ex) {
+    size_t r = 0;
+    rows.for_each_block(e.j, [&](int64_t row, int64_t n) {
+      auto block = [&](const Tensor& t) { return t.slice_rows(row, row + n); };
+      if (r == gw2_rounds.size()) {
+        gw2_rounds.emplace_back();
+        gw13_rounds.emplace_back();
+      }
+      dact_p.push_back({block(dy), e.layout->view(e.w, kW2), block(dact)});
+      gw2_rounds[r].push_back({block(dy), block(act), e.layout->view(e.gw, kW2)});
+      gw13_rounds[r].push_back({block(dgate), block(x), e.layout->view(e.gw, kW1)});
+      gw13_rounds[r].push_back({block(dup), block(x), e.layout->view(e.gw, kW3)});
+      dx1.push_back({block(dgate), e.layout->view(e.w, kW1), block(dx)});
+      dx3.push_back({block(dup), e.layout->view(e.w, kW3), block(dx)});
+      blocks.emplace_back(row, n);
+      ++r;
+    });
+  }
+  if (blocks.empty()) return;
+  const auto ranges = merged_ranges(blocks);
+  auto each_range = [&](auto&& f) {
+    for (const auto& [row, n] : ranges)
+      f([&](const Tensor& t) { return t.slice_rows(row, row + n); });
+  };
+  ops.grouped_gemm(s, dact_p, Transpose::No, Transpose::No, 1.0f, 0.0f);
+  // SwiGLU's backward and the recomputed activation (for w2's gradient) in one pass.
+  each_range([&](auto r) {
+    ops.swiglu_backward_act(s, r(gate), r(up), r(dact), r(act), r(dgate), r(dup));
+  });
+  for (const auto& round : gw2_rounds)
+    ops.grouped_gemm(s, round, Transpose::Yes, Transpose::No, 1.0f, 1.0f);
+  for (const auto& round : gw13_rounds)
+    ops.grouped_gemm(s, round, Transpose::Yes, Transpose::No, 1.0f, 1.0f);
+  ops.grouped_gemm(s, dx1, Transpose::No, Transpose::No, 1.0f, 0.0f);
+  ops.grouped_gemm(s, dx3, Transpose::No, Transpose::No, 1.0f, 1.0f);
+}
+
 TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& params,
                                    const DispatchState& rows, const std::vector<char>& active,
                                    const Tensor& x, TensorBuffer& gate, TensorBuffer& up,
@@ -138,10 +257,11 @@ TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& para
   TensorBuffer y = ctx.alloc_act(Shape{R, C}, "moe.yr");
   if (rt_.gather != MoeGather::Experts) {
     std::vector<Tensor> w = acquire_block(ctx, params);
+    std::vector<ExpertParams> ex;
     for (int j = 0; j < experts_per_rank_; ++j)
       if (active[static_cast<size_t>(j)])
-        forward_expert(ctx, rows, j, params.layout(group(j)), w[static_cast<size_t>(j)], x, gate,
-                       up, act, y);
+        ex.push_back({j, &params.layout(group(j)), w[static_cast<size_t>(j)], Tensor()});
+    forward_experts(ctx, rows, ex, x, gate, up, act, y);
     if (rt_.gather == MoeGather::Fsdp)
       held = std::move(w);  // not resharded after forward
     else
@@ -152,13 +272,17 @@ TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& para
   const RunOrder order = run_order(ctx, params, active, ParamProvider::FetchReason::Needed);
   const bool keep = !rt_.reshard_after_forward;
   held.assign(keep ? static_cast<size_t>(experts_per_rank_) : 0, Tensor());
-  auto run = [&](int j) {
-    const Tensor w = params.acquire(group(j), s);  // waits for this expert's gather only
-    forward_expert(ctx, rows, j, params.layout(group(j)), w, x, gate, up, act, y);
-    if (keep) held[static_cast<size_t>(j)] = w;
+  auto run = [&](const std::vector<int>& wave) {
+    std::vector<ExpertParams> ex;
+    for (int j : wave) {
+      const Tensor w = params.acquire(group(j), s);  // waits for this wave's gathers only
+      ex.push_back({j, &params.layout(group(j)), w, Tensor()});
+      if (keep) held[static_cast<size_t>(j)] = w;
+    }
+    forward_experts(ctx, rows, ex, x, gate, up, act, y);
   };
   // Finished in an order that is the same on every rank; may_hold reads agreed state only.
-  execute(order, run, [&](int j) {
+  execute(order, wave_keys(order, params, [](int) { return false; }), run, [&](int j) {
     if (keep && params.may_hold(group(j))) return;  // kept until this expert's backward
     if (keep) held[static_cast<size_t>(j)] = Tensor();
     params.release(group(j), s);
@@ -200,10 +324,6 @@ TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& par
   TensorBuffer dact = ctx.alloc_act(Shape{R, F}, "moe.dact");
   TensorBuffer dgate = ctx.alloc_act(Shape{R, F}, "moe.dgate");
   TensorBuffer dup = ctx.alloc_act(Shape{R, F}, "moe.dup");
-  auto run_with = [&](int j, const Tensor& w) {
-    backward_expert(ctx, rows, j, params.layout(group(j)), w, params.grad(group(j), s), x, gate, up,
-                    dy, act, dact, dgate, dup, dx);
-  };
   if (rt_.gather != MoeGather::Experts) {
     // fsdp: forward's parameters; leaf: gathered again (prefetched by prepare_backward).
     std::vector<Tensor> w =
@@ -211,8 +331,12 @@ TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& par
     held.clear();
     MOEZERO_CHECK(w.size() == static_cast<size_t>(experts_per_rank_), "layer ", layer_,
                   ": backward without the experts held since forward");
+    std::vector<ExpertParams> ex;
     for (int j = 0; j < experts_per_rank_; ++j)
-      if (active[static_cast<size_t>(j)]) run_with(j, w[static_cast<size_t>(j)]);
+      if (active[static_cast<size_t>(j)])
+        ex.push_back(
+            {j, &params.layout(group(j)), w[static_cast<size_t>(j)], params.grad(group(j), s)});
+    backward_experts(ctx, rows, ex, x, gate, up, dy, act, dact, dgate, dup, dx);
     for (int j = 0; j < experts_per_rank_; ++j)  // id order, as the per-expert path
       if (active[static_cast<size_t>(j)]) params.grad_ready(group(j), s);
     release_block(ctx, params);
@@ -234,11 +358,20 @@ TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& par
   RunOrder order = run_order(ctx, params, rest, ParamProvider::FetchReason::Exact);
   order.first.insert(order.first.begin(), kept.begin(), kept.end());  // ready now, id order
   execute(
-      order,
-      [&](int j) {
-        if (!is_held(j)) return run_with(j, params.acquire(group(j), s));
-        params.use_held(group(j));  // no gather, no cache lookup
-        run_with(j, held[static_cast<size_t>(j)]);
+      order, wave_keys(order, params, is_held),
+      [&](const std::vector<int>& wave) {
+        std::vector<ExpertParams> ex;
+        for (int j : wave) {
+          Tensor w;
+          if (is_held(j)) {
+            params.use_held(group(j));  // no gather, no cache lookup
+            w = held[static_cast<size_t>(j)];
+          } else {
+            w = params.acquire(group(j), s);
+          }
+          ex.push_back({j, &params.layout(group(j)), w, params.grad(group(j), s)});
+        }
+        backward_experts(ctx, rows, ex, x, gate, up, dy, act, dact, dgate, dup, dx);
       },
       [&](int j) {
         params.grad_ready(group(j), s);

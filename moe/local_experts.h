@@ -75,6 +75,24 @@ class LocalExperts {
                        const Tensor& gate, const Tensor& up, const Tensor& dy, const Tensor& act,
                        const Tensor& dact, const Tensor& dgate, const Tensor& dup,
                        const Tensor& dx) const;
+  // Several experts' compute as grouped GEMMs (Ops::grouped_gemm: every ready expert's row
+  // blocks in one call per GEMM of the SwiGLU FFN, elementwise ops over merged row ranges).
+  // Each output element is computed by the same kernel call shape as in forward_expert /
+  // backward_expert and weight gradients accumulate their row blocks in the same order, so the
+  // results are bit-identical to running the experts one by one. While tracing, the experts
+  // run one by one (forward_expert / backward_expert) so that each keeps its trace span.
+  struct ExpertParams {
+    int j = 0;
+    const GroupLayout* layout = nullptr;
+    Tensor w, gw;  // gw: backward only
+  };
+  void forward_experts(const ModuleContext& ctx, const DispatchState& rows,
+                       const std::vector<ExpertParams>& ex, const Tensor& x, const Tensor& gate,
+                       const Tensor& up, const Tensor& act, const Tensor& y) const;
+  void backward_experts(const ModuleContext& ctx, const DispatchState& rows,
+                        const std::vector<ExpertParams>& ex, const Tensor& x, const Tensor& gate,
+                        const Tensor& up, const Tensor& dy, const Tensor& act, const Tensor& dact,
+                        const Tensor& dgate, const Tensor& dup, const Tensor& dx) const;
   // leaf/fsdp: every local expert, one coalesced gather (a no-op when prefetched), acquired in
   // id order.
   std::vector<Tensor> acquire_block(const ModuleContext& ctx, ParamProvider& params) const;
@@ -95,10 +113,18 @@ class LocalExperts {
   // exact backward prefetch: the routing is known when the layer's backward starts).
   RunOrder run_order(const ModuleContext& ctx, ParamProvider& params,
                      const std::vector<char>& active, ParamProvider::FetchReason reason) const;
-  // run(j) for phase 1 in run order, then finish(j) in id order; then run(j), finish(j) for
-  // each of phase 2.
+  // run(wave) for phase 1 in run order, one wave per run of consecutive experts with equal
+  // keys (first_keys[i] for order.first[i]: experts ready at the same time, e.g. resident ones
+  // or one coalesced gather), then finish(j) in id order; then run({j}), finish(j) for each of
+  // phase 2.
   template <typename Run, typename Finish>
-  static void execute(const RunOrder& order, Run&& run, Finish&& finish);
+  static void execute(const RunOrder& order, const std::vector<uint64_t>& first_keys, Run&& run,
+                      Finish&& finish);
+  // The wave keys of order.first: 0 for experts resident now (or held: is_held), else their
+  // gather's ticket (ParamProvider::fetch_ticket), read before any of them is acquired.
+  template <typename Held>
+  std::vector<uint64_t> wave_keys(const RunOrder& order, const ParamProvider& params,
+                                  Held&& is_held) const;
   // A trace span for local expert j's compute (its rows of this micro-batch) while tracing;
   // -1 otherwise.
   int span(const ModuleContext& ctx, const DispatchState& rows, int j, TracePass pass) const;

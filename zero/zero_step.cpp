@@ -280,8 +280,9 @@ ZeroEngine::Impl::StepReadback ZeroEngine::Impl::enqueue_readback(StepResult& r)
 
 void ZeroEngine::Impl::apply_adamw(const AdamWHyper& h, float grad_scale) {
   Stream& cs = *streams.compute;
-  Ops& ops = device.ops();
   const bool fp32 = options.compute_dtype == DType::F32;
+  // Every shard of this rank in one multi-tensor call (one parallel loop on the CPU).
+  std::vector<AdamWArgs> entries;
   for (auto& p : groups) {
     GroupState& st = *p;
     const int64_t opt_end = st.opt_offset + st.opt_elems;
@@ -291,13 +292,8 @@ void ZeroEngine::Impl::apply_adamw(const AdamWHyper& h, float grad_scale) {
       const int64_t hi = std::min(st.layout.offset(i) + ps.shape.numel(), opt_end);
       if (lo >= hi) continue;
       const int64_t local = lo - st.opt_offset, len = hi - lo;
-      Tensor g = grad_range(st).view_elems(local, Shape{len});
-      TensorBuffer g32;
-      if (!fp32) {
-        g32 = TensorBuffer(device, DType::F32, Shape{len}, MemTag::Other, cs, "grad f32");
-        ops.cast(cs, g, g32);
-        g = g32.view();
-      }
+      // bf16: the op widens the gradient itself (exactly, as a cast to f32 would).
+      const Tensor g = grad_range(st).view_elems(local, Shape{len});
       AdamWArgs a;
       a.param = st.master_view.view_elems(local, Shape{len});
       a.grad = g;
@@ -313,9 +309,10 @@ void ZeroEngine::Impl::apply_adamw(const AdamWHyper& h, float grad_scale) {
       a.weight_decay = ps.weight_decay ? h.weight_decay : 0.0f;
       a.step = step;
       a.grad_scale = grad_scale;
-      ops.adamw(cs, a);
+      entries.push_back(a);
     }
   }
+  device.ops().adamw_multi(cs, entries);
 }
 
 void ZeroEngine::Impl::refresh_replicated() {

@@ -57,6 +57,18 @@ template <typename T>
 inline void store_f32(const float* src, T* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = from_f32<T>(src[i]);
 }
+// bf16 rows: the same conversions (exact widening; from_f32<bf16>'s RNE), as functions of
+// cpu_math.cpp compiled for AVX-512, AVX2 and the baseline (the widest runs).
+void bf16_to_f32_row(const bf16* src, float* dst, int64_t n);
+void f32_to_bf16_row(const float* src, bf16* dst, int64_t n);
+template <>
+inline void load_f32<bf16>(const bf16* src, float* dst, int64_t n) {
+  bf16_to_f32_row(src, dst, n);
+}
+template <>
+inline void store_f32<bf16>(const float* src, bf16* dst, int64_t n) {
+  f32_to_bf16_row(src, dst, n);
+}
 
 // Calls f.template operator()<T>() with T the C++ type of float dtype `t` (f32, bf16, f16).
 template <typename F>
@@ -127,6 +139,10 @@ struct F32Gemm {
   // fp32 matmul instead (products exact, fp32 accumulation); a and b may then be null.
   const bf16* a16 = nullptr;
   const bf16* b16 = nullptr;
+  // When set, the real C is this bf16 array (same layout) and c is its fp32 working copy: each
+  // tile of c is loaded from c16 first (beta != 0) and rounded into c16 (RNE) right after its
+  // GEMM, in the same task, while it is in cache.
+  bf16* c16 = nullptr;
 };
 // True when this build and CPU run bf16 x bf16 -> fp32 GEMM natively (oneDNN bf16 matmul).
 bool bf16_gemm_available();

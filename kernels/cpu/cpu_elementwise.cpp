@@ -3,6 +3,7 @@
 // by the other CPU kernels.
 //
 // Flat loops in blocks of kBlockElems elements, one TBB task per block; fp32 arithmetic.
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -14,6 +15,7 @@ namespace moezero::cpu {
 namespace {
 
 constexpr int64_t kBlockElems = 16384;
+constexpr int64_t kStage = 1024;  // fp32 staging of bf16 operands (on the stack, in L1)
 
 // f(begin, end) over [0, n) in blocks of kBlockElems (boundaries fixed by n).
 template <typename F>
@@ -22,9 +24,6 @@ void for_blocks(int64_t n, F&& f) {
   parallel_for_each(nb, 1,
                     [&](int64_t b) { f(b * kBlockElems, std::min(n, (b + 1) * kBlockElems)); });
 }
-
-// Vectorisable (exp_f32, no libm call): SwiGLU loops run in SIMD lanes.
-inline float sigmoid(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
 
 }  // namespace
 
@@ -195,7 +194,18 @@ void find_nonfinite(Stream& s, const Tensor& x, const Tensor& result) {
       parallel_for_each(nb, 1, [&](int64_t b) {
         const int64_t lo = b * kBlockElems, hi = std::min(n, lo + kBlockElems);
         int64_t f = -1, c = 0;
-        for (int64_t i = lo; i < hi; ++i) {
+        bool finite;  // the common case, checked first with a vectorised pass
+        if constexpr (std::is_same_v<T, float>) {
+          finite = all_finite_f32(p + lo, hi - lo);
+        } else {
+          uint32_t mx = 0;  // as all_finite_f32, on the fp32 value of each element
+          for (int64_t i = lo; i < hi; ++i) {
+            const uint32_t bits = std::bit_cast<uint32_t>(to_f32(p[i])) & 0x7fffffffu;
+            mx = bits > mx ? bits : mx;
+          }
+          finite = mx < 0x7f800000u;
+        }
+        for (int64_t i = finite ? hi : lo; i < hi; ++i) {
           const bool bad = !std::isfinite(to_f32(p[i]));
           c += bad;
           if (bad && f < 0) f = i;
@@ -231,10 +241,14 @@ void swiglu_forward(Stream& s, const Tensor& gate, const Tensor& up, const Tenso
       for_blocks(gate.numel(), [&](int64_t lo, int64_t hi) {
         if constexpr (std::is_same_v<T, float>) {
           swiglu_forward_f32(pg + lo, pu + lo, po + lo, hi - lo);
-        } else {
-          for (int64_t i = lo; i < hi; ++i) {
-            const float g = to_f32(pg[i]);
-            po[i] = from_f32<T>(g * sigmoid(g) * to_f32(pu[i]));
+        } else {  // through fp32 staging, so that the vectorised fp32 kernel runs (same bits)
+          float g[kStage], u[kStage], o[kStage];
+          for (int64_t i = lo; i < hi; i += kStage) {
+            const int64_t n = std::min(kStage, hi - i);
+            load_f32(pg + i, g, n);
+            load_f32(pu + i, u, n);
+            swiglu_forward_f32(g, u, o, n);
+            store_f32(o, po + i, n);
           }
         }
       });
@@ -255,12 +269,47 @@ void swiglu_backward(Stream& s, const Tensor& gate, const Tensor& up, const Tens
       for_blocks(gate.numel(), [&](int64_t lo, int64_t hi) {
         if constexpr (std::is_same_v<T, float>) {
           swiglu_backward_f32(pg + lo, pu + lo, pd + lo, pdg + lo, pdu + lo, hi - lo);
-        } else {
-          for (int64_t i = lo; i < hi; ++i) {
-            const float g = to_f32(pg[i]), u = to_f32(pu[i]), d = to_f32(pd[i]);
-            const float sg = sigmoid(g);
-            pdg[i] = from_f32<T>(d * u * sg * (1.0f + g * (1.0f - sg)));
-            pdu[i] = from_f32<T>(d * g * sg);
+        } else {  // through fp32 staging (as swiglu_forward)
+          float g[kStage], u[kStage], d[kStage], dg[kStage], du[kStage];
+          for (int64_t i = lo; i < hi; i += kStage) {
+            const int64_t n = std::min(kStage, hi - i);
+            load_f32(pg + i, g, n);
+            load_f32(pu + i, u, n);
+            load_f32(pd + i, d, n);
+            swiglu_backward_f32(g, u, d, dg, du, n);
+            store_f32(dg, pdg + i, n);
+            store_f32(du, pdu + i, n);
+          }
+        }
+      });
+    });
+  });
+}
+
+void swiglu_backward_act(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& dout,
+                         const Tensor& act, const Tensor& dgate, const Tensor& dup) {
+  s.enqueue_host([gate, up, dout, act, dgate, dup] {
+    dispatch_act(gate.dtype(), "swiglu_backward_act", [&]<typename T>() {
+      const T* pg = static_cast<const T*>(gate.data());
+      const T* pu = static_cast<const T*>(up.data());
+      const T* pd = static_cast<const T*>(dout.data());
+      T* pa = static_cast<T*>(act.data());
+      T* pdg = static_cast<T*>(dgate.data());
+      T* pdu = static_cast<T*>(dup.data());
+      for_blocks(gate.numel(), [&](int64_t lo, int64_t hi) {
+        if constexpr (std::is_same_v<T, float>) {
+          swiglu_backward_act_f32(pg + lo, pu + lo, pd + lo, pa + lo, pdg + lo, pdu + lo, hi - lo);
+        } else {  // through fp32 staging (as swiglu_forward)
+          float g[kStage], u[kStage], d[kStage], o[kStage], dg[kStage], du[kStage];
+          for (int64_t i = lo; i < hi; i += kStage) {
+            const int64_t n = std::min(kStage, hi - i);
+            load_f32(pg + i, g, n);
+            load_f32(pu + i, u, n);
+            load_f32(pd + i, d, n);
+            swiglu_backward_act_f32(g, u, d, o, dg, du, n);
+            store_f32(o, pa + i, n);
+            store_f32(dg, pdg + i, n);
+            store_f32(du, pdu + i, n);
           }
         }
       });

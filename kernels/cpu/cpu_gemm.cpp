@@ -4,9 +4,12 @@
 // or OpenBLAS's cblas_sgemm when the build has no oneDNN), one per fixed tile of C
 // (kTileM x kTileN), in parallel over TBB. bf16 x bf16 products run as oneDNN bf16 matmuls
 // (fp32 accumulation into an fp32 C) where the CPU has bf16 dot products; otherwise bf16
-// operands are widened to fp32 copies first. A bf16 C is computed in an fp32 copy and rounded
-// once at the end. Tile boundaries depend only on the shapes, and every call runs on one thread,
-// so results are bit-identical run to run and do not depend on the number of cores.
+// operands are widened to fp32 copies first. A bf16 C is computed in an fp32 working buffer
+// (pooled per calling thread) and rounded once, tile by tile, by the task that computed the tile.
+// Tile boundaries depend only on the shapes, and every call runs on one thread, so results are
+// bit-identical run to run and do not depend on the number of cores. grouped_gemm (the MoE
+// layer's experts: every ready expert's row blocks in one call) puts the tiles of all its
+// problems in one parallel loop; each problem is computed exactly as a gemm of its own.
 //
 // One thread per call: Debian's oneDNN runs its parallel regions on GNU OpenMP, whose team size
 // is the calling thread's nthreads ICV. Every thread that calls dnnl_sgemm first sets that ICV
@@ -186,8 +189,18 @@ bool run_bf16_matmul(const bf16* a, int64_t lda, const bf16* b, int64_t ldb, flo
 constexpr int64_t kTileM = 256;
 constexpr int64_t kTileN = 256;
 
-// One tile [i0, i1) x [j0, j1) of g's C.
+void run_tile_f32(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+
+// One tile [i0, i1) x [j0, j1) of g's C, through its fp32 working copy when C is bf16.
 void run_tile(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  if (!g.c16) return run_tile_f32(g, i0, i1, j0, j1);
+  if (g.beta != 0.0f)
+    for (int64_t i = i0; i < i1; ++i) load_f32(g.c16 + i * g.n + j0, g.c + i * g.n + j0, j1 - j0);
+  run_tile_f32(g, i0, i1, j0, j1);
+  for (int64_t i = i0; i < i1; ++i) store_f32(g.c + i * g.n + j0, g.c16 + i * g.n + j0, j1 - j0);
+}
+
+void run_tile_f32(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const int64_t ldc = g.n;
   if (g.k == 0 || g.alpha == 0.0f) {
     // C = beta * C (beta == 0 writes zeros, ignoring NaN in the old contents).
@@ -197,10 +210,16 @@ void run_tile(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) 
     }
     return;
   }
+#if !MOEZERO_HAVE_ONEDNN
   if (g.beta == 0.0f) {
     // BLAS implementations may compute 0 * NaN; the contract says beta == 0 ignores C.
     for (int64_t i = i0; i < i1; ++i) std::fill(g.c + i * ldc + j0, g.c + i * ldc + j1, 0.0f);
   }
+#endif
+  // oneDNN: with beta == 0, dnnl_sgemm does not read C (its beta-zero kernels; checked over
+  // ~20k shapes, every transpose and ldc, against a NaN-filled C: the same bits as a zeroed C)
+  // and the bf16 matmul has no sum post-op, so C is write-only and is not zeroed first
+  // (tests/kernels/gemm_test.cpp BetaZeroIgnoresANonFiniteC).
   const int64_t lda = g.ta ? g.m : g.k;
   const int64_t ldb = g.tb ? g.k : g.n;
 #if MOEZERO_HAVE_ONEDNN
@@ -235,16 +254,37 @@ struct Tile {
 };
 
 // Fp32 views of a GEMM's tensors: the tensor's own memory when it is f32, else a widened copy
-// (and, for C, a write-back after the GEMMs).
+// (and, for C, a write-back after the GEMMs). A bf16 C gets an fp32 working buffer that the
+// tiles load and round back themselves (F32Gemm::c16, set by bind()); those buffers come from
+// a pool of the calling (stream) thread, kept across calls, so that a step does not allocate
+// and fault in fresh pages for every bf16 GEMM.
 class Staging {
  public:
+  ~Staging() {
+    Pool& p = pool();
+    for (size_t i = p.used - pooled_; i < p.used; ++i)
+      if (p.buffers[i].size() > kKeepFloats) std::vector<float>().swap(p.buffers[i]);
+    p.used -= pooled_;
+  }
   const float* input(const Tensor& t) {
     if (t.dtype() == DType::F32) return t.data_as<float>();
     copies_.push_back(to_f32_vector(t));
     return copies_.back().data();
   }
-  float* output(const Tensor& t, float beta) {
+  // The fp32 C to compute into; *c16 is set to the bf16 C that the tiles then load (beta != 0)
+  // and round into themselves (F32Gemm::c16), else to null.
+  float* output(const Tensor& t, float beta, bf16** c16) {
+    *c16 = nullptr;
     if (t.dtype() == DType::F32) return t.data_as<float>();
+    if (t.dtype() == DType::BF16) {
+      Pool& p = pool();
+      if (p.used == p.buffers.size()) p.buffers.emplace_back();
+      std::vector<float>& v = p.buffers[p.used++];
+      ++pooled_;
+      if (v.size() < static_cast<size_t>(t.numel())) v.resize(static_cast<size_t>(t.numel()));
+      *c16 = t.data_as<bf16>();
+      return v.data();
+    }
     if (beta != 0.0f) {
       copies_.push_back(to_f32_vector(t));
     } else {
@@ -258,8 +298,19 @@ class Staging {
   }
 
  private:
+  // Working buffers above this size (64 MiB) are freed after the call rather than kept.
+  static constexpr size_t kKeepFloats = size_t{16} << 20;
+  struct Pool {
+    std::deque<std::vector<float>> buffers;  // deque: references stay valid as it grows
+    size_t used = 0;
+  };
+  static Pool& pool() {
+    thread_local Pool p;
+    return p;
+  }
   std::deque<std::vector<float>> copies_;  // deque: pointers stay valid as it grows
   std::vector<std::pair<std::vector<float>*, Tensor>> writeback_;
+  size_t pooled_ = 0;
 };
 
 }  // namespace
@@ -342,11 +393,13 @@ void gemm(Stream& s, const GemmArgs& args) {
         a.dtype() == DType::BF16 && b.dtype() == DType::BF16 && k > 0 && bf16_gemm_available();
     const float* ap = native16 ? nullptr : st.input(a);
     const float* bp = native16 ? nullptr : st.input(b);
-    float* cp = st.output(c, args.beta);
+    bf16* c16 = nullptr;
+    float* cp = st.output(c, args.beta, &c16);
     const int64_t b_stride = b.rank() == 3 ? k * n : 0;
     std::vector<F32Gemm> gs;
     for (int64_t i = 0; i < batch; ++i) {
       F32Gemm g{nullptr, nullptr, cp + i * m * n, m, n, k, ta, tb, args.alpha, args.beta};
+      if (c16) g.c16 = c16 + i * m * n;
       if (native16) {
         g.a16 = a.data_as<bf16>() + i * m * k;
         g.b16 = b.data_as<bf16>() + i * b_stride;
@@ -374,14 +427,19 @@ void grouped_gemm(Stream& s, std::span<const GemmProblem> problems, Transpose tr
       if (m == 0 || n == 0) continue;
       if (p.a.dtype() == DType::BF16 && p.b.dtype() == DType::BF16 && k > 0 &&
           bf16_gemm_available()) {
-        F32Gemm g{nullptr, nullptr, st.output(p.c, beta), m, n, k, ta, tb, alpha, beta};
+        bf16* c16 = nullptr;
+        F32Gemm g{nullptr, nullptr, st.output(p.c, beta, &c16), m, n, k, ta, tb, alpha, beta};
+        g.c16 = c16;
         g.a16 = p.a.data_as<bf16>();
         g.b16 = p.b.data_as<bf16>();
         gs.push_back(g);
         continue;
       }
-      gs.push_back(
-          {st.input(p.a), st.input(p.b), st.output(p.c, beta), m, n, k, ta, tb, alpha, beta});
+      bf16* c16 = nullptr;
+      F32Gemm g{st.input(p.a), st.input(p.b), st.output(p.c, beta, &c16), m, n, k, ta, tb,
+                alpha,         beta};
+      g.c16 = c16;
+      gs.push_back(g);
     }
     run_f32_gemms(gs);
     st.finish();

@@ -1,11 +1,20 @@
 // kernels/cpu/cpu_math.cpp — the row helpers of cpu_math.h, one clone per x86 vector width.
 #include "kernels/cpu/cpu_math.h"
 
+#include <bit>
+#include <cmath>
+
+#include "kernels/cpu/cpu_common.h"
+
 // AVX-512, AVX2 and the baseline: the loader picks the widest this CPU has.
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define MOEZERO_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// bf16 row conversions pack 16-bit lanes: 512-bit packs need AVX-512BW (the avx512f clone
+// would stay at 256 bits).
+#define MOEZERO_CPU_CLONES_BW __attribute__((target_clones("arch=skylake-avx512", "avx2", "default")))
 #else
 #define MOEZERO_CPU_CLONES
+#define MOEZERO_CPU_CLONES_BW
 #endif
 
 namespace moezero::cpu {
@@ -63,6 +72,57 @@ MOEZERO_CPU_CLONES void swiglu_backward_f32(const float* g, const float* u, cons
     const float sg = sigmoid(g[i]);
     dg[i] = d[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
     du[i] = d[i] * g[i] * sg;
+  }
+}
+
+// __restrict__: without it GCC needs more run-time alias checks than it versions a loop for
+// and leaves this one scalar (the outputs never alias the inputs or each other).
+MOEZERO_CPU_CLONES void swiglu_backward_act_f32(const float* __restrict__ g,
+                                                const float* __restrict__ u,
+                                                const float* __restrict__ d, float* __restrict__ o,
+                                                float* __restrict__ dg, float* __restrict__ du,
+                                                int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float sg = sigmoid(g[i]);
+    o[i] = g[i] * sg * u[i];  // = swiglu_forward_f32: (g * sigmoid(g)) * u
+    dg[i] = d[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
+    du[i] = d[i] * g[i] * sg;
+  }
+}
+
+MOEZERO_CPU_CLONES_BW void bf16_to_f32_row(const bf16* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(src[i]);
+}
+
+MOEZERO_CPU_CLONES_BW void f32_to_bf16_row(const float* src, bf16* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = from_f32<bf16>(src[i]);
+}
+
+MOEZERO_CPU_CLONES bool all_finite_f32(const float* x, int64_t n) {
+  // |x| as bits: non-finite (exponent all ones) exactly when >= 0x7f800000. A max over integer
+  // lanes: no float compare, so NaN cannot slip through.
+  uint32_t mx = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t b = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
+    mx = b > mx ? b : mx;
+  }
+  return mx < 0x7f800000u;
+}
+
+MOEZERO_CPU_CLONES void adamw_f32(float* p, const float* g, float* m, float* v, int64_t n,
+                                  const AdamWConsts& c) {
+  // Element by element the formula of cpu_optim.cpp; sqrt and division are correctly rounded in
+  // every vector width (built with -fno-math-errno so that sqrt needs no libm fallback and the
+  // loop vectorises; no FMA contraction), so every clone computes the same bits.
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * c.grad_scale;
+    const float pi = p[i] * c.decay;
+    const float mi = m[i] + c.w1 * (gi - m[i]);
+    const float vi = c.beta2 * v[i] + c.w2 * gi * gi;
+    const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - c.step_size * (mi / denom);
   }
 }
 

@@ -59,5 +59,15 @@ float max_f32(const float* x, int64_t n);
 void swiglu_forward_f32(const float* g, const float* u, float* o, int64_t n);
 void swiglu_backward_f32(const float* g, const float* u, const float* d, float* dg, float* du,
                          int64_t n);
+// swiglu_backward_f32 plus o = silu(g) * u (swiglu_forward_f32's value) from the same sigmoid.
+void swiglu_backward_act_f32(const float* g, const float* u, const float* d, float* o, float* dg,
+                             float* du, int64_t n);
+// True when every x[i] is finite (no NaN, no infinity); integer compares only.
+bool all_finite_f32(const float* x, int64_t n);
+// One AdamW update of n elements (cpu_optim.cpp's formula, with its per-call constants).
+struct AdamWConsts {
+  float grad_scale, decay, w1, beta2, w2, bc2_sqrt, eps, step_size;
+};
+void adamw_f32(float* p, const float* g, float* m, float* v, int64_t n, const AdamWConsts& c);
 
 }  // namespace moezero::cpu

@@ -1,4 +1,5 @@
-// kernels/cuda/cuda_elementwise.cu — add, mul, scale, axpy, fill, cast, swiglu forward/backward.
+// kernels/cuda/cuda_elementwise.cu — add, mul, scale, axpy, fill, cast, swiglu forward/backward
+// (and backward with the recomputed activation).
 //
 // Grid-stride loops over flat elements (int64 indices); fp32 arithmetic, one rounding on store.
 // In-place and aliased calls are safe: each element is read before it is written, by the same
@@ -79,6 +80,19 @@ __global__ void swiglu_backward_kernel(const T* gate, const T* up, const T* dout
     const float du = d * g * sg;
     dgate[i] = from_f32<T>(dg);
     dup[i] = from_f32<T>(du);
+  }
+}
+
+// swiglu_backward_kernel plus act = silu(g) * u from the same sigmoid.
+template <typename T>
+__global__ void swiglu_backward_act_kernel(const T* gate, const T* up, const T* dout, T* act,
+                                           T* dgate, T* dup, int64_t n) {
+  MOEZERO_GRID_STRIDE(i, n) {
+    const float g = to_f32(gate[i]), u = to_f32(up[i]), d = to_f32(dout[i]);
+    const float sg = sigmoid(g);
+    act[i] = from_f32<T>(g * sg * u);
+    dgate[i] = from_f32<T>(d * u * sg * (1.0f + g * (1.0f - sg)));
+    dup[i] = from_f32<T>(d * g * sg);
   }
 }
 
@@ -209,6 +223,20 @@ void CudaOps::do_swiglu_backward(Stream& s, const Tensor& gate, const Tensor& up
     using T = typename decltype(tag)::type;
     swiglu_backward_kernel<T><<<grid_for(n), kThreads, 0, ctx.st>>>(
         ptr<T>(gate), ptr<T>(up), ptr<T>(dout), ptr<T>(dgate), ptr<T>(dup), n);
+    MOEZERO_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void CudaOps::do_swiglu_backward_act(Stream& s, const Tensor& gate, const Tensor& up,
+                                     const Tensor& dout, const Tensor& act, const Tensor& dgate,
+                                     const Tensor& dup) {
+  OpContext ctx(s);
+  const int64_t n = dout.numel();
+  if (n == 0) return;
+  dispatch_act(dout.dtype(), "swiglu_backward_act", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    swiglu_backward_act_kernel<T><<<grid_for(n), kThreads, 0, ctx.st>>>(
+        ptr<T>(gate), ptr<T>(up), ptr<T>(dout), ptr<T>(act), ptr<T>(dgate), ptr<T>(dup), n);
     MOEZERO_CUDA_CHECK_LAUNCH();
   });
 }

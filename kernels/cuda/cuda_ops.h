@@ -4,7 +4,7 @@
 // assume valid arguments. One .cu file per op family defines its members:
 //   cuda_gemm.cu              gemm, grouped_gemm (cuBLAS, fp32 compute)
 //   cuda_elementwise.cu       add, mul, scale, axpy, fill, cast, swiglu
-//   cuda_reduce_optim.cu      sum_squares, find_nonfinite, adamw
+//   cuda_reduce_optim.cu      sum_squares, find_nonfinite, adamw, adamw_multi
 //   cuda_embedding.cu         embedding forward/backward (backward: sort + segmented sum)
 //   cuda_norm_rope.cu         rmsnorm forward/backward, rope
 //   cuda_attention.cu         causal GQA attention forward/backward

@@ -15,6 +15,7 @@
 //   param_copy = p (optional, f32 or bf16)
 // The bias corrections are computed on the host in double, as PyTorch does in Python floats.
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -102,13 +103,15 @@ struct AdamWScalars {
   float bias_corr2_sqrt;  // sqrt(1 - beta2^t)
 };
 
-template <typename C>  // C: param_copy element type (unused when copy == nullptr)
-__global__ void adamw_kernel(float* __restrict__ param, const float* __restrict__ grad,
+// C: param_copy element type (unused when copy == nullptr); G: gradient element type (f32, or
+// bf16 widened exactly).
+template <typename C, typename G>
+__global__ void adamw_kernel(float* __restrict__ param, const G* __restrict__ grad,
                              float* __restrict__ m1, float* __restrict__ m2, C* copy, int64_t n,
                              AdamWScalars a) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = grad[i] * a.grad_scale;
+    const float g = to_f32(grad[i]) * a.grad_scale;
     float p = param[i];
     p -= a.lr * a.weight_decay * p;
     const float m = a.beta1 * m1[i] + (1.0f - a.beta1) * g;
@@ -173,23 +176,34 @@ void CudaOps::do_adamw(Stream& s, const AdamWArgs& args) {
   a.bias_corr2_sqrt =
       static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(args.beta2), t)));
   float* p = ptr<float>(args.param);
-  const float* g = ptr<float>(args.grad);
   float* m1 = ptr<float>(args.exp_avg);
   float* m2 = ptr<float>(args.exp_avg_sq);
   const unsigned grid = grid_for(n);
-  if (!args.param_copy.defined() || args.param_copy.numel() == 0) {
-    adamw_kernel<float><<<grid, kThreads, 0, ctx.st>>>(p, g, m1, m2, nullptr, n, a);
-  } else if (args.param_copy.dtype() == DType::F32) {
-    adamw_kernel<float>
-        <<<grid, kThreads, 0, ctx.st>>>(p, g, m1, m2, ptr<float>(args.param_copy), n, a);
-  } else if (args.param_copy.dtype() == DType::BF16) {
-    adamw_kernel<__nv_bfloat16>
-        <<<grid, kThreads, 0, ctx.st>>>(p, g, m1, m2, ptr<__nv_bfloat16>(args.param_copy), n, a);
-  } else {
-    MOEZERO_THROW("adamw: param_copy dtype ", dtype_name(args.param_copy.dtype()),
-                  " not supported (f32, bf16)");
-  }
+  auto launch = [&](auto* g) {
+    using G = std::remove_const_t<std::remove_pointer_t<decltype(g)>>;
+    if (!args.param_copy.defined() || args.param_copy.numel() == 0) {
+      adamw_kernel<float, G><<<grid, kThreads, 0, ctx.st>>>(p, g, m1, m2, nullptr, n, a);
+    } else if (args.param_copy.dtype() == DType::F32) {
+      adamw_kernel<float, G>
+          <<<grid, kThreads, 0, ctx.st>>>(p, g, m1, m2, ptr<float>(args.param_copy), n, a);
+    } else if (args.param_copy.dtype() == DType::BF16) {
+      adamw_kernel<__nv_bfloat16, G>
+          <<<grid, kThreads, 0, ctx.st>>>(p, g, m1, m2, ptr<__nv_bfloat16>(args.param_copy), n, a);
+    } else {
+      MOEZERO_THROW("adamw: param_copy dtype ", dtype_name(args.param_copy.dtype()),
+                    " not supported (f32, bf16)");
+    }
+  };
+  if (args.grad.dtype() == DType::BF16)
+    launch(static_cast<const __nv_bfloat16*>(ptr<__nv_bfloat16>(args.grad)));
+  else
+    launch(static_cast<const float*>(ptr<float>(args.grad)));
   MOEZERO_CUDA_CHECK_LAUNCH();
+}
+
+// One kernel per entry, in order (the same launches as one adamw per entry).
+void CudaOps::do_adamw_multi(Stream& s, std::span<const AdamWArgs> tensors) {
+  for (const AdamWArgs& a : tensors) do_adamw(s, a);
 }
 
 }  // namespace moezero::cuda

@@ -204,6 +204,36 @@ OpCase swiglu_case(SizeClass size, DType t, int64_t r, int64_t f, bool backward)
   return c;
 }
 
+// swiglu_backward_act: swiglu_backward plus the recomputed forward output act.
+OpCase swiglu_act_case(SizeClass size, DType t, int64_t r, int64_t f) {
+  OpCase c = swiglu_case(size, t, r, f, true);
+  c.op = "swiglu_backward_act";
+  c.name = c.op + " " + dt(t) + " " + shape_text({r, f});
+  const Shape sh{r, f};
+  c.tensors.insert(c.tensors.begin() + 3, {"act", t, sh, Role::Out});
+  c.flops = 12.0 * r * f;
+  c.inputs = [=](uint64_t seed) {
+    Gen g(seed);
+    HostValues v{g.uniform(t, r * f, -4, 4), g.uniform(t, r * f, -2, 2), g.uniform(t, r * f)};
+    v.resize(6);
+    return v;
+  };
+  c.reference = [](HostValues& v) {
+    const size_t n = v[0].size();
+    for (size_t k = 3; k < v.size(); ++k) v[k].resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const double g = v[0][i], u = v[1][i];
+      v[3][i] = silu(g) * u;
+      v[4][i] = v[2][i] * u * dsilu(g);
+      v[5][i] = v[2][i] * silu(g);
+    }
+  };
+  c.run = [](Ops& ops, Stream& s, std::span<const Tensor> x) {
+    ops.swiglu_backward_act(s, x[0], x[1], x[2], x[3], x[4], x[5]);
+  };
+  return c;
+}
+
 // One AdamW step (step 3: bias correction active), weight decay, grad_scale, a bf16 copy.
 OpCase adamw_case(SizeClass size, int64_t n) {
   OpCase c = base("adamw", size, DType::F32, n, " + bf16 copy");
@@ -245,6 +275,91 @@ OpCase adamw_case(SizeClass size, int64_t n) {
   return c;
 }
 
+// adamw_multi: three entries in one call, each with its own hyper-parameters: n0 elements
+// (several 16K-element chunks) with weight decay, an f32 grad and a bf16 copy; 129 elements
+// without weight decay, a bf16 grad (the bf16 compute dtype's reduced gradient) and no copy;
+// 17 elements with an f32 copy. Each entry against torch's AdamW in double.
+OpCase adamw_multi_case(SizeClass size, int64_t n0) {
+  struct Entry {
+    int64_t n;
+    DType grad, copy;  // copy F16: none (the case uses f32 / bf16 only)
+    double wd, gs;
+    int64_t step;
+  };
+  const std::vector<Entry> es = {{n0, DType::F32, DType::BF16, 0.1, 0.5, 3},
+                                 {129, DType::BF16, DType::F16, 0.0, 1.0, 1},
+                                 {17, DType::F32, DType::F32, 0.1, 0.25, 7}};
+  OpCase c = base("adamw_multi", size, DType::F32, n0, " + 129 + 17, bf16 grad, copies");
+  c.tol = {1.0 / 256, 0.0, "bf16 copy: one RNE rounding of the fp32 param"};
+  double flops = 0;
+  for (size_t e = 0; e < es.size(); ++e) {
+    const std::string k = std::to_string(e);
+    const int64_t n = es[e].n;
+    c.tensors.push_back(
+        {"param" + k, DType::F32, Shape{n}, Role::InOut, Tol{1e-6, 2e-7, "fp32 update"}});
+    c.tensors.push_back({"grad" + k, es[e].grad, Shape{n}});
+    c.tensors.push_back(
+        {"exp_avg" + k, DType::F32, Shape{n}, Role::InOut, Tol{1e-5, 2e-8, "fp32 terms ~0.05"}});
+    c.tensors.push_back(
+        {"exp_avg_sq" + k, DType::F32, Shape{n}, Role::InOut, Tol{1e-5, 1e-12, "fp32"}});
+    if (es[e].copy != DType::F16)
+      c.tensors.push_back({"param_copy" + k, es[e].copy, Shape{n}, Role::Out,
+                           es[e].copy == DType::F32 ? Tol{1e-6, 2e-7, "fp32 copy"} : c.tol});
+    flops += 16.0 * static_cast<double>(n);
+  }
+  c.flops = flops;
+  c.inputs = [es](uint64_t seed) {
+    Gen r(seed);
+    HostValues v;
+    for (const Entry& e : es) {
+      v.push_back(r.uniform(DType::F32, e.n));
+      v.push_back(r.uniform(e.grad, e.n));
+      v.push_back(r.uniform(DType::F32, e.n, -0.01, 0.01));
+      v.push_back(r.uniform(DType::F32, e.n, 0, 1e-4));
+      if (e.copy != DType::F16) v.push_back({});
+    }
+    return v;
+  };
+  c.reference = [es](HostValues& v) {  // torch.optim.AdamW (_single_tensor_adamw), in double
+    const double lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+    size_t t = 0;
+    for (const Entry& e : es) {
+      const double st = static_cast<double>(e.step);
+      const double bc1 = 1 - std::pow(b1, st), bc2 = 1 - std::pow(b2, st);
+      const double wd = static_cast<float>(e.wd), gs = static_cast<float>(e.gs);
+      auto &p = v[t], &g = v[t + 1], &m = v[t + 2], &q = v[t + 3];
+      for (size_t i = 0; i < p.size(); ++i) {
+        const double gi = g[i] * gs;
+        p[i] *= 1 - lr * wd;
+        m[i] = b1 * m[i] + (1 - b1) * gi;
+        q[i] = b2 * q[i] + (1 - b2) * gi * gi;
+        p[i] -= lr / bc1 * m[i] / (std::sqrt(q[i]) / std::sqrt(bc2) + eps);
+      }
+      t += 4;
+      if (e.copy != DType::F16) {
+        v[t] = p;
+        ++t;
+      }
+    }
+  };
+  c.run = [es](Ops& ops, Stream& s, std::span<const Tensor> x) {
+    std::vector<AdamWArgs> as;
+    size_t t = 0;
+    for (const Entry& e : es) {
+      AdamWArgs a;
+      a.param = x[t], a.grad = x[t + 1], a.exp_avg = x[t + 2], a.exp_avg_sq = x[t + 3];
+      t += 4;
+      if (e.copy != DType::F16) a.param_copy = x[t++];
+      a.lr = 3e-3f, a.beta1 = 0.9f, a.beta2 = 0.95f, a.eps = 1e-8f;
+      a.weight_decay = static_cast<float>(e.wd), a.grad_scale = static_cast<float>(e.gs);
+      a.step = e.step;
+      as.push_back(a);
+    }
+    ops.adamw_multi(s, as);
+  };
+  return c;
+}
+
 }  // namespace
 
 void add_elementwise_cases(std::vector<OpCase>& out) {
@@ -260,12 +375,14 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
     out.push_back(nonfinite_case(kT, t, 1000));
     out.push_back(swiglu_case(kT, t, 3, 17, false));
     out.push_back(swiglu_case(kT, t, 17, 129, true));
+    out.push_back(swiglu_act_case(kT, t, 17, 129));
   }
   out.push_back(fill_case(kT, DType::I32, 17));
   out.push_back(cast_case(kT, f32, bf16, 129));
   out.push_back(cast_case(kT, bf16, f32, 129));
   out.push_back(cast_case(kT, f32, DType::F16, 129));
   out.push_back(adamw_case(kT, 129));
+  out.push_back(adamw_multi_case(kT, 40000));
   // Benchmarks: the streaming ops at sizes well past the caches.
   for (SizeClass sc : {kC, kG}) {
     const int64_t n = sc == kC ? big / 4 : big;
@@ -275,6 +392,7 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
     out.push_back(sum_squares_case(sc, f32, n));
     out.push_back(nonfinite_case(sc, bf16, n));
     out.push_back(adamw_case(sc, n));
+    out.push_back(adamw_multi_case(sc, n));
     for (DType t : {f32, bf16}) {
       if (sc == kG && t == f32) continue;
       out.push_back(swiglu_case(sc, t, sc == kC ? 4096 : 8192, sc == kC ? 2048 : 5632, false));

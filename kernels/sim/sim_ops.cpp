@@ -118,6 +118,10 @@ OpCost cost_swiglu_backward(Stream&, const Tensor& gate, const Tensor& up, const
                             const Tensor& dgate, const Tensor& dup) {
   return streaming(sum_bytes(gate, up, dout, dgate, dup));
 }
+OpCost cost_swiglu_backward_act(Stream&, const Tensor& gate, const Tensor& up, const Tensor& dout,
+                                const Tensor& act, const Tensor& dgate, const Tensor& dup) {
+  return streaming(sum_bytes(gate, up, dout, act, dgate, dup));
+}
 OpCost cost_softmax_forward(Stream&, const Tensor& x, const Tensor& out) {
   return streaming(sum_bytes(x, out));
 }
@@ -152,6 +156,11 @@ OpCost cost_scatter_add_cols(Stream&, const Tensor& src, const Tensor& idx, cons
 }
 OpCost cost_adamw(Stream&, const AdamWArgs& a) {
   return streaming(2 * sum_bytes(a.param, a.exp_avg, a.exp_avg_sq) + nb(a.grad) + nb(a.param_copy));
+}
+OpCost cost_adamw_multi(Stream& s, std::span<const AdamWArgs> tensors) {
+  double bytes = 0.0;  // each entry as adamw
+  for (const AdamWArgs& a : tensors) bytes += cost_adamw(s, a).bytes;
+  return streaming(bytes);
 }
 OpCost cost_expert_histogram(Stream&, const Tensor& ids, int, const Tensor& counts) {
   return streaming(sum_bytes(ids, counts));
@@ -193,6 +202,9 @@ void touch(Touched& t, std::span<const GemmProblem> ps) {
 }
 void touch(Touched& t, const AdamWArgs& a) {
   for (const Tensor* x : {&a.param, &a.grad, &a.exp_avg, &a.exp_avg_sq, &a.param_copy}) t.add(*x);
+}
+void touch(Touched& t, std::span<const AdamWArgs> as) {
+  for (const AdamWArgs& a : as) touch(t, a);
 }
 template <typename T>
 requires(!std::is_convertible_v<const T&, const Tensor&>) void touch(Touched&, const T&) {

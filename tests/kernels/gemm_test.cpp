@@ -96,6 +96,43 @@ TEST_P(GemmTest, AlphaBetaAndTilesLargerThanOneBlock) {
   }
 }
 
+// beta == 0 ignores C's old contents entirely: a C full of NaN and infinities, at the GEMM shapes
+// of the bench config's experts and attention (the CPU backend then does not zero C first).
+TEST_P(GemmTest, BetaZeroIgnoresANonFiniteC) {
+  const int64_t sizes[][3] = {{256, 256, 128}, {256, 128, 256}, {128, 128, 256},
+                              {300, 260, 33},  {37, 256, 128},  {128, 37, 256},
+                              {1, 256, 128},   {64, 64, 32},    {16, 1, 1000}};
+  for (DType at : {DType::F32, DType::BF16}) {
+    for (DType ct : {DType::F32, at}) {
+      for (auto& sz : sizes) {
+        for (int tr = 0; tr < 4; ++tr) {
+          const int64_t m = sz[0], n = sz[1], k = sz[2];
+          SCOPED_TRACE(::testing::Message()
+                       << "A " << dtype_name(at) << " C " << dtype_name(ct) << " m " << m << " n "
+                       << n << " k " << k << " tr " << tr);
+          const bool ta = tr & 1, tb = tr & 2;
+          const Vec a = round_to(at, rand_vec(static_cast<size_t>(m * k)));
+          const Vec b = round_to(at, rand_vec(static_cast<size_t>(k * n)));
+          Vec c(static_cast<size_t>(m * n));
+          for (size_t i = 0; i < c.size(); ++i)
+            c[i] = i % 3 == 0   ? std::numeric_limits<float>::quiet_NaN()
+                   : i % 3 == 1 ? std::numeric_limits<float>::infinity()
+                                : -std::numeric_limits<float>::infinity();
+          TensorBuffer ab = upload(a, at, ta ? Shape{k, m} : Shape{m, k});
+          TensorBuffer bb = upload(b, at, tb ? Shape{n, k} : Shape{k, n});
+          TensorBuffer cb = upload(c, ct, Shape{m, n});
+          ops().gemm(s(), GemmArgs{ab, bb, cb, ta ? Transpose::Yes : Transpose::No,
+                                   tb ? Transpose::Yes : Transpose::No, 1.0f, 0.0f});
+          const Vec got = download(cb);
+          const Tol t = tol_for(ct, k, 1.0 + std::sqrt(static_cast<double>(k)));
+          EXPECT_TRUE(all_close(got, ref_gemm(a, b, c, m, n, k, ta, tb, 1.0, 0.0), t.rtol, t.atol));
+        }
+      }
+      if (at == DType::BF16 && ct == DType::BF16) break;
+    }
+  }
+}
+
 TEST_P(GemmTest, Batched) {
   for (DType at : {DType::F32, DType::BF16}) {
     run_case(at, DType::F32, 3, false, 17, 5, 9, false, false, 1.0f, 0.0f);

@@ -65,12 +65,82 @@ TEST_P(OptimTest, ValidationNamesTheOp) {
   a.exp_avg = p;
   a.exp_avg_sq = p;
   EXPECT_MOEZERO_ERROR(ops().adamw(s(), a), "adamw: grad is f32(5) but param is f32(4)");
-  a.grad = h;
-  EXPECT_MOEZERO_ERROR(ops().adamw(s(), a), "adamw: grad is bf16(4) but must be f32");
-  a.grad = p;
+  a.grad = alloc(DType::I32, Shape{4});
+  EXPECT_MOEZERO_ERROR(ops().adamw(s(), a), "adamw: grad is i32(4) but must be f32 or bf16");
+  a.grad = h;  // a bf16 gradient is accepted (widened exactly)
   a.step = 0;
   EXPECT_MOEZERO_ERROR(ops().adamw(s(), a), "adamw: step is 0");
+  // adamw_multi names the entry.
+  AdamWArgs ok = a;
+  ok.grad = p;
+  ok.step = 1;
+  const std::vector<AdamWArgs> two = {ok, a};
+  EXPECT_MOEZERO_ERROR(ops().adamw_multi(s(), two), "adamw_multi: tensor 1: step is 0");
   sync();
+}
+
+// adamw_multi over several tensors (own hyper-parameters each, several 16K-element chunks, a bf16
+// gradient, bf16 / f32 / no copies) gives exactly the bits of one adamw per tensor, and a bf16
+// gradient gives exactly what its f32 widening gives.
+TEST_P(OptimTest, AdamwMultiIsBitIdenticalToOneAdamwPerTensor) {
+  struct Entry {
+    int64_t n;
+    float wd, gs;
+    int64_t step;
+    DType grad, copy;
+    bool has_copy;
+  };
+  const std::vector<Entry> es = {{40000, 0.1f, 0.5f, 3, DType::F32, DType::BF16, true},
+                                 {129, 0.0f, 1.0f, 1, DType::BF16, DType::F32, false},
+                                 {17, 0.1f, 0.25f, 7, DType::BF16, DType::F32, true},
+                                 {16384, 0.0f, 2.0f, 2, DType::F32, DType::BF16, true}};
+  struct State {
+    TensorBuffer p, g, g32, m, v, copy;
+  };
+  auto make = [&](bool f32_grads) {
+    std::vector<State> st;
+    rng().seed(11);
+    for (const Entry& e : es) {
+      State x;
+      const auto n = static_cast<size_t>(e.n);
+      const Vec p = rand_vec(n), m = rand_vec(n, -0.01f, 0.01f), v = rand_vec(n, 0.0f, 1e-4f);
+      const Vec g = round_to(e.grad, rand_vec(n));
+      x.p = upload(p, DType::F32, Shape{e.n});
+      x.m = upload(m, DType::F32, Shape{e.n});
+      x.v = upload(v, DType::F32, Shape{e.n});
+      x.g = upload(g, f32_grads ? DType::F32 : e.grad, Shape{e.n});
+      if (e.has_copy) x.copy = alloc(e.copy, Shape{e.n});
+      st.push_back(std::move(x));
+    }
+    return st;
+  };
+  auto args = [&](std::vector<State>& st) {
+    std::vector<AdamWArgs> as;
+    for (size_t i = 0; i < es.size(); ++i) {
+      AdamWArgs a;
+      a.param = st[i].p, a.grad = st[i].g, a.exp_avg = st[i].m, a.exp_avg_sq = st[i].v;
+      if (es[i].has_copy) a.param_copy = st[i].copy;
+      a.lr = 3e-3f, a.beta1 = 0.9f, a.beta2 = 0.95f, a.eps = 1e-8f;
+      a.weight_decay = es[i].wd, a.grad_scale = es[i].gs, a.step = es[i].step;
+      as.push_back(a);
+    }
+    return as;
+  };
+  std::vector<State> multi = make(false), single = make(false), widened = make(true);
+  ops().adamw_multi(s(), args(multi));
+  for (const AdamWArgs& a : args(single)) ops().adamw(s(), a);
+  for (const AdamWArgs& a : args(widened)) ops().adamw(s(), a);
+  sync();
+  for (size_t i = 0; i < es.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "tensor " << i);
+    for (const std::vector<State>* other : {&single, &widened}) {
+      const State& o = (*other)[i];
+      EXPECT_EQ(download(multi[i].p), download(o.p));
+      EXPECT_EQ(download(multi[i].m), download(o.m));
+      EXPECT_EQ(download(multi[i].v), download(o.v));
+      if (es[i].has_copy) EXPECT_EQ(download(multi[i].copy), download(o.copy));
+    }
+  }
 }
 
 MOEZERO_INSTANTIATE_BACKENDS(OptimTest);

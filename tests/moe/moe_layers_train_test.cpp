@@ -215,6 +215,50 @@ TEST(MoeLayersTrain, MetricsCountDroppedTokens) {
   fs::remove_all(dir);
 }
 
+// The experts run as grouped GEMMs (moe/local_experts.cpp: every ready expert's row blocks in
+// one grouped_gemm), except while a Chrome trace records, when they run one by one so that each
+// keeps its span. The two paths must give the same bits: losses, gradient norms and every final
+// parameter, at world 1 and with EP 2 and 4 (several row blocks per expert: weight gradients
+// summed over blocks in rounds, in block order), for every gather strategy, and in bf16.
+TEST(MoeLayersTrain, GroupedExpertGemmsAreBitIdenticalToThePerExpertPath) {
+  const fs::path dir = scratch("grouped");
+  struct Case {
+    std::vector<std::string> set;
+  };
+  const std::vector<Case> cases = {
+      {{"parallel.world_size=1", "zero.stage=3"}},
+      {{"parallel.world_size=4", "parallel.ep_size=2", "zero.stage=3", "train.grad_accum_steps=2"}},
+      {{"parallel.world_size=4", "parallel.ep_size=4", "zero.stage=3"}},
+      {{"parallel.world_size=2", "parallel.ep_size=2", "zero.stage=3", "zero.moe_gather=leaf"}},
+      {{"parallel.world_size=2", "parallel.ep_size=1", "zero.stage=3", "zero.moe_gather=fsdp"}},
+      {{"parallel.world_size=2", "parallel.ep_size=2", "zero.stage=3",
+        "zero.reshard_after_forward=false", "train.dtype=bf16"}},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    std::string what;
+    for (const std::string& s : c.set) what += s + " ";
+    SCOPED_TRACE(what);
+    std::vector<std::string> traced = c.set;
+    const fs::path trace = dir / ("trace" + std::to_string(n++) + ".json");
+    traced.push_back("profile.trace=" + trace.string());
+    const TrainResult grouped = run(layers_cfg(c.set)), one_by_one = run(layers_cfg(traced));
+    // The traced run recorded per-expert spans: it took the one-by-one path.
+    std::ifstream in(trace);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find(".experts.0 fwd"), std::string::npos) << "no expert span in " << trace;
+    ASSERT_EQ(grouped.steps.size(), one_by_one.steps.size());
+    for (size_t s = 0; s < grouped.steps.size(); ++s) {
+      EXPECT_EQ(grouped.steps[s].loss, one_by_one.steps[s].loss) << "step " << s + 1;
+      EXPECT_EQ(grouped.steps[s].grad_norm, one_by_one.steps[s].grad_norm) << "step " << s + 1;
+    }
+    ASSERT_EQ(grouped.params.size(), one_by_one.params.size());
+    for (size_t g = 0; g < grouped.params.size(); ++g)
+      EXPECT_EQ(grouped.params[g], one_by_one.params[g]) << grouped.group_names[g];
+  }
+  fs::remove_all(dir);
+}
+
 // profile.routing_trace: a header with the version and the world, then one line per step,
 // micro-batch, MoE layer and rank; summed over micro-batches and ranks, the counts are the
 // step's agreed tokens_per_expert, and each rank's counts sum to its k assignments per token.
