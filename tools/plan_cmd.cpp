@@ -191,6 +191,8 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
   so.topology.nodes = a.nodes;
   so.topology.gpus_per_node = a.gpus_per_node;
   so.topology.intra_link = a.intra;
+  so.gpu = gpu;
+  so.device = moe::simulated_device_options(world);
   if (a.inter == "config") {  // the link `moezero bench` emulates for this config
     so.network = make_comm_options(c.comm_emulation, c.comm).emulation;
     MOEZERO_REQUIRE(so.network->enabled() || name == "compute",
@@ -199,9 +201,10 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
   } else {
     so.topology.inter_link = a.inter;
   }
-  if (name == "compute") so.network = CommEmulation{};  // bench's denominator: comm is free
-  so.gpu = gpu;
-  so.device = moe::simulated_device_options(world);
+  if (name == "compute") {  // bench's denominator, a lower bound: free communication, and
+    so.network = CommEmulation{};  // memory without limit (it need not fit: it is no candidate)
+    so.device.capacity_bytes = uint64_t(1) << 60;
+  }
   so.comm = make_comm_options(c.comm_emulation, c.comm);
   if (!a.all_present) {  // one expert-parallel group stands for the world (docs/simulator.md)
     const ProcessGroups pgs(world, static_cast<int>(c.parallel.ep_size),
