@@ -239,9 +239,11 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
 
 int plan(const std::vector<std::string>& args) {
   const PlanArgs a = parse_plan_args(args);
-  const Config base = load_config(a.config_path, a.overrides);  // the user's errors are fatal
-  const sim::GpuProfile gpu = sim::gpu_profile(a.gpu);
   const int world = a.nodes * a.gpus_per_node;
+  std::vector<std::string> base_overrides = a.overrides;  // the user's errors are fatal
+  base_overrides.push_back("parallel.world_size=" + std::to_string(world));
+  const Config base = load_config(a.config_path, base_overrides);
+  const sim::GpuProfile gpu = sim::gpu_profile(a.gpu);
   std::printf(
       "moezero plan: %s on %d x %d %s (%s inside a node, %s between nodes), %s routing, "
       "steps %lld-%lld measured\n",

@@ -50,7 +50,8 @@ std::string short_param_name(const std::string& full) {
   return dot == std::string::npos ? n : n.substr(dot + 1);
 }
 
-GradHealth::GradHealth(Device& device, Stream& stream, Communicator& misc, const ZeroEngine& engine)
+GradHealth::GradHealth(Device& device, Stream& stream, Communicator& misc, Communicator* ep,
+                       const ZeroEngine& engine)
     : device_(device), stream_(stream), misc_(misc) {
   // One line per group: name \t layer \t expert \t param,param,...
   std::string text;
@@ -62,11 +63,15 @@ GradHealth::GradHealth(Device& device, Stream& stream, Communicator& misc, const
     text += "\n";
   }
   const int world = misc.size();
+  const int eps = ep ? ep->size() : 1;
+  MOEZERO_CHECK(world % eps == 0 && (!ep || ep->rank() == misc.rank() % eps),
+                "group name exchange: EP group rank ", ep ? ep->rank() : 0, " of ", eps,
+                " for world rank ", misc.rank(), " of ", world);
   const std::vector<std::string> texts =
-      world == 1 ? std::vector<std::string>{text} : all_gather_strings(device, stream, misc, text);
+      eps == 1 ? std::vector<std::string>{text} : all_gather_strings(device, stream, *ep, text);
   groups_.resize(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r)
-    for (const std::string& line : split(texts[static_cast<size_t>(r)], '\n')) {
+    for (const std::string& line : split(texts[static_cast<size_t>(r % eps)], '\n')) {
       const std::vector<std::string> f = split(line, '\t');
       MOEZERO_CHECK(f.size() >= 3, "group name exchange: bad line '", line, "' from rank ", r);
       GroupInfo gi;

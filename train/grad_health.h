@@ -74,9 +74,14 @@ struct GradNorms {
 
 class GradHealth {
  public:
-  // A collective over `misc` (every rank of the world calls it once, after building the
-  // engine): exchanges the names of every rank's parameter groups. Synchronises `stream`.
-  GradHealth(Device& device, Stream& stream, Communicator& misc, const ZeroEngine& engine);
+  // Learns the names of every rank's parameter groups. A rank's groups depend only on its
+  // position in its expert-parallel group (the dense groups are the same everywhere, the
+  // experts are those of the EP rank, global rank % ep_size), so they are exchanged over `ep`
+  // (this rank's EP group; null when ep_size == 1: every rank has this rank's groups): a
+  // collective over `ep` that every rank calls once, after building the engine, whose size does
+  // not grow with the world. Synchronises `stream`.
+  GradHealth(Device& device, Stream& stream, Communicator& misc, Communicator* ep,
+             const ZeroEngine& engine);
 
   // Shard, group and global norms from the step's all-gathered shard squares (host only).
   GradNorms norms(const StepResult& r) const;

@@ -294,7 +294,7 @@ void RankSession::build_engine() {
           ? std::make_unique<prefetch::ShardCache>(cfg_.shard_cache)
           : nullptr);
   // A collective: names of every rank's groups.
-  health_ = std::make_unique<GradHealth>(dev_, cs_, *comms_.misc, *engine_);
+  health_ = std::make_unique<GradHealth>(dev_, cs_, *comms_.misc, comms_.a2a.get(), *engine_);
 }
 
 // train.init_from's parameters, then the checkpoint of a resume; sets first_step_, end_step_.

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <sys/mman.h>
+
 #include "core/error.h"
 #include "kernels/sim/sim_objects.h"
 
@@ -19,6 +21,8 @@ constexpr uintptr_t kFakeBase = kVirtualAddressBase;
 constexpr uintptr_t kFakeLimit = kVirtualAddressLimit;
 constexpr uintptr_t kFakeGap = 1 << 16;
 constexpr size_t kAlign = 256;
+// Backed blocks from this size on are anonymous mappings (page-aligned, so kAlign-aligned).
+constexpr size_t kMappedBytes = 64 * 1024;
 std::atomic<uintptr_t> g_next_fake{kFakeBase};
 }  // namespace
 
@@ -310,9 +314,15 @@ void* SimDevice::raw_alloc(size_t bytes) {
   if (raw_bytes_ + rounded > options_.capacity_bytes) return nullptr;  // out of device memory
   void* p = nullptr;
   if (rounded <= options_.backed_bytes) {
-    p = std::aligned_alloc(kAlign, rounded);
-    if (!p) return nullptr;
-    std::memset(p, 0, rounded);
+    if (rounded >= kMappedBytes) {  // zero pages, resident only once written: a trainer that
+      // computes nothing (compute_backed = false) keeps its many small shards off the host
+      p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) return nullptr;
+    } else {
+      p = std::aligned_alloc(kAlign, rounded);
+      if (!p) return nullptr;
+      std::memset(p, 0, rounded);
+    }
     backed_[reinterpret_cast<uintptr_t>(p)] = rounded;
   } else {
     const uintptr_t at = g_next_fake.fetch_add(rounded + kFakeGap);
@@ -336,9 +346,13 @@ void SimDevice::raw_free(void* ptr) {
   }
   auto it = backed_.find(p);
   MOEZERO_CHECK(it != backed_.end(), "simulated device ", name(), ": raw_free of unknown block");
-  raw_bytes_ -= it->second;
+  const size_t size = it->second;
+  raw_bytes_ -= size;
   backed_.erase(it);
-  std::free(ptr);
+  if (size >= kMappedBytes)
+    ::munmap(ptr, size);
+  else
+    std::free(ptr);
 }
 
 bool SimDevice::is_backed_device(const void* ptr) const {
