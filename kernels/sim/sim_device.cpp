@@ -1,11 +1,11 @@
 // kernels/sim/sim_device.cpp — SimDevice, SimStream (an in-order worker with a virtual clock)
 // and SimEvent.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-
-#include <sys/mman.h>
 
 #include "core/error.h"
 #include "kernels/sim/sim_objects.h"

@@ -5,6 +5,7 @@
 // kernel also runs, so small buffers hold right values.
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 #include <type_traits>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -245,29 +246,34 @@ struct StandIn {
   }
 };
 
+// fill runs on backed buffers even when nothing else computes (compute_backed = false): an
+// accumulator the trainer zero-fills before `+=` stand-ins (sum_squares adds 0) must not keep
+// what a reused block held before (host-exchange words read as floats can be NaN).
+bool fills(std::string_view op) { return op == "fill"; }
+
 class SimOps final : public Ops {
  public:
   SimOps(SimDevice& device, bool compute_backed)
       : device_(device), cpu_(cpu::make_cpu_ops()), compute_(compute_backed) {}
 
  protected:
-#define MOEZERO_OP(name, params, args)       \
-  void do_##name params override {           \
-    const OpCost cost = cost_##name args;    \
-    std::vector<std::function<void()>> real; \
-    if (compute_ && all_backed args) {       \
-      host_task_capture() = &real;           \
-      try {                                  \
-        cpu_->name args;                     \
-      } catch (...) {                        \
-        host_task_capture() = nullptr;       \
-        throw;                               \
-      }                                      \
-      host_task_capture() = nullptr;         \
-    } else {                                 \
-      StandIn{#name, real} args;             \
-    }                                        \
-    submit(s, cost, std::move(real));        \
+#define MOEZERO_OP(name, params, args)                   \
+  void do_##name params override {                       \
+    const OpCost cost = cost_##name args;                \
+    std::vector<std::function<void()>> real;             \
+    if ((compute_ || fills(#name)) && all_backed args) { \
+      host_task_capture() = &real;                       \
+      try {                                              \
+        cpu_->name args;                                 \
+      } catch (...) {                                    \
+        host_task_capture() = nullptr;                   \
+        throw;                                           \
+      }                                                  \
+      host_task_capture() = nullptr;                     \
+    } else {                                             \
+      StandIn{#name, real} args;                         \
+    }                                                    \
+    submit(s, cost, std::move(real));                    \
   }
 #include "core/ops.def"
 
