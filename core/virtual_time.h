@@ -34,6 +34,12 @@ class VirtualStream {
 
   // The stream's virtual clock now (the end of the work it has run so far), seconds.
   virtual double virtual_clock_s() const = 0;
+
+  // Work a collective does on the device itself (copying and reducing `bytes` of this rank's
+  // data): on a device whose streams share one executor (a CPU rank) it takes that executor's
+  // time from `start_s` on, competing with the ops of every stream; returns when it ends.
+  // Devices that copy beside their compute (GPUs: copy engines, NCCL's few SMs) return start_s.
+  virtual double reserve_local_work(double start_s, double bytes) { return start_s; }
 };
 
 }  // namespace moezero

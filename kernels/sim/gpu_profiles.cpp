@@ -39,6 +39,7 @@ std::vector<GpuProfile> load() {
     g.mem_max_efficiency = number(p, g.name, "mem_max_efficiency", 1e-3, 1);
     g.mem_half_bytes = number(p, g.name, "mem_half_bytes", 0, kBig);
     g.sharing = static_cast<int>(number(p, g.name, "sharing", 1, 1024));
+    g.one_executor = p.value("one_executor", false);
     MOEZERO_CHECK(p.contains("sources"), "gpu_profiles.json: profile '", g.name,
                   "' has no sources");
     out.push_back(std::move(g));

@@ -94,11 +94,32 @@ void SimStream::enqueue_timed(std::function<double(double)> fn) {
 
 void SimStream::enqueue_op(double duration_s, std::vector<std::function<void()>> real) {
   push(Task{device_.host_launch(),
-            [duration_s, real = std::move(real)](double start) {
+            [this, duration_s, real = std::move(real)](double start) {
               for (const auto& f : real) f();
-              return start + duration_s;
+              return device_.reserve_executor(start, duration_s) + duration_s;
             },
             nullptr});
+}
+
+double SimStream::reserve_local_work(double start_s, double bytes) {
+  if (!device_.profile().one_executor || bytes <= 0) return start_s;
+  const double d = device_.scaled(device_.profile().memory_seconds(bytes));
+  return device_.reserve_executor(start_s, d) + d;
+}
+
+double SimDevice::reserve_executor(double start_s, double duration_s) {
+  if (!profile_.one_executor || duration_s <= 0) return start_s;
+  std::lock_guard lock(exec_mu_);
+  double t = start_s;
+  // The reservation that may overlap t: the last one starting at or before it.
+  auto it = exec_busy_.upper_bound(t);
+  if (it != exec_busy_.begin() && std::prev(it)->second > t) t = std::prev(it)->second;
+  for (it = exec_busy_.lower_bound(t); it != exec_busy_.end() && it->first < t + duration_s; ++it)
+    t = std::max(t, it->second);
+  exec_busy_.emplace(t, t + duration_s);
+  constexpr size_t kKeep = 8192;  // old reservations end before any stream's clock
+  while (exec_busy_.size() > kKeep) exec_busy_.erase(exec_busy_.begin());
+  return t;
 }
 
 void SimStream::enqueue_marker(std::shared_ptr<SimEventState> state) {

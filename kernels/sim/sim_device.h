@@ -52,6 +52,10 @@ struct GpuProfile {
   double mem_max_efficiency = 1;   // fraction of hbm bandwidth a large streaming op reaches
   double mem_half_bytes = 0;       // bytes at which a streaming op reaches half of that
   int sharing = 1;  // ranks sharing one compute unit: every op's duration is multiplied by it
+  // One executor for all streams of a device (a CPU rank runs one op at a time, whichever
+  // stream it belongs to; a GPU runs streams concurrently): ops of different streams and the
+  // local copies of collectives (VirtualStream::reserve_local_work) take turns on it.
+  bool one_executor = false;
 
   // Modelled durations (seconds, before `sharing`).
   double gemm_seconds(double flops, bool bf16) const;

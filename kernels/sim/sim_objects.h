@@ -50,6 +50,7 @@ class SimStream final : public Stream, public VirtualStream {
 
   void enqueue_timed(std::function<double(double start_s)> fn) override;
   double virtual_clock_s() const override;
+  double reserve_local_work(double start_s, double bytes) override;
 
   // An op: launched by the host now (one launch overhead), it starts at max(clock, launch)
   // and lasts `duration_s`; `real` (may be empty) runs on the worker first.
@@ -116,6 +117,10 @@ class SimDevice final : public Device {
 
   const GpuProfile& profile() const { return profile_; }
   // The host's virtual clock: one launch (returns the time after it), and a host sync.
+  // GpuProfile::one_executor: the earliest `duration_s` at or after `start_s` when the
+  // device's one executor is free, reserved; returns its start (start_s when streams run
+  // concurrently). Reservations fill gaps, so the order streams reach them matters little.
+  double reserve_executor(double start_s, double duration_s);
   double host_launch();
   double host_now() const;
   void host_sync_to(double t);
@@ -128,6 +133,8 @@ class SimDevice final : public Device {
   int index_;
   GpuProfile profile_;
   SimDeviceOptions options_;
+  std::mutex exec_mu_;
+  std::map<double, double> exec_busy_;  // start -> end of reserved executor intervals
   mutable std::mutex host_mu_;
   double host_s_ = 0.0;
   mutable std::mutex mem_mu_;

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/tensor.h"
+#include "core/virtual_time.h"
 
 namespace moezero::sim {
 namespace {
@@ -111,6 +112,33 @@ TEST(SimDevice, TwoStreamsOverlap) {
   g2.run(*dev, s2);
   dev->synchronize();
   EXPECT_NEAR(*dev->virtual_time_s(), kGemmSeconds, 1e-9);
+}
+
+// A CPU rank (one_executor) runs one op at a time whatever its stream: the two GEMMs of
+// TwoStreamsOverlap take turns, and a collective's local copying takes the executor's time too.
+TEST(SimDevice, OneExecutorSerialisesStreams) {
+  GpuProfile p = round_profile();
+  p.one_executor = true;
+  auto dev = make_sim_device(0, p);
+  Stream& s1 = dev->create_stream("compute");
+  Stream& s2 = dev->create_stream("gather");
+  Gemm g1(*dev, s1, 1024, DType::BF16), g2(*dev, s2, 1024, DType::BF16);
+  g1.run(*dev, s1);
+  g2.run(*dev, s2);
+  dev->synchronize();
+  EXPECT_NEAR(*dev->virtual_time_s(), 2 * kGemmSeconds, 1e-9);
+  // 1 GB of a collective's own copying at 1 TB/s: 1 ms of the executor, after the GEMMs.
+  auto* vs = dynamic_cast<VirtualStream*>(&s2);
+  ASSERT_NE(vs, nullptr);
+  const double t0 = *dev->virtual_time_s();
+  EXPECT_NEAR(vs->reserve_local_work(0.0, 1e9), t0 + 1e-3, 1e-9);  // fills no earlier gap
+  g1.run(*dev, s1);  // queued behind the copy's reservation
+  dev->synchronize();
+  EXPECT_NEAR(*dev->virtual_time_s(), t0 + 1e-3 + kGemmSeconds, 1e-9);
+  // Without one_executor (a GPU) the copy is free and the streams overlap.
+  auto gpu = make_sim_device(1, round_profile());
+  Stream& g = gpu->create_stream("gather");
+  EXPECT_EQ(dynamic_cast<VirtualStream*>(&g)->reserve_local_work(0.5, 1e9), 0.5);
 }
 
 TEST(SimDevice, EventWaitOrdersStreams) {
