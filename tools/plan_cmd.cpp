@@ -201,7 +201,7 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
   } else {
     so.topology.inter_link = a.inter;
   }
-  if (name == "compute") {  // bench's denominator, a lower bound: free communication, and
+  if (name == "compute") {         // bench's denominator, a lower bound: free communication, and
     so.network = CommEmulation{};  // memory without limit (it need not fit: it is no candidate)
     so.device.capacity_bytes = uint64_t(1) << 60;
   }

@@ -11,7 +11,8 @@
 #define MOEZERO_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 // bf16 row conversions pack 16-bit lanes: 512-bit packs need AVX-512BW (the avx512f clone
 // would stay at 256 bits).
-#define MOEZERO_CPU_CLONES_BW __attribute__((target_clones("arch=skylake-avx512", "avx2", "default")))
+#define MOEZERO_CPU_CLONES_BW \
+  __attribute__((target_clones("arch=skylake-avx512", "avx2", "default")))
 #else
 #define MOEZERO_CPU_CLONES
 #define MOEZERO_CPU_CLONES_BW
