@@ -21,9 +21,17 @@ std::string describe_exception(const std::exception_ptr& e) {
   }
 }
 
-void World::run(int world_size, const std::function<void(RankContext&)>& fn,
-                const WorldOptions& options) {
-  LocalWorld world(world_size, options.comm);
+namespace {
+
+// One thread per rank of `ranks`: a device from make_device, the context from make_ctx, then
+// fn. The first failure of any rank (its fn, or its streams, surfaced by the final
+// synchronize) aborts the world through `abort`, so the others' pending collectives fail at
+// once, and is rethrown once every thread has ended.
+void run_rank_threads(const std::vector<int>& ranks,
+                      const std::function<std::unique_ptr<Device>(int)>& make_device,
+                      const std::function<RankContext(int, Device*)>& make_ctx,
+                      const std::function<void(const std::string&)>& abort,
+                      const std::function<void(RankContext&)>& fn) {
   std::mutex mu;
   std::exception_ptr first;
   auto fail = [&](int rank, std::exception_ptr e) {
@@ -31,17 +39,16 @@ void World::run(int world_size, const std::function<void(RankContext&)>& fn,
       std::lock_guard<std::mutex> lock(mu);
       if (!first) first = e;
     }
-    world.abort("rank " + std::to_string(rank) + " failed: " + describe_exception(e));
+    abort("rank " + std::to_string(rank) + " failed: " + describe_exception(e));
   };
-
   std::vector<std::thread> threads;
-  threads.reserve(static_cast<size_t>(world_size));
-  for (int r = 0; r < world_size; ++r) {
+  threads.reserve(ranks.size());
+  for (int r : ranks) {
     threads.emplace_back([&, r] {
       std::unique_ptr<Device> device;
       try {
-        device = make_cpu_device(r, options.device);
-        RankContext ctx{r, world_size, device.get(), &world, {}};
+        device = make_device(r);
+        RankContext ctx = make_ctx(r, device.get());
         fn(ctx);
         device->synchronize();  // surfaces errors of work still queued on its streams
       } catch (...) {
@@ -60,6 +67,21 @@ void World::run(int world_size, const std::function<void(RankContext&)>& fn,
   if (first) std::rethrow_exception(first);
 }
 
+}  // namespace
+
+void World::run(int world_size, const std::function<void(RankContext&)>& fn,
+                const WorldOptions& options) {
+  LocalWorld world(world_size, options.comm);
+  std::vector<int> ranks(static_cast<size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) ranks[static_cast<size_t>(r)] = r;
+  run_rank_threads(
+      ranks, [&](int r) { return make_cpu_device(r, options.device); },
+      [&](int r, Device* d) {
+        return RankContext{r, world_size, d, &world, {}};
+      },
+      [&](const std::string& why) { world.abort(why); }, fn);
+}
+
 void World::run_sim(const SimWorldOptions& options, const std::function<void(RankContext&)>& fn) {
   const SimTopology& topo = options.topology;
   const CommEmulation network = options.network ? *options.network : topology_network(topo);
@@ -69,39 +91,15 @@ void World::run_sim(const SimWorldOptions& options, const std::function<void(Ran
                   " differs from the cluster's ", topo.nodes, " nodes x ", topo.gpus_per_node,
                   " GPUs = ", cluster);
   SimWorld world(world_size, options.present, network, options.comm);
-  std::mutex mu;
-  std::exception_ptr first;
-  auto fail = [&](int rank, std::exception_ptr e) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!first) first = e;
-    }
-    world.abort("rank " + std::to_string(rank) + " failed: " + describe_exception(e));
-  };
-  std::vector<std::thread> threads;
-  for (int r : world.present()) {
-    threads.emplace_back([&, r] {
-      std::unique_ptr<Device> device;
-      try {
-        device = sim::make_sim_device(r, options.gpu, options.device);
-        RankContext ctx{r, world_size, device.get(), nullptr,
-                        [&world, r](const ProcessGroup& g, const std::string& channel) {
-                          return world.make_communicator(g, r, channel);
-                        }};
-        fn(ctx);
-        device->synchronize();
-      } catch (...) {
-        fail(r, std::current_exception());
-      }
-      try {
-        device.reset();
-      } catch (...) {
-        fail(r, std::current_exception());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
+  run_rank_threads(
+      world.present(), [&](int r) { return sim::make_sim_device(r, options.gpu, options.device); },
+      [&](int r, Device* d) {
+        return RankContext{r, world_size, d, nullptr,
+                           [&world, r](const ProcessGroup& g, const std::string& channel) {
+                             return world.make_communicator(g, r, channel);
+                           }};
+      },
+      [&](const std::string& why) { world.abort(why); }, fn);
 }
 
 }  // namespace moezero::comm
