@@ -120,7 +120,7 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
   MOEZERO_REQUIRE(!a.config_path.empty(), "plan: --config FILE is required");
   MOEZERO_REQUIRE(a.nodes > 0, "plan: --cluster NODESxGPUS is required");
   MOEZERO_REQUIRE(a.routing_trace.empty() || !a.synthetic_given,
-                  "plan: --routing-trace and --zipf/--drift/--coactivation exclude each other");
+                  "plan: --routing-trace and --zipf/--drift/--coactivation/--rank-noise exclude each other");
   if (a.strategies.empty()) a.strategies = bench::default_strategy_names();
   return a;
 }
