@@ -383,6 +383,8 @@ void visit_zero(V& v, auto& c) {
           in_range<int64_t>(0, 3));
   v.field("param_persistence_threshold", c.param_persistence_threshold,
           "parameter groups with fewer elements stay replicated", at_least<int64_t>(0));
+  v.field("shard_single_rank", c.shard_single_rank,
+          "stage 3: gather groups held by one rank too (by default they stay resident)");
   v.bytes("prefetch_bucket_size", c.prefetch_bucket_size,
           "bytes of parameters fetched ahead of use");
   v.bytes("max_live_parameters", c.max_live_parameters,

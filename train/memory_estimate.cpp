@@ -119,7 +119,8 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
     const uint64_t padded = static_cast<uint64_t>(layout.padded_numel(n));
     const uint64_t shard = padded / static_cast<uint64_t>(n);
     const bool params_sharded =
-        stage == 3 && layout.numel() >= static_cast<int64_t>(cfg.zero.param_persistence_threshold);
+        stage == 3 && (n > 1 || cfg.zero.shard_single_rank) &&
+        layout.numel() >= static_cast<int64_t>(cfg.zero.param_persistence_threshold);
     const uint64_t opt_elems = stage >= 1 ? shard : padded;
     if (params_sharded) {
       e.params += shard * b;            // shard (the fp32 master itself when fp32)

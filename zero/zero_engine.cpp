@@ -451,6 +451,14 @@ void ZeroEngine::Impl::end_passes() {
 
 Tensor ZeroEngine::Impl::grad(int g, Stream& compute) {
   GroupState& st = group(g);
+  if (st.grad_direct) return st.grad_acc.view();
+  if (!st.grad_full && st.n == 1 && !options.shard_single_rank && !st.grads_deferred &&
+      micro_batch == 0 && options.compute_dtype == DType::F32) {
+    // One rank, fp32, first micro-batch: the accumulator is zero (filled at the last step), so
+    // accumulating into it gives the bits of 0 + grad_full, with no buffer, fill or axpy.
+    st.grad_direct = true;
+    return st.grad_acc.view();
+  }
   if (!st.grad_full) {
     st.grad_full = TensorBuffer(device, DType::F32, Shape{st.padded}, MemTag::Grad, compute,
                                 st.layout.spec().name.c_str());
@@ -461,9 +469,13 @@ Tensor ZeroEngine::Impl::grad(int g, Stream& compute) {
 
 void ZeroEngine::Impl::grad_ready(int g, Stream& compute) {
   GroupState& st = group(g);
-  MOEZERO_CHECK(static_cast<bool>(st.grad_full), "grad_ready of group '", st.layout.spec().name,
-                "' without grad() in this backward pass");
+  MOEZERO_CHECK(st.grad_direct || static_cast<bool>(st.grad_full), "grad_ready of group '",
+                st.layout.spec().name, "' without grad() in this backward pass");
   check_gradient(g, compute);  // hook and non-finite scan, before anything reads it
+  if (st.grad_direct) {        // already where the reduction would put it (grad())
+    st.grad_direct = false;
+    return;
+  }
   if (st.grads_deferred && micro_batch + 1 < options.micro_batches_per_step) {
     accumulate_local(g, compute);
     return;
@@ -513,7 +525,7 @@ void ZeroEngine::Impl::check_gradient(int g, Stream& compute) {
   GroupState& st = group(g);
   if (options.grad_hook)
     options.grad_hook(
-        GradReadyInfo{g, &st.layout, st.grad_full.view(), &compute, step_calls, micro_batch});
+        GradReadyInfo{g, &st.layout, st.grad_now(), &compute, step_calls, micro_batch});
   if (!options.check_finite) return;
   // One i64 (3) result per check, in chunks that live as long as the engine; read at the step.
   const auto k = static_cast<int64_t>(checks.size());
@@ -522,7 +534,7 @@ void ZeroEngine::Impl::check_gradient(int g, Stream& compute) {
     check_chunks.emplace_back(device, DType::I64, Shape{kChecksPerChunk, 3}, MemTag::Other, compute,
                               "non-finite checks");
   device.ops().find_nonfinite(
-      compute, st.grad_full.view(),
+      compute, st.grad_now(),
       check_chunks[chunk].view().view_elems((k % kChecksPerChunk) * 3, Shape{3}));
   checks.push_back({g, micro_batch});
 }
@@ -551,7 +563,14 @@ void ZeroEngine::Impl::flush_bucket(Bucket& b) {
   const int n = first.n;
   Communicator* comm = first.comms.reduce;
 
-  if (first.grads_sharded) {
+  if (n == 1 && dt == DType::F32 && !options.shard_single_rank) {
+    // One rank: the sum over the group is this gradient; no bucket copy, no collective. (The
+    // same bits as the paths below: their copies are exact and the accumulation is this axpy.)
+    for (int g : bucket) {
+      GroupState& st = group(g);
+      ops.axpy(rs, 1.0f, st.grad_full, st.grad_acc);
+    }
+  } else if (first.grads_sharded && (n > 1 || options.shard_single_rank)) {
     int64_t cols = 0;
     for (int g : bucket) cols += group(g).shard_elems;
     TensorBuffer send(device, dt, Shape{n * cols}, MemTag::CommBuffer, rs, "reduce bucket");

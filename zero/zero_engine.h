@@ -16,7 +16,10 @@
 // micro-batch (ZeroOptions::micro_batches_per_step); stage 2 reduce-scatters every micro-batch.
 //
 // Groups smaller than `persistence_threshold_elems` behave as stage 2 under stage 3 (full
-// parameters stay resident; they are not worth a collective each).
+// parameters stay resident; they are not worth a collective each). So do groups held by one
+// rank (world 1, or experts whose EDP group is one rank), unless `shard_single_rank`: their
+// shard is the whole group, so a gather would only copy it (FSDP switches to NO_SHARD at world
+// size 1 for the same reason); their gradients also skip the bucket copies and the collective.
 //
 // Bytes per parameter per rank (Ψ parameters, N ranks), model states only:
 //   fp32 mode: the master IS the compute parameter (one buffer): 4 (param) + 4 (grad) + 8 (m, v)
@@ -74,6 +77,10 @@ struct ZeroOptions {
   int stage = 3;
   DType compute_dtype = DType::F32;
   int64_t persistence_threshold_elems = 1024;
+  // Groups held by one rank take the full path anyway: gathered at stage 3, gradients through
+  // the bucket copies and the (one-rank) collective. Copies only; for tests and for profiling
+  // the fetch machinery on one rank.
+  bool shard_single_rank = false;
   uint64_t prefetch_bucket_bytes = 64ull << 20;
   // prefetch_set: the most bytes one coalesced gather carries (a set larger is cut by shape).
   uint64_t coalesce_bytes = 64ull << 20;

@@ -39,8 +39,12 @@ struct GroupState {
   TensorBuffer exp_avg, exp_avg_sq;  // f32 (opt_elems)
 
   // Transient.
-  TensorBuffer full;        // gathered parameters (params_sharded), compute dtype (padded)
-  TensorBuffer grad_full;   // f32 (padded), alive from grad() to the bucket's reduction
+  TensorBuffer full;       // gathered parameters (params_sharded), compute dtype (padded)
+  TensorBuffer grad_full;  // f32 (padded), alive from grad() to the bucket's reduction
+  // This micro-batch's gradient accumulates straight into grad_acc (grad_full stays empty):
+  // one rank, fp32, the step's first micro-batch, when grad_acc is still zero and the reduction
+  // would be grad_acc = 0 + grad_full (ZeroEngine::Impl::grad).
+  bool grad_direct = false;
   TensorBuffer grad_local;  // f32 (padded), stage 1: this rank's unreduced sum of the step's
                             // earlier micro-batches (absent after the first, or at one)
   // Sharded: only the shard exists. Gathering: all-gather issued, not acquired. Full: acquired.
@@ -63,6 +67,8 @@ struct GroupState {
 
   size_t full_bytes(DType dt) const { return static_cast<size_t>(padded) * dtype_size_bytes(dt); }
   // What the all-gather reads: the compute-dtype shard (the master itself in fp32 mode).
+  // The gradient that grad() handed out for the current micro-batch.
+  Tensor grad_now() const { return grad_direct ? grad_acc.view() : grad_full.view(); }
   const Tensor& param_source() const { return param_shard ? param_shard.view() : master.view(); }
 };
 

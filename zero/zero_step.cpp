@@ -60,7 +60,11 @@ void ZeroEngine::Impl::add_group(GroupSpec spec, GroupComms comms) {
   MOEZERO_CHECK(comms.reduce->size() == st->n && comms.reduce->rank() == st->rank, "group '",
                 st->layout.spec().name, "': gather and reduce communicators differ in group");
   const int stage = options.stage;
-  st->params_sharded = stage == 3 && st->layout.numel() >= options.persistence_threshold_elems;
+  // A group held by one rank has nothing to shard or gather (FSDP switches to NO_SHARD at world
+  // size 1 for the same reason): its parameters stay gathered, as below the persistence
+  // threshold, and its gradients skip the collective (flush_bucket).
+  st->params_sharded = stage == 3 && (st->n > 1 || options.shard_single_rank) &&
+                       st->layout.numel() >= options.persistence_threshold_elems;
   st->grads_sharded = stage >= 1;
   st->grads_deferred = stage == 1;
   st->opt_sharded = stage >= 1;

@@ -28,26 +28,16 @@ using nlohmann::json;
 // replicated and only experts (3 x 128 x 32) are gathered, so the aggregate prefetch
 // counters are the experts' alone).
 Config tiny_moe(std::vector<std::string> overrides) {
-  std::vector<std::string> o = {"model.vocab_size=256",
-                                "model.d_model=32",
-                                "model.n_layers=2",
-                                "model.n_heads=4",
-                                "model.n_kv_heads=2",
-                                "model.d_ff=128",
-                                "model.seq_len=16",
-                                "model.num_experts=4",
-                                "model.top_k=2",
-                                "moe.aux_loss_coef=0.01",
-                                "train.micro_batch_size=8",
-                                "train.steps=3",
-                                "train.warmup_steps=1",
-                                "train.lr=0.01",
-                                "zero.stage=3",
-                                "zero.param_persistence_threshold=64",
-                                "zero.reduce_bucket_size=20000",
-                                "zero.prefetch_bucket_size=30000",
-                                "prefetch.policy=frequency",
-                                "comm.timeout_s=60"};
+  std::vector<std::string> o = {
+      "model.vocab_size=256", "model.d_model=32", "model.n_layers=2", "model.n_heads=4",
+      "model.n_kv_heads=2", "model.d_ff=128", "model.seq_len=16", "model.num_experts=4",
+      "model.top_k=2", "moe.aux_loss_coef=0.01", "train.micro_batch_size=8", "train.steps=3",
+      "train.warmup_steps=1", "train.lr=0.01", "zero.stage=3",
+      "zero.param_persistence_threshold=64",
+      // EP 2 at world 2 leaves each expert on one rank: gather it
+      // anyway, so that traces show expert gathers and the cache.
+      "zero.shard_single_rank=true", "zero.reduce_bucket_size=20000",
+      "zero.prefetch_bucket_size=30000", "prefetch.policy=frequency", "comm.timeout_s=60"};
   o.insert(o.end(), overrides.begin(), overrides.end());
   return parse_config("{}", "tiny_moe", o);
 }

@@ -51,7 +51,8 @@ TEST(BenchCli, TwoStrategiesGiveSaneRows) {
   fs::remove(json);
   const int rc = run(std::string(MOEZERO_BIN) + " bench --config " + MOEZERO_SOURCE_DIR +
                          "/examples/configs/tiny.json --set train.steps=3 --set "
-                         "comm_emulation.link_gbps=8 --strategies compute,z3-none --repeats 2 "
+                         "zero.shard_single_rank=true --set comm_emulation.link_gbps=8 "
+                         "--strategies compute,z3-none --repeats 2 "
                          "--warmup 1 --json " +
                          json.string(),
                      kWork / "bench.log");

@@ -123,6 +123,7 @@ TEST(SetFullParamsErrors, WrongSizeAndGatheredGroupAreRefused) {
     ZeroOptions opt;
     opt.stage = 3;
     opt.persistence_threshold_elems = 1;
+    opt.shard_single_rank = true;  // one rank, gathered on acquire
     ZeroEngine eng(
         dev, st, groups(),
         [&](const GroupSpec&) {

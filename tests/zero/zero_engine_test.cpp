@@ -145,6 +145,35 @@ TEST(ZeroEngine, EveryStageAndWorldSizeMatchesOneRank) {
   }
 }
 
+TEST(ZeroEngine, OneRankGroupsSkipTheGatherPathWithTheSameBits) {
+  // A group held by one rank stays resident at stage 3 and its gradient goes straight into the
+  // accumulator (the first micro-batch) or by one axpy: the same bits as the full path, which
+  // shard_single_rank forces, with no gather and no bucket collective.
+  for (int accum : {1, 2}) {
+    for (int stage : {2, 3}) {
+      ZeroOptions o;
+      o.stage = stage;
+      o.persistence_threshold_elems = 64;
+      o.reduce_bucket_bytes = 2000;
+      ZeroOptions forced = o;
+      forced.shard_single_rank = true;
+      const TrainRun a = train(1, o, 3, 960, accum), b = train(1, forced, 3, 960, accum);
+      const std::string what = "stage " + std::to_string(stage) + " accum " + std::to_string(accum);
+      ASSERT_EQ(a.params.size(), b.params.size());
+      for (size_t g = 0; g < a.params.size(); ++g)
+        for (size_t i = 0; i < a.params[g].size(); ++i)
+          ASSERT_EQ(a.params[g][i], b.params[g][i]) << what << " group " << g << " element " << i;
+      EXPECT_EQ(a.norms, b.norms) << what;
+      EXPECT_EQ(a.counters.gathers, 0u) << what;
+      EXPECT_EQ(a.counters.reduce_scattered_bytes, 0u) << what;
+      if (stage == 3) EXPECT_GT(b.counters.gathers, 0u) << what;
+      EXPECT_GT(b.counters.reduce_scattered_bytes, 0u) << what;
+      // Resident parameters: no transient full buffers.
+      EXPECT_LE(a.mid.total_peak_bytes, b.mid.total_peak_bytes) << what;
+    }
+  }
+}
+
 TEST(ZeroEngine, GradientAccumulationEqualsOneBigBatch) {
   ZeroOptions o;
   // Two micro-batches of the same samples with weight 1/(2K) each = one batch at weight 1/K,
@@ -326,6 +355,7 @@ TEST(ZeroEngine, IllegalTransitionsAreErrors) {
     auto c3 = ctx.communicator(ctx.world_group(), "misc");
     ZeroOptions o;
     o.persistence_threshold_elems = 0;
+    o.shard_single_rank = true;  // one rank: the gather path's transitions
     ZeroEngine eng(
         dev, st, make_groups(96),
         [&](const GroupSpec&) {
