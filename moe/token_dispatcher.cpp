@@ -151,8 +151,10 @@ void TokenDispatcher::on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send
 void TokenDispatcher::exchange(const ModuleContext& ctx, TensorBuffer& send,
                                const std::vector<int64_t>& send_rows, TensorBuffer& recv,
                                const std::vector<int64_t>& recv_rows) {
-  if (rt_.ep_size == 1) {
-    if (send.view().numel() > 0) ctx.ops().cast(ctx.s(), send, recv);
+  if (rt_.ep_size == 1) {  // the rows stay here: hand the buffer over (every caller drops send)
+    MOEZERO_CHECK(send.view().shape() == recv.view().shape(), "token exchange at EP 1: sending ",
+                  send.view().shape().str(), " rows into ", recv.view().shape().str());
+    std::swap(send, recv);
     return;
   }
   std::vector<size_t> se(send_rows.size()), re(recv_rows.size());

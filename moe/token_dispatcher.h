@@ -107,7 +107,8 @@ class TokenDispatcher {
   TensorBuffer dispatch_backward(const ModuleContext& ctx, TensorBuffer& dx, DispatchState& st);
 
  private:
-  // all_to_all_v of rows (C wide) with per-peer row counts; copies when ep_size == 1.
+  // all_to_all_v of rows (C wide) with per-peer row counts. At ep_size 1 send and recv (same
+  // shape) swap buffers: the caller drops send afterwards.
   void exchange(const ModuleContext& ctx, TensorBuffer& send, const std::vector<int64_t>& send_rows,
                 TensorBuffer& recv, const std::vector<int64_t>& recv_rows);
   // Runs call(stream) on the a2a stream ordered by events after the compute stream's writes of
