@@ -563,12 +563,17 @@ void ZeroEngine::Impl::flush_bucket(Bucket& b) {
   const int n = first.n;
   Communicator* comm = first.comms.reduce;
 
-  if (n == 1 && dt == DType::F32 && !options.shard_single_rank) {
-    // One rank: the sum over the group is this gradient; no bucket copy, no collective. (The
-    // same bits as the paths below: their copies are exact and the accumulation is this axpy.)
+  const bool acc_zero = micro_batch == 0 && !first.grads_deferred;  // since the last step
+  if (n == 1 && !options.shard_single_rank && (dt == DType::F32 || acc_zero)) {
+    // One rank: the sum over the group is this gradient; no bucket copy, no collective. The
+    // same bits as the paths below: their copies are exact and the accumulation is this axpy
+    // (fp32), or, into a zero accumulator, 0 + round(grad) = round(grad) (bf16).
     for (int g : bucket) {
       GroupState& st = group(g);
-      ops.axpy(rs, 1.0f, st.grad_full, st.grad_acc);
+      if (dt == DType::F32)
+        ops.axpy(rs, 1.0f, st.grad_full, st.grad_acc);
+      else
+        ops.cast(rs, st.grad_full, st.grad_acc);
     }
   } else if (first.grads_sharded && (n > 1 || options.shard_single_rank)) {
     int64_t cols = 0;

@@ -151,25 +151,29 @@ TEST(ZeroEngine, OneRankGroupsSkipTheGatherPathWithTheSameBits) {
   // shard_single_rank forces, with no gather and no bucket collective.
   for (int accum : {1, 2}) {
     for (int stage : {2, 3}) {
-      ZeroOptions o;
-      o.stage = stage;
-      o.persistence_threshold_elems = 64;
-      o.reduce_bucket_bytes = 2000;
-      ZeroOptions forced = o;
-      forced.shard_single_rank = true;
-      const TrainRun a = train(1, o, 3, 960, accum), b = train(1, forced, 3, 960, accum);
-      const std::string what = "stage " + std::to_string(stage) + " accum " + std::to_string(accum);
-      ASSERT_EQ(a.params.size(), b.params.size());
-      for (size_t g = 0; g < a.params.size(); ++g)
-        for (size_t i = 0; i < a.params[g].size(); ++i)
-          ASSERT_EQ(a.params[g][i], b.params[g][i]) << what << " group " << g << " element " << i;
-      EXPECT_EQ(a.norms, b.norms) << what;
-      EXPECT_EQ(a.counters.gathers, 0u) << what;
-      EXPECT_EQ(a.counters.reduce_scattered_bytes, 0u) << what;
-      if (stage == 3) EXPECT_GT(b.counters.gathers, 0u) << what;
-      EXPECT_GT(b.counters.reduce_scattered_bytes, 0u) << what;
-      // Resident parameters: no transient full buffers.
-      EXPECT_LE(a.mid.total_peak_bytes, b.mid.total_peak_bytes) << what;
+      for (DType dt : {DType::F32, DType::BF16}) {
+        ZeroOptions o;
+        o.stage = stage;
+        o.compute_dtype = dt;
+        o.persistence_threshold_elems = 64;
+        o.reduce_bucket_bytes = 2000;
+        ZeroOptions forced = o;
+        forced.shard_single_rank = true;
+        const TrainRun a = train(1, o, 3, 960, accum), b = train(1, forced, 3, 960, accum);
+        const std::string what = "stage " + std::to_string(stage) + " accum " +
+                                 std::to_string(accum) + " " + std::string(dtype_name(dt));
+        ASSERT_EQ(a.params.size(), b.params.size());
+        for (size_t g = 0; g < a.params.size(); ++g)
+          for (size_t i = 0; i < a.params[g].size(); ++i)
+            ASSERT_EQ(a.params[g][i], b.params[g][i]) << what << " group " << g << " element " << i;
+        EXPECT_EQ(a.norms, b.norms) << what;
+        EXPECT_EQ(a.counters.gathers, 0u) << what;
+        EXPECT_EQ(a.counters.reduce_scattered_bytes, 0u) << what;
+        if (stage == 3) EXPECT_GT(b.counters.gathers, 0u) << what;
+        EXPECT_GT(b.counters.reduce_scattered_bytes, 0u) << what;
+        // Resident parameters: no transient full buffers.
+        EXPECT_LE(a.mid.total_peak_bytes, b.mid.total_peak_bytes) << what;
+      }
     }
   }
 }
