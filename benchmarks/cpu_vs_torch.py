@@ -4,8 +4,10 @@
 Runs `moezero train` and an independent PyTorch implementation of the same model (Mixtral-style
 experts: per-expert index select, SwiGLU, index_add) alternately on one core, and prints the
 tokens/s of both (median of the steps after warm-up), their ratio, and moezero's model-FLOP rate
-as a fraction of the single-core GEMM rate this script measures itself (torch.mm, one thread,
-over the bench config's GEMM shapes, median).
+as a fraction of the single-core GEMM rate this script measures itself: per GEMM shape of the
+bench config's forward and backward, the best of torch.mm (one thread), oneDNN's dnnl_sgemm and
+the linked CBLAS (build/bin/gemm_rate, one thread, with --torch-env's settings), then the median
+over the shapes.
 
 Run with Debian's python3-torch: /usr/bin/python3 benchmarks/cpu_vs_torch.py [--core 1]
 PyTorch gets one thread (torch.set_num_threads(1)); its BLAS setting is inherited from the
@@ -127,6 +129,8 @@ def pinned(core, cmd, env=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--moezero", default="build/bin/moezero")
+    ap.add_argument("--gemm-rate", default="build/bin/gemm_rate",
+                    help="the single-thread sgemm rate program of this build (benchmarks/)")
     ap.add_argument("--core", type=int, default=1)
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=4, help="steps left out of the medians")
@@ -181,16 +185,24 @@ def main():
     rows = b * t * m["top_k"] // m["num_experts"]
     shapes = [[b * t, d, d], [rows, ff, d], [rows, d, ff], [d, d, b * t], [d, ff, rows],
               [b * t, m["vocab_size"], d]]
-    g = json.loads(pinned(a.core, [sys.executable, "-c", GEMM_RATE, json.dumps(shapes)],
-                          env=torch_env))["gflops"]
-    gemm = statistics.median(g)
+    rates = {"torch.mm": json.loads(pinned(a.core, [sys.executable, "-c", GEMM_RATE,
+                                                    json.dumps(shapes)], env=torch_env))["gflops"]}
+    libs = json.loads(pinned(a.core, [a.gemm_rate] + [f"{m},{n},{k}" for m, n, k in shapes],
+                             env=torch_env))
+    rates.update({k: v for k, v in libs.items() if k != "shapes"})
+    best = [max(r[i] for r in rates.values()) for i in range(len(shapes))]
+    gemm = statistics.median(best)
     fpt, formula = flops_per_token(m)
     mzm, ptm = statistics.median(mz), statistics.median(pt)
     print(f"{header[0].strip() if header else 'cpu: ?'}")
     print(f"moezero {mzm:.0f} tokens/s ({a.dtype}), PyTorch {ptm:.0f} tokens/s (fp32 eager, 1 "
           f"thread{', ' + ' '.join(a.torch_env) if a.torch_env else ''}): ratio {mzm / ptm:.2f}")
     print(f"model FLOPs per token {fpt / 1e6:.2f} M = {formula}")
-    print(f"single-core GEMM rate (torch.mm over the config's shapes, median) {gemm:.1f} GFLOP/s;"
+    print("single-core sgemm GFLOP/s per shape (m, n, k): " + "; ".join(
+        f"{tuple(s)} " + " ".join(f"{lib} {r[i]:.0f}" for lib, r in rates.items())
+        for i, s in enumerate(shapes)))
+    print(f"single-core GEMM rate (per shape the best library, median over the shapes) "
+          f"{gemm:.1f} GFLOP/s;"
           f" moezero model-FLOP rate {mzm * fpt / 1e9:.1f} GFLOP/s = "
           f"{100 * mzm * fpt / 1e9 / gemm:.0f}% of it")
 
