@@ -533,6 +533,10 @@ void ZeroEngine::Impl::check_gradient(int g, Stream& compute) {
   if (chunk == check_chunks.size())
     check_chunks.emplace_back(device, DType::I64, Shape{kChecksPerChunk, 3}, MemTag::Other, compute,
                               "non-finite checks");
+  if (st.grad_direct && options.micro_batches_per_step == 1) {
+    checks.push_back({g, micro_batch, true});  // scanned at the step if the norm says so
+    return;
+  }
   device.ops().find_nonfinite(
       compute, st.grad_now(),
       check_chunks[chunk].view().view_elems((k % kChecksPerChunk) * 3, Shape{3}));

@@ -179,10 +179,16 @@ struct ZeroEngine::Impl {
   struct Check {
     int group;
     int64_t micro_batch;
+    // Not scanned at grad_ready: the gradient went straight into grad_acc and stays there
+    // unchanged until the step (one rank, fp32, one micro-batch per step), so the step scans it
+    // only when the gradient norm is not finite (every non-finite element makes it so).
+    bool deferred = false;
   };
   std::vector<Check> checks;  // this step's checks, in the order they were enqueued
   void check_gradient(int g, Stream& compute);
   std::optional<NonFiniteGrad> resolve_checks(const std::vector<int64_t>& results);
+  // Fills the results of the deferred checks: none when the norm is finite, else scans now.
+  void run_deferred_checks(std::vector<int64_t>& results, bool norm_finite);
   std::vector<GroupCounters> group_counters;  // per group, like counters
   TraceRecorder* trace = nullptr;
   // Event pairs around this step's expert all-gathers on the gather stream (pooled events).

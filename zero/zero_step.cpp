@@ -205,6 +205,31 @@ Tensor shard_range(GroupState& st) {
 }
 }  // namespace
 
+void ZeroEngine::Impl::run_deferred_checks(std::vector<int64_t>& res, bool norm_finite) {
+  // A non-finite element of any gradient makes the norm non-finite (inf and NaN survive the
+  // sum of squares), so a finite norm means every deferred scan would have found nothing.
+  std::vector<size_t> todo;
+  for (size_t k = 0; k < checks.size(); ++k) {
+    if (!checks[k].deferred) continue;
+    if (norm_finite) {
+      res[k * 3] = -1;  // what find_nonfinite writes for a finite tensor
+      res[k * 3 + 1] = 0;
+      res[k * 3 + 2] = static_cast<int64_t>(NonFiniteKind::None);
+    } else {
+      todo.push_back(k);
+    }
+  }
+  if (todo.empty()) return;
+  Stream& cs = *streams.compute;
+  for (size_t k : todo) {  // grad_acc still holds exactly the gradient grad_ready saw
+    const Tensor slot = check_chunks[k / kChecksPerChunk].view().view_elems(
+        static_cast<int64_t>(k % kChecksPerChunk) * 3, Shape{3});
+    device.ops().find_nonfinite(cs, group(checks[k].group).grad_acc.view(), slot);
+    device.memcpy_async(res.data() + k * 3, slot.data(), 3 * sizeof(int64_t), cs);
+  }
+  cs.synchronize();
+}
+
 std::optional<NonFiniteGrad> ZeroEngine::Impl::resolve_checks(const std::vector<int64_t>& res) {
   std::optional<NonFiniteGrad> out;
   int64_t bad = 0;
@@ -340,19 +365,19 @@ StepResult ZeroEngine::Impl::optimizer_step(const AdamWHyper& h) {
   Stream& cs = *streams.compute;
   drain_passes();
   StepResult r;
-  const StepReadback rb = enqueue_readback(r);  // its buffers live to the end of the step
-  cs.synchronize();                             // the one host sync of a step
-  counters.stall_ms += collect_stall_ms();      // every timed wait is before this point
-  collect_gather_ms();                          // every expert gather too (drain_passes)
-  r.nonfinite = resolve_checks(rb.check_results);
-  checks.clear();
-  micro_batch = 0;
-  ++step_calls;
-
+  StepReadback rb = enqueue_readback(r);    // its buffers live to the end of the step
+  cs.synchronize();                         // the one host sync of a step
+  counters.stall_ms += collect_stall_ms();  // every timed wait is before this point
+  collect_gather_ms();                      // every expert gather too (drain_passes)
   double sum_sq = 0.0;  // rank-major, the same order (and so the same value) on every rank
   for (float v : r.shard_sq) sum_sq += static_cast<double>(v);
   r.grad_norm = std::sqrt(sum_sq);
   r.finite = std::isfinite(r.grad_norm);
+  run_deferred_checks(rb.check_results, r.finite);
+  r.nonfinite = resolve_checks(rb.check_results);
+  checks.clear();
+  micro_batch = 0;
+  ++step_calls;
   if (r.finite) {
     if (h.grad_clip > 0.0f && r.grad_norm > h.grad_clip)  // torch.nn.utils.clip_grad_norm_
       r.clip_scale = static_cast<float>(h.grad_clip / (r.grad_norm + 1e-6));
