@@ -137,6 +137,9 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="moezero's dtype")
     ap.add_argument("--torch-env", action="append", default=[], help="VAR=VALUE for PyTorch")
+    ap.add_argument("--bf16-too", action="store_true",
+                    help="with --dtype fp32: also run moezero with train.dtype=bf16 in each rep "
+                         "(alternating) and print bf16 / fp32")
     ap.add_argument("--two-cores", default="",
                     help="also run moezero (world 1) pinned to these two cores, e.g. 0,1, in each "
                          "rep, and print its scaling over --core")
@@ -150,19 +153,22 @@ def main():
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
         cfg_path = f.name
-    def moezero_rate(cores):
+    def moezero_rate(cores, dtype=a.dtype):
         out = pinned(cores, [a.moezero, "train", "--config", cfg_path, "--set",
-                             f"train.dtype={a.dtype}"])
+                             f"train.dtype={dtype}"])
         rates = [float(x) for x in re.findall(r"\|\s+(\d+) tok/s", out)][a.warmup:]
         return statistics.median(rates), [l for l in out.splitlines()
                                           if l.strip().startswith("cpu ")]
 
-    mz, pt, mz2 = [], [], []
+    mz, pt, mz2, mzb = [], [], [], []
     header = []
     for rep in range(a.reps):
         rate, header = moezero_rate(a.core)
         mz.append(rate)
         line = f"rep {rep + 1}: moezero {mz[-1]:.0f} tokens/s"
+        if a.bf16_too and a.dtype == "fp32":
+            mzb.append(moezero_rate(a.core, "bf16")[0])
+            line += f", moezero bf16 {mzb[-1]:.0f} tokens/s"
         if a.two_cores:
             mz2.append(moezero_rate(a.two_cores)[0])
             line += f", moezero on cores {a.two_cores} {mz2[-1]:.0f} tokens/s"
@@ -173,6 +179,10 @@ def main():
             line += f", PyTorch {pt[-1]:.0f} tokens/s"
         print(line)
     os.unlink(cfg_path)
+    if mzb:
+        print(f"moezero bf16 {statistics.median(mzb):.0f} tokens/s = "
+              f"{statistics.median(mzb) / statistics.median(mz):.2f}x fp32 "
+              f"({statistics.median(mz):.0f} tokens/s), core {a.core}")
     if a.two_cores:
         print(f"moezero world 1 ({a.dtype}) on cores {a.two_cores}: "
               f"{statistics.median(mz2):.0f} tokens/s, {statistics.median(mz2) / statistics.median(mz):.2f}x "
