@@ -11,12 +11,13 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "benchmarks/bench_timing.h"
 
 #if MOEZERO_HAVE_ONEDNN
 #include <omp.h>
@@ -24,8 +25,6 @@
 #endif
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct Shape {
   long m, n, k;
@@ -36,17 +35,7 @@ double rate(const Shape& s, const std::function<void()>& fn) {
   for (int i = 0; i < 3; ++i) fn();
   const double flop = 2.0 * double(s.m) * double(s.n) * double(s.k);
   std::vector<double> r;
-  for (int w = 0; w < 5; ++w) {
-    int reps = 0;
-    const auto t0 = Clock::now();
-    double el = 0;
-    do {
-      fn();
-      ++reps;
-      el = std::chrono::duration<double>(Clock::now() - t0).count();
-    } while (el < 0.1);
-    r.push_back(flop * reps / el * 1e-9);
-  }
+  for (int w = 0; w < 5; ++w) r.push_back(flop / moezero::bench::seconds_per_call(fn, 0.1) * 1e-9);
   std::sort(r.begin(), r.end());
   return r[2];
 }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/bench_timing.h"
 #include "kernels/backend.h"
 #include "kernels/op_cases/op_case.h"
 
@@ -32,15 +33,7 @@ double g_window_s = 0.4;  // timing window per case
 // Seconds per call of fn (after one warm-up call), repeated until the window is filled.
 double time_per_call(const std::function<void()>& fn) {
   fn();
-  int reps = 0;
-  const auto t0 = Clock::now();
-  double el = 0;
-  do {
-    fn();
-    ++reps;
-    el = std::chrono::duration<double>(Clock::now() - t0).count();
-  } while (el < g_window_s);
-  return el / reps;
+  return moezero::bench::seconds_per_call(fn, g_window_s);
 }
 
 double raw_sgemm_gflops(int64_t n) {
