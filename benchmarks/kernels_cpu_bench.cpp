@@ -25,7 +25,6 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 namespace mc = moezero::cases;
 
 double g_window_s = 0.4;  // timing window per case
