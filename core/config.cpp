@@ -383,6 +383,9 @@ void visit_zero(V& v, auto& c) {
           in_range<int64_t>(0, 3));
   v.field("param_persistence_threshold", c.param_persistence_threshold,
           "parameter groups with fewer elements stay replicated", at_least<int64_t>(0));
+  v.bytes("keep_dense_bytes", c.keep_dense_bytes,
+          "stage 3: bytes of dense parameter groups kept gathered from one micro-batch to the next "
+          "within a step (per gather communicator); 0 regathers them every micro-batch");
   v.field("shard_single_rank", c.shard_single_rank,
           "stage 3: gather groups held by one rank too (by default they stay resident)");
   v.bytes("prefetch_bucket_size", c.prefetch_bucket_size,

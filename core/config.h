@@ -102,6 +102,8 @@ struct ZeroConfig {
   int64_t stage = 3;  // 0: data parallel, 1: +optimizer states, 2: +gradients, 3: +parameters
   int64_t param_persistence_threshold = 1024;  // elements; smaller groups stay replicated
   bool shard_single_rank = false;  // stage 3: gather groups held by one rank too (copies)
+  // Stage 3, gradient accumulation: dense groups kept gathered between a step's micro-batches.
+  uint64_t keep_dense_bytes = 64ull << 20;
   uint64_t prefetch_bucket_size = 64ull << 20;  // bytes fetched ahead of use
   uint64_t max_live_parameters = 1ull << 30;    // bytes of full parameters alive at once
   uint64_t reduce_bucket_size = 64ull << 20;    // bytes per reduce-scatter bucket

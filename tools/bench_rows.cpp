@@ -31,14 +31,17 @@ const std::map<std::string, std::vector<std::string>>& strategy_table() {
       {"z1", {"zero.stage=1"}},
       {"z2", {"zero.stage=2"}},
       // The incumbents' ZeRO-3 for MoE: DeepSpeed leaf module, FSDP2 unresharded block.
+      // Both regather dense blocks in every micro-batch (keep_dense_bytes=0).
       {"z3-leaf",
        {"zero.stage=3", "zero.moe_gather=leaf", "prefetch.policy=none",
-        "shard_cache.capacity_bytes=0"}},
+        "shard_cache.capacity_bytes=0", "zero.keep_dense_bytes=0"}},
       {"z3-fsdp",
        {"zero.stage=3", "zero.moe_gather=fsdp", "prefetch.policy=none",
-        "shard_cache.capacity_bytes=0"}},
-      // moezero's agreement on active experts only: no prefetch, no cache.
-      {"z3-none", {"zero.stage=3", "prefetch.policy=none", "shard_cache.capacity_bytes=0"}},
+        "shard_cache.capacity_bytes=0", "zero.keep_dense_bytes=0"}},
+      // moezero's agreement on active experts only: no prefetch, no cache, nothing kept.
+      {"z3-none",
+       {"zero.stage=3", "prefetch.policy=none", "shard_cache.capacity_bytes=0",
+        "zero.keep_dense_bytes=0"}},
       {"moezero", {}},
   };
   return table;
@@ -126,6 +129,20 @@ std::vector<std::string> default_strategy_names() {
           "moezero-cache=100"};
 }
 
+// The dense groups that stage 3 shards (at least zero.param_persistence_threshold elements),
+// each padded over the world, in the compute dtype: what zero.keep_dense_bytes can keep.
+static uint64_t dense_sharded_bytes(const Config& cfg) {
+  const int world = static_cast<int>(cfg.parallel.world_size);
+  uint64_t elems = 0;
+  for (const GroupSpec& g : moe::Transformer(cfg.model).param_groups()) {
+    const GroupLayout layout(g);
+    if (g.kind != GroupKind::Expert &&
+        layout.numel() >= static_cast<int64_t>(cfg.zero.param_persistence_threshold))
+      elems += uint64_t(layout.padded_numel(world));
+  }
+  return elems * dtype_size_bytes(cfg.train.dtype);
+}
+
 uint64_t local_expert_bytes(const Config& cfg) {
   const int ep = static_cast<int>(cfg.parallel.ep_size);
   const int edp = static_cast<int>(cfg.parallel.world_size) / ep;
@@ -149,9 +166,13 @@ Strategy resolve_strategy(const std::string& name, const Config& base) {
     }
     MOEZERO_REQUIRE(used == p.size() && pct >= 0 && pct <= 1000, "bench: strategy '", name,
                     "': P must be a whole percentage in [0, 1000]");
-    // Round up: P% of the bytes must fit whole.
+    // Round up: P% of the bytes must fit whole. The dial covers both kinds of reuse within a
+    // step: experts in the shard cache, dense groups kept between micro-batches.
     const uint64_t bytes = (local_expert_bytes(base) * uint64_t(pct) + 99) / 100;
-    return {name, {"shard_cache.capacity_bytes=" + std::to_string(bytes)}};
+    const uint64_t dense = (dense_sharded_bytes(base) * uint64_t(pct) + 99) / 100;
+    return {name,
+            {"shard_cache.capacity_bytes=" + std::to_string(bytes),
+             "zero.keep_dense_bytes=" + std::to_string(dense)}};
   }
   std::string known;
   for (const auto& [n, o] : table) known += n + ", ";

@@ -148,6 +148,10 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
   if (m.num_experts > 0 && cfg.zero.moe_gather == MoeGather::Experts)
     e.cache = std::min<uint64_t>(cfg.shard_cache.capacity_bytes, expert_full);  // never more
                                                                                 // than every expert
+  // Dense groups kept gathered between micro-batches (zero.keep_dense_bytes), counted with the
+  // cache: resident parameter copies beyond the live limit.
+  if (cfg.train.grad_accum_steps > 1)
+    e.cache += std::min<uint64_t>(cfg.zero.keep_dense_bytes, sharded_full - expert_full);
   e.activations = activation_bytes(cfg);
   e.init_host = largest_padded * 4;
   e.host_is_device = cfg.parallel.backend == BackendKind::Cpu;

@@ -270,6 +270,7 @@ void RankSession::build_engine() {
   zo.compute_dtype = tc_.dtype;
   zo.persistence_threshold_elems = cfg_.zero.param_persistence_threshold;
   zo.shard_single_rank = cfg_.zero.shard_single_rank;
+  zo.keep_dense_bytes = cfg_.zero.keep_dense_bytes;
   zo.prefetch_bucket_bytes = cfg_.zero.prefetch_bucket_size;
   zo.max_live_bytes = cfg_.zero.max_live_parameters;
   zo.reduce_bucket_bytes = cfg_.zero.reduce_bucket_size;

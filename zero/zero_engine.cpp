@@ -77,6 +77,7 @@ bool ZeroEngine::may_hold(int group) const {
   const auto& st = *impl_->groups.at(static_cast<size_t>(group));
   if (!st.params_sharded || st.state != zero_detail::GroupState::Full) return true;
   if (impl_->cache && impl_->cache->contains(group)) return true;  // resident anyway: free
+  if (st.dense_kept) return true;                                  // kept to the step's end
   // Its bytes are counted live already: holding keeps them so, within the limit.
   return impl_->live_bytes_of(st.comms.gather) <= impl_->live_limit_per_comm;
 }
@@ -181,7 +182,11 @@ Tensor ZeroEngine::Impl::acquire(int g, Stream& compute) {
   } else {
     MOEZERO_CHECK(st.state != GroupState::Full, "acquire of parameter group '",
                   st.layout.spec().name, "', which is already acquired (release it first)");
-    if (st.state == GroupState::Cached) {
+    if (st.state == GroupState::Cached && st.dense_kept) {  // kept from an earlier micro-batch
+      st.full.buffer().retag(MemTag::FullParam);
+      counters.dense_kept_hits += 1;
+      count_live(st, +1);
+    } else if (st.state == GroupState::Cached) {
       if (cache->lookup(g, step) == CacheLookup::Hit) {
         cache->pin(g);
         st.full.buffer().retag(MemTag::FullParam);
@@ -331,6 +336,11 @@ void ZeroEngine::Impl::release(int g, Stream& compute) {
   MOEZERO_CHECK(st.state == GroupState::Full, "release of parameter group '", st.layout.spec().name,
                 "', which is not acquired");
   count_live(st, -1);
+  if (!st.expert && (st.dense_kept || keep_dense(g))) {
+    st.full.buffer().retag(MemTag::Cache);
+    st.state = GroupState::Cached;
+    return;
+  }
   if (st.expert && cache) {
     if (cache->contains(g)) {  // served by the cache: still resident
       cache->unpin(g);
@@ -342,6 +352,20 @@ void ZeroEngine::Impl::release(int g, Stream& compute) {
   }
   st.full.reset();  // stream-safe: reused only after gather and compute passed this point
   st.state = GroupState::Sharded;
+}
+
+bool ZeroEngine::Impl::keep_dense(int g) {
+  GroupState& st = group(g);
+  // Reused by the next micro-batch of this step (never past the step: the optimizer changes
+  // the shard); the last micro-batch's own forward-to-backward reuse is the model's may_hold.
+  if (micro_batch + 1 >= options.micro_batches_per_step) return false;
+  const uint64_t bytes = st.full_bytes(options.compute_dtype);
+  uint64_t& kept = dense_kept_by_comm[st.comms.gather];
+  if (kept + bytes > options.keep_dense_bytes) return false;
+  kept += bytes;
+  st.dense_kept = true;
+  alias_shard(g);  // the gathered buffer holds this rank's shard: give the shard's memory back
+  return true;
 }
 
 void ZeroEngine::Impl::drop_resident(int g) {
@@ -440,6 +464,13 @@ void ZeroEngine::Impl::end_passes() {
     MOEZERO_CHECK(p.state != GroupState::Full, "parameter group '", p.layout.spec().name,
                   "' is still acquired at the optimizer step (missing release)");
   }
+  for (size_t i = 0; i < groups.size(); ++i) {  // dense groups kept across micro-batches
+    GroupState& p = *groups[i];
+    if (!p.dense_kept) continue;
+    if (p.state == GroupState::Cached) drop_resident(static_cast<int>(i));
+    p.dense_kept = false;
+  }
+  dense_kept_by_comm.clear();
   if (cache) {
     for (int g : cache->invalidate_all()) drop_resident(g);
     if (trace && trace->tracing()) trace->counter("cache_bytes", cache->counters().bytes_resident);

@@ -81,6 +81,12 @@ struct ZeroOptions {
   // the bucket copies and the (one-rank) collective. Copies only; for tests and for profiling
   // the fetch machinery on one rank.
   bool shard_single_rank = false;
+  // Stage 3 with several micro-batches per step: dense groups released before the step's last
+  // micro-batch stay gathered (up to this many bytes per gather communicator, in release order)
+  // and serve the next micro-batches' acquires without a gather, until the step ends (the
+  // optimizer changes their shards). Experts have the shard cache. 0: regather every
+  // micro-batch, as FSDP does without set_reshard_after_backward(False).
+  uint64_t keep_dense_bytes = 64ull << 20;
   uint64_t prefetch_bucket_bytes = 64ull << 20;
   // prefetch_set: the most bytes one coalesced gather carries (a set larger is cut by shape).
   uint64_t coalesce_bytes = 64ull << 20;
@@ -172,6 +178,7 @@ struct EngineCounters {
   uint64_t needed_expert_bytes = 0;     // full bytes of every expert acquire (what was needed)
   uint64_t cache_hits = 0;              // acquires served by the shard cache
   uint64_t cache_misses = 0;            // expert acquires the cache could not serve
+  uint64_t dense_kept_hits = 0;         // dense acquires served by keep_dense_bytes
   uint64_t cache_evictions = 0;
   double stall_ms = 0.0;  // compute stream waiting on parameter gathers
 };

@@ -48,8 +48,10 @@ struct GroupState {
   TensorBuffer grad_local;  // f32 (padded), stage 1: this rank's unreduced sum of the step's
                             // earlier micro-batches (absent after the first, or at one)
   // Sharded: only the shard exists. Gathering: all-gather issued, not acquired. Full: acquired.
-  // Cached: gathered, released, kept resident by the shard cache (expert groups only).
+  // Cached: gathered, released, kept resident: by the shard cache (expert groups) or, for a
+  // dense group, until the step ends (`dense_kept`, ZeroOptions::keep_dense_bytes).
   enum State { Sharded, Gathering, Full, Cached } state = Sharded;
+  bool dense_kept = false;  // a dense group resident across this step's micro-batches
   bool expert = false;      // GroupKind::Expert: policy-driven prefetch, cacheable
   double keep_score = 1.0;  // the cache's lfu score (set_keep_score)
   bool prefetched = false;  // gathered ahead on a prediction or the recorded order (discardable)
@@ -160,6 +162,10 @@ struct ZeroEngine::Impl {
   // communicator (the latter is what prefetch decisions see; never iterated).
   uint64_t live_bytes = 0;
   std::map<const Communicator*, uint64_t> live_by_comm;
+  // Dense groups kept gathered across micro-batches, bytes per gather communicator: a function
+  // of that communicator's groups and their release order, so the same on all of its ranks.
+  std::map<const Communicator*, uint64_t> dense_kept_by_comm;
+  bool keep_dense(int g);  // at release: keep this dense group to the step's end if it fits
   // max_live_bytes split evenly over the gather communicators of sharded groups (the world
   // and this rank's EDP group): each communicator's prefetch decisions see only its own
   // groups (identical on its ranks), and the shares add up to the limit.

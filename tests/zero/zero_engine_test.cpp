@@ -178,6 +178,38 @@ TEST(ZeroEngine, OneRankGroupsSkipTheGatherPathWithTheSameBits) {
   }
 }
 
+TEST(ZeroEngine, DenseGroupsStayGatheredAcrossMicroBatchesWithinTheBudget) {
+  // Three micro-batches per step at world 2: a kept dense group is gathered once per step and
+  // served from memory twice; the budget admits groups in release order; the bits are those of
+  // regathering.
+  ZeroOptions o;
+  o.persistence_threshold_elems = 64;  // embed, block0, block1 sharded; tiny replicated
+  const int steps = 2, accum = 3;
+  o.micro_batches_per_step = accum;
+  ZeroOptions none = o, all = o, one = o;
+  none.keep_dense_bytes = 0;
+  all.keep_dense_bytes = 1ull << 30;
+  const TrainRun a = train(2, none, steps, 960, accum), b = train(2, all, steps, 960, accum);
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t g = 0; g < a.params.size(); ++g)
+    for (size_t i = 0; i < a.params[g].size(); ++i)
+      ASSERT_EQ(a.params[g][i], b.params[g][i]) << "group " << g << " element " << i;
+  EXPECT_EQ(a.norms, b.norms);
+  EXPECT_EQ(a.counters.dense_kept_hits, 0u);
+  EXPECT_EQ(a.counters.gathers, uint64_t{3 * steps * accum});
+  EXPECT_EQ(b.counters.gathers, uint64_t{3 * steps});
+  EXPECT_EQ(b.counters.dense_kept_hits, uint64_t{3 * steps * (accum - 1)});
+  EXPECT_EQ(b.counters.gathered_dense_bytes * accum, a.counters.gathered_dense_bytes);
+  // Room for the first released group only (embed: 960 elements, padded, f32).
+  one.keep_dense_bytes = 960 * 4;
+  const TrainRun c = train(2, one, steps, 960, accum);
+  EXPECT_EQ(c.counters.dense_kept_hits, uint64_t{steps * (accum - 1)});
+  EXPECT_EQ(c.counters.gathers, uint64_t{steps + 2 * steps * accum});
+  // One micro-batch per step: nothing to keep for.
+  all.micro_batches_per_step = 1;
+  EXPECT_EQ(train(2, all, steps, 960, 1).counters.dense_kept_hits, 0u);
+}
+
 TEST(ZeroEngine, GradientAccumulationEqualsOneBigBatch) {
   ZeroOptions o;
   // Two micro-batches of the same samples with weight 1/(2K) each = one batch at weight 1/K,
