@@ -28,6 +28,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "kernels/backend.h"
@@ -80,8 +81,17 @@ dnnl_engine_t cpu_engine() {
   return engine;
 }
 
-// One bf16 matmul shape (a tile of one GEMM): its primitive, made once per calling thread (so
-// that it is made, and runs, on a thread pinned to one OpenMP thread).
+// One bf16 matmul shape: its primitive, made once per process and run by any thread (a
+// primitive runs concurrently on several threads when each passes its own scratchpad; every
+// thread that makes or runs one is pinned to one OpenMP thread first).
+//
+// m == 0 keys a primitive whose rows and depth (M, K) are run-time dimensions: one serves every
+// M and K, but oneDNN 2.6 then has only its generic "gemm:jit" kernels. Fixed dimensions get
+// the brgemm kernels (AMX tiles where the CPU has them: 2-3x the rate on this machine's
+// shapes), made per shape. So run_bf16_matmul splits a tile into a fixed part, its rows and
+// depth rounded down to multiples of kFixedRows and fixed_depth(k), and run-time remainders;
+// expert GEMMs, whose rows (and, for weight gradients, depth) change every step, then reuse a
+// small set of primitives. The split is a function of the shape only, as every tile boundary.
 struct MatmulKey {
   int64_t m, n, k, lda, ldb, ldc;
   bool ta, tb;
@@ -91,34 +101,32 @@ struct MatmulKey {
 struct Matmul {
   dnnl_primitive_t prim = nullptr;
   dnnl_memory_desc_t a{}, b{}, c{}, scratch{};
-};
-struct ThreadMatmuls {
-  dnnl_stream_t stream = nullptr;
-  std::map<MatmulKey, Matmul> prims;
-  std::vector<char> scratch;  // user scratchpad, grown to the largest primitive's need and kept
-  ~ThreadMatmuls() {
-    for (auto& [k, m] : prims)
-      if (m.prim) dnnl_primitive_destroy(m.prim);
-    if (stream) dnnl_stream_destroy(stream);
+  Matmul() = default;
+  Matmul(const Matmul&) = delete;
+  Matmul& operator=(const Matmul&) = delete;
+  ~Matmul() {
+    if (prim) dnnl_primitive_destroy(prim);
   }
 };
 
-// A null primitive when oneDNN has no bf16 matmul for this CPU.
-const Matmul& get_matmul(ThreadMatmuls& tm, const MatmulKey& key) {
-  auto it = tm.prims.find(key);
-  if (it != tm.prims.end()) return it->second;
-  Matmul mm;
-  // M is a run-time dimension: one primitive serves every row count (experts' change per step).
-  const dnnl_dims_t ad = {DNNL_RUNTIME_DIM_VAL, key.k}, bd = {key.k, key.n},
-                    cd = {DNNL_RUNTIME_DIM_VAL, key.n};
+constexpr int64_t kFixedRows = 32;
+// Primitives kept at most; past it the cache starts over (runs in flight keep theirs alive).
+constexpr size_t kMaxMatmuls = 2048;
+
+// Null prim when oneDNN has no bf16 matmul for this shape on this CPU.
+std::shared_ptr<const Matmul> make_matmul(const MatmulKey& key) {
+  auto mm = std::make_shared<Matmul>();
+  const int64_t rows = key.m == 0 ? DNNL_RUNTIME_DIM_VAL : key.m;
+  const int64_t depth = key.m == 0 ? DNNL_RUNTIME_DIM_VAL : key.k;
+  const dnnl_dims_t ad = {rows, depth}, bd = {depth, key.n}, cd = {rows, key.n};
   const dnnl_dims_t as = {key.ta ? 1 : key.lda, key.ta ? key.lda : 1};
   const dnnl_dims_t bs = {key.tb ? 1 : key.ldb, key.tb ? key.ldb : 1};
   const dnnl_dims_t cs = {key.ldc, 1};
-  dnnl_check(dnnl_memory_desc_init_by_strides(&mm.a, 2, ad, dnnl_bf16, as), "memory_desc a");
-  dnnl_check(dnnl_memory_desc_init_by_strides(&mm.b, 2, bd, dnnl_bf16, bs), "memory_desc b");
-  dnnl_check(dnnl_memory_desc_init_by_strides(&mm.c, 2, cd, dnnl_f32, cs), "memory_desc c");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&mm->a, 2, ad, dnnl_bf16, as), "memory_desc a");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&mm->b, 2, bd, dnnl_bf16, bs), "memory_desc b");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&mm->c, 2, cd, dnnl_f32, cs), "memory_desc c");
   dnnl_matmul_desc_t md;
-  dnnl_check(dnnl_matmul_desc_init(&md, &mm.a, &mm.b, nullptr, &mm.c), "dnnl_matmul_desc_init");
+  dnnl_check(dnnl_matmul_desc_init(&md, &mm->a, &mm->b, nullptr, &mm->c), "dnnl_matmul_desc_init");
   dnnl_primitive_attr_t attr = nullptr;
   dnnl_check(dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create");
   // Scratch memory from us, kept across calls (the library's own is allocated per execution).
@@ -135,22 +143,80 @@ const Matmul& get_matmul(ThreadMatmuls& tm, const MatmulKey& key) {
   }
   dnnl_primitive_desc_t pd = nullptr;
   if (dnnl_primitive_desc_create(&pd, &md, attr, cpu_engine(), nullptr) == dnnl_success) {
-    dnnl_check(dnnl_primitive_create(&mm.prim, pd), "dnnl_primitive_create");
-    mm.scratch = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    const size_t need = dnnl_memory_desc_get_size(&mm.scratch);
-    if (need > tm.scratch.size()) tm.scratch.resize(need);
+    dnnl_check(dnnl_primitive_create(&mm->prim, pd), "dnnl_primitive_create");
+    mm->scratch = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     dnnl_primitive_desc_destroy(pd);
   }
   dnnl_primitive_attr_destroy(attr);
-  return tm.prims.emplace(key, mm).first->second;
+  return mm;
 }
 
-ThreadMatmuls& thread_matmuls() {
-  thread_local ThreadMatmuls tm;
-  if (!tm.stream)
-    dnnl_check(dnnl_stream_create(&tm.stream, cpu_engine(), dnnl_stream_default_flags),
+std::shared_ptr<const Matmul> get_matmul(const MatmulKey& key) {
+  static std::mutex mu;
+  static std::map<MatmulKey, std::shared_ptr<const Matmul>> cache;
+  {
+    std::lock_guard lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  std::shared_ptr<const Matmul> mm = make_matmul(key);  // outside the lock: JIT takes a while
+  std::lock_guard lock(mu);
+  if (cache.size() >= kMaxMatmuls) cache.clear();
+  return cache.emplace(key, std::move(mm)).first->second;  // a racing maker's if it won
+}
+
+struct ThreadStream {
+  dnnl_stream_t stream = nullptr;
+  std::vector<char> scratch;  // user scratchpad, grown to the largest need and kept
+  ~ThreadStream() {
+    if (stream) dnnl_stream_destroy(stream);
+  }
+};
+
+ThreadStream& thread_stream() {
+  thread_local ThreadStream ts;
+  if (!ts.stream)
+    dnnl_check(dnnl_stream_create(&ts.stream, cpu_engine(), dnnl_stream_default_flags),
                "dnnl_stream_create");
-  return tm;
+  return ts;
+}
+
+// Runs mm on the given operands (their m and k must equal mm's where those are fixed).
+void execute_matmul(const Matmul& mm, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
+                    float* c, int64_t ldc, int64_t m, int64_t n, int64_t k, bool ta, bool tb) {
+  ThreadStream& ts = thread_stream();
+  const size_t need = dnnl_memory_desc_get_size(&mm.scratch);
+  if (need > ts.scratch.size()) ts.scratch.resize(need);
+  dnnl_memory_desc_t amd, bmd, cmd;
+  const dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
+  const dnnl_dims_t as = {ta ? 1 : lda, ta ? lda : 1}, bs = {tb ? 1 : ldb, tb ? ldb : 1},
+                    cs = {ldc, 1};
+  dnnl_check(dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as), "memory_desc a");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs), "memory_desc b");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs), "memory_desc c");
+  dnnl_memory_t am = nullptr, bm = nullptr, cm = nullptr;
+  dnnl_check(dnnl_memory_create(&am, &amd, cpu_engine(), const_cast<bf16*>(a)), "memory a");
+  dnnl_check(dnnl_memory_create(&bm, &bmd, cpu_engine(), const_cast<bf16*>(b)), "memory b");
+  dnnl_check(dnnl_memory_create(&cm, &cmd, cpu_engine(), c), "memory c");
+  dnnl_memory_t sm = nullptr;
+  dnnl_check(dnnl_memory_create(&sm, &mm.scratch, cpu_engine(), ts.scratch.data()), "scratch");
+  const dnnl_exec_arg_t args[] = {
+      {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
+  const dnnl_status_t st = dnnl_primitive_execute(mm.prim, ts.stream, 4, args);
+  const dnnl_status_t wt = dnnl_stream_wait(ts.stream);
+  dnnl_memory_destroy(am);
+  dnnl_memory_destroy(bm);
+  dnnl_memory_destroy(cm);
+  dnnl_memory_destroy(sm);
+  dnnl_check(st, "dnnl_primitive_execute (bf16 matmul)");
+  dnnl_check(wt, "dnnl_stream_wait");
+}
+
+// The fixed depth of a K: a multiple of 64 up to 1024, of 256 up to 8192, of 1024 beyond (at
+// most 16 + 28 + k / 1024 primitives per GEMM shape whose K varies).
+int64_t fixed_depth(int64_t k) {
+  const int64_t q = k <= 1024 ? 64 : k <= 8192 ? 256 : 1024;
+  return k / q * q;
 }
 
 // C tile (m, n) at c (ldc) = alpha op(A) op(B) + beta C with bf16 A, B. False when oneDNN has
@@ -158,30 +224,34 @@ ThreadMatmuls& thread_matmuls() {
 bool run_bf16_matmul(const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float* c, int64_t ldc,
                      int64_t m, int64_t n, int64_t k, bool ta, bool tb, float alpha, float beta) {
   pin_to_one_openmp_thread();
-  ThreadMatmuls& tm = thread_matmuls();
-  const Matmul& mm = get_matmul(tm, {0, n, k, lda, ldb, ldc, ta, tb, alpha, beta});
-  if (!mm.prim) return false;
-  dnnl_memory_desc_t amd, cmd;
-  const dnnl_dims_t ad = {m, k}, cd = {m, n};
-  const dnnl_dims_t as = {ta ? 1 : lda, ta ? lda : 1}, cs = {ldc, 1};
-  dnnl_check(dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as), "memory_desc a");
-  dnnl_check(dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs), "memory_desc c");
-  dnnl_memory_t am = nullptr, bm = nullptr, cm = nullptr;
-  dnnl_check(dnnl_memory_create(&am, &amd, cpu_engine(), const_cast<bf16*>(a)), "memory a");
-  dnnl_check(dnnl_memory_create(&bm, &mm.b, cpu_engine(), const_cast<bf16*>(b)), "memory b");
-  dnnl_check(dnnl_memory_create(&cm, &cmd, cpu_engine(), c), "memory c");
-  dnnl_memory_t sm = nullptr;
-  dnnl_check(dnnl_memory_create(&sm, &mm.scratch, cpu_engine(), tm.scratch.data()), "scratch");
-  const dnnl_exec_arg_t args[] = {
-      {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
-  const dnnl_status_t st = dnnl_primitive_execute(mm.prim, tm.stream, 4, args);
-  const dnnl_status_t wt = dnnl_stream_wait(tm.stream);
-  dnnl_memory_destroy(am);
-  dnnl_memory_destroy(bm);
-  dnnl_memory_destroy(cm);
-  dnnl_memory_destroy(sm);
-  dnnl_check(st, "dnnl_primitive_execute (bf16 matmul)");
-  dnnl_check(wt, "dnnl_stream_wait");
+  const int64_t m0 = m / kFixedRows * kFixedRows, k0 = fixed_depth(k);
+  // The parts: [rows) x [depth) with their primitive; the depth remainder adds (beta 1).
+  struct Part {
+    int64_t i0, rows, p0, depth;
+    float beta;
+    std::shared_ptr<const Matmul> mm;
+  };
+  Part parts[4];
+  int np = 0;
+  auto add = [&](int64_t i0, int64_t rows, int64_t p0, int64_t depth, float pb, bool fixed) {
+    if (rows == 0 || depth == 0) return true;
+    auto mm = get_matmul({fixed ? rows : 0, n, fixed ? depth : 0, lda, ldb, ldc, ta, tb, alpha,
+                          pb});
+    if (!mm->prim) return false;
+    parts[np++] = {i0, rows, p0, depth, pb, std::move(mm)};
+    return true;
+  };
+  for (const bool head : {true, false}) {
+    const int64_t i0 = head ? 0 : m0, rows = head ? m0 : m - m0;
+    if (!add(i0, rows, 0, k0, beta, head)) return false;
+    if (!add(i0, rows, k0, k - k0, k0 > 0 ? 1.0f : beta, false)) return false;
+  }
+  for (int i = 0; i < np; ++i) {
+    const Part& p = parts[i];
+    const bf16* ap = (ta ? a + p.p0 * lda + p.i0 : a + p.i0 * lda + p.p0);
+    const bf16* bp = (tb ? b + p.p0 : b + p.p0 * ldb);
+    execute_matmul(*p.mm, ap, lda, bp, ldb, c + p.i0 * ldc, ldc, p.rows, n, p.depth, ta, tb);
+  }
   return true;
 }
 #endif
