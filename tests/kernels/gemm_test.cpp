@@ -96,6 +96,22 @@ TEST_P(GemmTest, AlphaBetaAndTilesLargerThanOneBlock) {
   }
 }
 
+// The CPU backend runs a bf16 tile as fixed-shape matmuls (rows rounded down to 32, depth to
+// 64, or 256 past 1024) plus run-time remainders that add into C: shapes on both sides of each
+// split, every transpose, with and without beta.
+TEST_P(GemmTest, Bf16FixedAndRemainderPartsAddUp) {
+  const int64_t sizes[][3] = {{32, 16, 64}, {33, 20, 65}, {31, 8, 127}, {64, 24, 1030},
+                              {300, 40, 129}};
+  for (auto& sz : sizes) {
+    for (int tr = 0; tr < 4; ++tr) {
+      run_case(DType::BF16, DType::F32, 0, false, sz[0], sz[1], sz[2], tr & 1, tr & 2, 1.0f, 0.0f);
+      run_case(DType::BF16, DType::F32, 0, false, sz[0], sz[1], sz[2], tr & 1, tr & 2, 0.5f, 1.5f);
+      run_case(DType::BF16, DType::BF16, 0, false, sz[0], sz[1], sz[2], tr & 1, tr & 2, 1.0f,
+               tr == 3 ? 1.0f : 0.0f);
+    }
+  }
+}
+
 // beta == 0 ignores C's old contents entirely: a C full of NaN and infinities, at the GEMM shapes
 // of the bench config's experts and attention (the CPU backend then does not zero C first).
 TEST_P(GemmTest, BetaZeroIgnoresANonFiniteC) {
