@@ -96,6 +96,7 @@ struct MatmulKey {
   int64_t m, n, k, lda, ldb, ldc;
   bool ta, tb;
   float alpha, beta;
+  bool c16;  // C is bf16 (rounded by the primitive), else fp32
   auto operator<=>(const MatmulKey&) const = default;
 };
 struct Matmul {
@@ -124,7 +125,8 @@ std::shared_ptr<const Matmul> make_matmul(const MatmulKey& key) {
   const dnnl_dims_t cs = {key.ldc, 1};
   dnnl_check(dnnl_memory_desc_init_by_strides(&mm->a, 2, ad, dnnl_bf16, as), "memory_desc a");
   dnnl_check(dnnl_memory_desc_init_by_strides(&mm->b, 2, bd, dnnl_bf16, bs), "memory_desc b");
-  dnnl_check(dnnl_memory_desc_init_by_strides(&mm->c, 2, cd, dnnl_f32, cs), "memory_desc c");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&mm->c, 2, cd, key.c16 ? dnnl_bf16 : dnnl_f32, cs),
+             "memory_desc c");
   dnnl_matmul_desc_t md;
   dnnl_check(dnnl_matmul_desc_init(&md, &mm->a, &mm->b, nullptr, &mm->c), "dnnl_matmul_desc_init");
   dnnl_primitive_attr_t attr = nullptr;
@@ -183,7 +185,8 @@ ThreadStream& thread_stream() {
 
 // Runs mm on the given operands (their m and k must equal mm's where those are fixed).
 void execute_matmul(const Matmul& mm, const bf16* a, int64_t lda, const bf16* b, int64_t ldb,
-                    float* c, int64_t ldc, int64_t m, int64_t n, int64_t k, bool ta, bool tb) {
+                    void* c, bool c16, int64_t ldc, int64_t m, int64_t n, int64_t k, bool ta,
+                    bool tb) {
   ThreadStream& ts = thread_stream();
   const size_t need = dnnl_memory_desc_get_size(&mm.scratch);
   if (need > ts.scratch.size()) ts.scratch.resize(need);
@@ -193,7 +196,8 @@ void execute_matmul(const Matmul& mm, const bf16* a, int64_t lda, const bf16* b,
                     cs = {ldc, 1};
   dnnl_check(dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as), "memory_desc a");
   dnnl_check(dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs), "memory_desc b");
-  dnnl_check(dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs), "memory_desc c");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&cmd, 2, cd, c16 ? dnnl_bf16 : dnnl_f32, cs),
+             "memory_desc c");
   dnnl_memory_t am = nullptr, bm = nullptr, cm = nullptr;
   dnnl_check(dnnl_memory_create(&am, &amd, cpu_engine(), const_cast<bf16*>(a)), "memory a");
   dnnl_check(dnnl_memory_create(&bm, &bmd, cpu_engine(), const_cast<bf16*>(b)), "memory b");
@@ -219,10 +223,15 @@ int64_t fixed_depth(int64_t k) {
   return k / q * q;
 }
 
-// C tile (m, n) at c (ldc) = alpha op(A) op(B) + beta C with bf16 A, B. False when oneDNN has
-// no bf16 matmul here (nothing written).
-bool run_bf16_matmul(const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float* c, int64_t ldc,
-                     int64_t m, int64_t n, int64_t k, bool ta, bool tb, float alpha, float beta) {
+// True when run_bf16_matmul runs depth k in one part (what a bf16 C written by the matmul
+// itself needs: a depth remainder would add to a C already rounded to bf16).
+bool one_depth_part(int64_t k) { return fixed_depth(k) == k || fixed_depth(k) == 0; }
+
+// C tile (m, n) at c (ldc; fp32, or bf16 when c16, which needs one_depth_part(k)) = alpha op(A)
+// op(B) + beta C with bf16 A, B. False when oneDNN has no bf16 matmul here (nothing written).
+bool run_bf16_matmul(const bf16* a, int64_t lda, const bf16* b, int64_t ldb, void* c, bool c16,
+                     int64_t ldc, int64_t m, int64_t n, int64_t k, bool ta, bool tb, float alpha,
+                     float beta) {
   pin_to_one_openmp_thread();
   const int64_t m0 = m / kFixedRows * kFixedRows, k0 = fixed_depth(k);
   // The parts: [rows) x [depth) with their primitive; the depth remainder adds (beta 1).
@@ -235,8 +244,8 @@ bool run_bf16_matmul(const bf16* a, int64_t lda, const bf16* b, int64_t ldb, flo
   int np = 0;
   auto add = [&](int64_t i0, int64_t rows, int64_t p0, int64_t depth, float pb, bool fixed) {
     if (rows == 0 || depth == 0) return true;
-    auto mm = get_matmul({fixed ? rows : 0, n, fixed ? depth : 0, lda, ldb, ldc, ta, tb, alpha,
-                          pb});
+    auto mm =
+        get_matmul({fixed ? rows : 0, n, fixed ? depth : 0, lda, ldb, ldc, ta, tb, alpha, pb, c16});
     if (!mm->prim) return false;
     parts[np++] = {i0, rows, p0, depth, pb, std::move(mm)};
     return true;
@@ -250,7 +259,9 @@ bool run_bf16_matmul(const bf16* a, int64_t lda, const bf16* b, int64_t ldb, flo
     const Part& p = parts[i];
     const bf16* ap = (ta ? a + p.p0 * lda + p.i0 : a + p.i0 * lda + p.p0);
     const bf16* bp = (tb ? b + p.p0 : b + p.p0 * ldb);
-    execute_matmul(*p.mm, ap, lda, bp, ldb, c + p.i0 * ldc, ldc, p.rows, n, p.depth, ta, tb);
+    void* cp = c16 ? static_cast<void*>(static_cast<bf16*>(c) + p.i0 * ldc)
+                   : static_cast<void*>(static_cast<float*>(c) + p.i0 * ldc);
+    execute_matmul(*p.mm, ap, lda, bp, ldb, cp, c16, ldc, p.rows, n, p.depth, ta, tb);
   }
   return true;
 }
@@ -264,6 +275,20 @@ void run_tile_f32(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t 
 // One tile [i0, i1) x [j0, j1) of g's C, through its fp32 working copy when C is bf16.
 void run_tile(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   if (!g.c16) return run_tile_f32(g, i0, i1, j0, j1);
+#if MOEZERO_HAVE_ONEDNN
+  // bf16 x bf16 -> bf16 C at beta 0: the matmul rounds its fp32 accumulators into C itself (RNE,
+  // as store_f32; its bf16 kernels flush subnormal accumulators to zero either way), with no
+  // fp32 working tile to write, read back and round.
+  if (g.a16 && g.b16 && g.beta == 0.0f && g.alpha != 0.0f && g.k > 0 && one_depth_part(g.k)) {
+    const int64_t lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
+    const bf16* a16 = g.ta ? g.a16 + i0 : g.a16 + i0 * lda;
+    const bf16* b16 = g.tb ? g.b16 + j0 * ldb : g.b16 + j0;
+    const bool done = run_bf16_matmul(a16, lda, b16, ldb, g.c16 + i0 * g.n + j0, true, g.n, i1 - i0,
+                                      j1 - j0, g.k, g.ta, g.tb, g.alpha, 0.0f);
+    MOEZERO_CHECK(done, "bf16 GEMM: oneDNN has no bf16 matmul for this shape on this CPU");
+    return;
+  }
+#endif
   if (g.beta != 0.0f)
     for (int64_t i = i0; i < i1; ++i) load_f32(g.c16 + i * g.n + j0, g.c + i * g.n + j0, j1 - j0);
   run_tile_f32(g, i0, i1, j0, j1);
@@ -296,7 +321,7 @@ void run_tile_f32(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t 
   if (g.a16 && g.b16) {
     const bf16* a16 = g.ta ? g.a16 + i0 : g.a16 + i0 * lda;
     const bf16* b16 = g.tb ? g.b16 + j0 * ldb : g.b16 + j0;
-    const bool done = run_bf16_matmul(a16, lda, b16, ldb, g.c + i0 * ldc + j0, ldc, i1 - i0,
+    const bool done = run_bf16_matmul(a16, lda, b16, ldb, g.c + i0 * ldc + j0, false, ldc, i1 - i0,
                                       j1 - j0, g.k, g.ta, g.tb, g.alpha, g.beta);
     MOEZERO_CHECK(done, "bf16 GEMM: oneDNN has no bf16 matmul for this shape on this CPU");
     return;
@@ -391,8 +416,8 @@ bool bf16_gemm_available() {
   static const bool ok = [] {
     std::vector<bf16> a(256, float_to_bf16(1.0f)), b(256, float_to_bf16(0.5f));
     std::vector<float> c(256, 0.0f);
-    if (!run_bf16_matmul(a.data(), 16, b.data(), 16, c.data(), 16, 16, 16, 16, false, false, 1.0f,
-                         0.0f))
+    if (!run_bf16_matmul(a.data(), 16, b.data(), 16, c.data(), false, 16, 16, 16, 16, false, false,
+                         1.0f, 0.0f))
       return false;
     return std::all_of(c.begin(), c.end(), [](float v) { return v == 8.0f; });
   }();

@@ -100,8 +100,8 @@ TEST_P(GemmTest, AlphaBetaAndTilesLargerThanOneBlock) {
 // 64, or 256 past 1024) plus run-time remainders that add into C: shapes on both sides of each
 // split, every transpose, with and without beta.
 TEST_P(GemmTest, Bf16FixedAndRemainderPartsAddUp) {
-  const int64_t sizes[][3] = {{32, 16, 64}, {33, 20, 65}, {31, 8, 127}, {64, 24, 1030},
-                              {300, 40, 129}};
+  const int64_t sizes[][3] = {
+      {32, 16, 64}, {33, 20, 65}, {31, 8, 127}, {64, 24, 1030}, {300, 40, 129}};
   for (auto& sz : sizes) {
     for (int tr = 0; tr < 4; ++tr) {
       run_case(DType::BF16, DType::F32, 0, false, sz[0], sz[1], sz[2], tr & 1, tr & 2, 1.0f, 0.0f);
