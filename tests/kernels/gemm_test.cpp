@@ -1,6 +1,7 @@
 // tests/kernels/gemm_test.cpp — gemm (plain, batched, every transpose, alpha/beta, bf16 with
 // f32 or bf16 C) and grouped_gemm (uneven and empty problems) against a float64 reference, plus
 // the shape/dtype validation of both.
+#include <bit>
 #include <limits>
 
 #include "tests/kernels/kernel_test_util.h"
@@ -108,6 +109,36 @@ TEST_P(GemmTest, Bf16FixedAndRemainderPartsAddUp) {
       run_case(DType::BF16, DType::F32, 0, false, sz[0], sz[1], sz[2], tr & 1, tr & 2, 0.5f, 1.5f);
       run_case(DType::BF16, DType::BF16, 0, false, sz[0], sz[1], sz[2], tr & 1, tr & 2, 1.0f,
                tr == 3 ? 1.0f : 0.0f);
+    }
+  }
+}
+
+// A bf16 C at beta 0 is rounded by the bf16 matmul itself on the CPU: the same bits as the fp32
+// C of the same product rounded to bf16 (RNE), at the bench config's shapes and odd ones.
+TEST_P(GemmTest, Bf16CAtBetaZeroIsTheRoundedF32C) {
+  const int64_t sizes[][3] = {{256, 256, 128}, {70, 128, 256}, {33, 20, 65}, {5, 7, 1030}};
+  for (auto& sz : sizes) {
+    for (int tr = 0; tr < 4; ++tr) {
+      const int64_t m = sz[0], n = sz[1], k = sz[2];
+      const bool ta = tr & 1, tb = tr & 2;
+      SCOPED_TRACE(::testing::Message()
+                   << "m " << m << " n " << n << " k " << k << " ta " << ta << " tb " << tb);
+      TensorBuffer a = upload(round_to(DType::BF16, rand_vec(static_cast<size_t>(m * k))),
+                              DType::BF16, ta ? Shape{k, m} : Shape{m, k});
+      TensorBuffer b = upload(round_to(DType::BF16, rand_vec(static_cast<size_t>(k * n))),
+                              DType::BF16, tb ? Shape{n, k} : Shape{k, n});
+      TensorBuffer c32 = upload(Vec(static_cast<size_t>(m * n), 0.0f), DType::F32, Shape{m, n});
+      TensorBuffer c16 = upload(Vec(static_cast<size_t>(m * n), 0.0f), DType::BF16, Shape{m, n});
+      const Transpose tra = ta ? Transpose::Yes : Transpose::No;
+      const Transpose trb = tb ? Transpose::Yes : Transpose::No;
+      ops().gemm(s(), GemmArgs{a, b, c32, tra, trb, 0.75f, 0.0f});
+      ops().gemm(s(), GemmArgs{a, b, c16, tra, trb, 0.75f, 0.0f});
+      const Vec want = round_to(DType::BF16, download(c32));
+      const Vec got = download(c16);
+      size_t differ = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        differ += std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]);
+      EXPECT_EQ(differ, 0u);
     }
   }
 }
