@@ -75,9 +75,7 @@ void attention_forward(Stream& s, const Tensor& q, const Tensor& k, const Tensor
             const int64_t valid = q0 + r + 1;  // keys 0..t
             const float mx = max_f32(srow, valid);
             const float sum = exp_inplace_f32(srow, valid, mx);
-            const float inv = 1.0f / sum;
-            for (int64_t j = 0; j < valid; ++j) srow[j] *= inv;
-            for (int64_t j = valid; j < kend; ++j) srow[j] = 0.0f;
+            scale_and_zero_tail_f32(srow, valid, kend, 1.0f / sum);
             lse_row[q0 + r] = mx + std::log(sum);
           }
           // O[q0:q0+rows] (rows, D) = P (rows, kend) @ V[0:kend] (kend, D)
@@ -136,13 +134,9 @@ void attention_backward(Stream& s, const Tensor& q, const Tensor& k, const Tenso
             const int64_t valid = q0 + r + 1;
             const float l = lse_row[q0 + r];
             const float dsum = dot_f32(dob + r * m.d, of.data() + (q0 + r) * m.d, m.d);
-            float* prow = p.data() + r * kend;
-            float* dprow = dp.data() + r * kend;
-            for (int64_t j = 0; j < valid; ++j) {
-              prow[j] = exp_f32(prow[j] - l);
-              dprow[j] = prow[j] * (dprow[j] - dsum);  // dS
-            }
-            for (int64_t j = valid; j < kend; ++j) prow[j] = dprow[j] = 0.0f;
+            // P from lse, and dS in dp's place.
+            softmax_backward_row_f32(p.data() + r * kend, dp.data() + r * kend, valid, kend, l,
+                                     dsum);
           }
           // dQ[q0:] (rows, D) = scale * dS (rows, kend) @ K[0:kend]
           run_f32_gemm_serial({dp.data(), kf.data(), dqf.data() + q0 * m.d, rows, m.d, kend, false,

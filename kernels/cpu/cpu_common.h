@@ -106,7 +106,8 @@ void parallel_for_each(int64_t n, int64_t grain, F&& f) {
                     });
 }
 
-// Dot product in fp32 over 8 fixed lanes (vectorisable, and the same order on every run).
+// Dot product in fp32 over 8 fixed lanes (vectorisable, and the same order on every run; inline:
+// the rows are short, and inside cpu_math.cpp's clones it is compiled at their width).
 inline float dot_f32(const float* a, const float* b, int64_t n) {
   float lane[8] = {};
   int64_t i = 0;

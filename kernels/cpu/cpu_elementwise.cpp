@@ -157,20 +157,28 @@ void sum_squares(Stream& s, const Tensor& x, const Tensor& out) {
       const T* p = static_cast<const T*>(x.data());
       parallel_for_each(nb, 1, [&](int64_t b) {
         const int64_t lo = b * kBlockElems, hi = std::min(n, lo + kBlockElems);
-        float lane[8] = {};
-        int64_t i = lo;
-        for (; i + 8 <= hi; i += 8) {
-          for (int l = 0; l < 8; ++l) {
-            const float v = to_f32(p[i + l]);
-            lane[l] += v * v;
+        float sum = 0.0f;
+        if constexpr (std::is_same_v<T, float>) {
+          sum = sum_squares_f32(p + lo, hi - lo);
+        } else if constexpr (std::is_same_v<T, bf16>) {
+          sum = sum_squares_bf16(p + lo, hi - lo);
+        } else {
+          float buf[kStage];
+          float lane[8] = {};  // sum_squares_f32's lanes, over kStage-sized widened pieces
+          for (int64_t i = lo; i < hi;) {
+            const int64_t len = std::min(kStage, hi - i);
+            load_f32(p + i, buf, len);
+            // kStage is a multiple of 8: the pieces keep the lanes' element assignment.
+            int64_t j = 0;
+            for (; j + 8 <= len; j += 8)
+              for (int l = 0; l < 8; ++l) lane[l] += buf[j + l] * buf[j + l];
+            for (; j < len; ++j) lane[0] += buf[j] * buf[j];
+            i += len;
           }
+          sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+                ((lane[4] + lane[5]) + (lane[6] + lane[7]));
         }
-        for (; i < hi; ++i) {
-          const float v = to_f32(p[i]);
-          lane[0] += v * v;
-        }
-        partial[static_cast<size_t>(b)] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
-                                          ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+        partial[static_cast<size_t>(b)] = sum;
       });
     });
     double total = 0.0;

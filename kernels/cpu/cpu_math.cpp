@@ -99,6 +99,72 @@ MOEZERO_CPU_CLONES_BW void f32_to_bf16_row(const float* src, bf16* dst, int64_t 
   for (int64_t i = 0; i < n; ++i) dst[i] = from_f32<bf16>(src[i]);
 }
 
+MOEZERO_CPU_CLONES float sum_squares_f32(const float* x, int64_t n) {
+  float lane[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) lane[l] += x[i + l] * x[i + l];
+  }
+  for (; i < n; ++i) lane[0] += x[i] * x[i];
+  return lane_sum(lane);
+}
+
+MOEZERO_CPU_CLONES_BW float sum_squares_bf16(const bf16* x, int64_t n) {
+  float lane[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) {
+      const float v = to_f32(x[i + l]);
+      lane[l] += v * v;
+    }
+  }
+  for (; i < n; ++i) {
+    const float v = to_f32(x[i]);
+    lane[0] += v * v;
+  }
+  return lane_sum(lane);
+}
+
+MOEZERO_CPU_CLONES void scale_and_zero_tail_f32(float* x, int64_t valid, int64_t total, float inv) {
+  for (int64_t j = 0; j < valid; ++j) x[j] *= inv;
+  for (int64_t j = valid; j < total; ++j) x[j] = 0.0f;
+}
+
+MOEZERO_CPU_CLONES void softmax_backward_row_f32(float* __restrict__ p, float* __restrict__ dp,
+                                                 int64_t valid, int64_t total, float lse,
+                                                 float dsum) {
+  for (int64_t j = 0; j < valid; ++j) {
+    const float pj = exp_f32(p[j] - lse);
+    p[j] = pj;
+    dp[j] = pj * (dp[j] - dsum);
+  }
+  for (int64_t j = valid; j < total; ++j) p[j] = dp[j] = 0.0f;
+}
+
+MOEZERO_CPU_CLONES void rmsnorm_row_f32(const float* __restrict__ x, const float* __restrict__ w,
+                                        float r, float* __restrict__ out, int64_t c) {
+  for (int64_t j = 0; j < c; ++j) out[j] = x[j] * r * w[j];
+}
+
+MOEZERO_CPU_CLONES void rmsnorm_backward_row_f32(const float* __restrict__ x, float* __restrict__ g,
+                                                 const float* __restrict__ w, float r,
+                                                 float* __restrict__ acc, float* __restrict__ dx,
+                                                 int64_t c) {
+  for (int64_t j = 0; j < c; ++j) acc[j] += g[j] * x[j] * r;
+  for (int64_t j = 0; j < c; ++j) g[j] *= w[j];
+  const float k = r * r * r * dot_f32(g, x, c) / static_cast<float>(c);
+  for (int64_t j = 0; j < c; ++j) dx[j] = r * g[j] - x[j] * k;
+}
+
+MOEZERO_CPU_CLONES void rope_row_f32(const float* __restrict__ x1, const float* __restrict__ x2,
+                                     const float* __restrict__ cs, const float* __restrict__ sn,
+                                     float* __restrict__ o1, float* __restrict__ o2, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    o1[i] = x1[i] * cs[i] - x2[i] * sn[i];
+    o2[i] = x2[i] * cs[i] + x1[i] * sn[i];
+  }
+}
+
 MOEZERO_CPU_CLONES bool all_finite_f32(const float* x, int64_t n) {
   // |x| as bits: non-finite (exponent all ones) exactly when >= 0x7f800000. A max over integer
   // lanes: no float compare, so NaN cannot slip through.

@@ -15,6 +15,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace moezero::cpu {
 
 inline float exp_f32(float x) {
@@ -64,6 +66,24 @@ void swiglu_backward_act_f32(const float* g, const float* u, const float* d, flo
                              float* du, int64_t n);
 // True when every x[i] is finite (no NaN, no infinity); integer compares only.
 bool all_finite_f32(const float* x, int64_t n);
+// Sum of squares over 8 fixed lanes, as dot_f32 (cpu_common.h): lane l takes elements l, l + 8,
+// ...; the tail goes to lane 0; lanes summed as ((0+1)+(2+3))+((4+5)+(6+7)).
+float sum_squares_f32(const float* x, int64_t n);
+float sum_squares_bf16(const bf16* x, int64_t n);
+// Softmax row, normalise: x[j] *= inv for j < valid, x[j] = 0 for valid <= j < total.
+void scale_and_zero_tail_f32(float* x, int64_t valid, int64_t total, float inv);
+// Attention backward row: p[j] = exp(p[j] - lse), dp[j] = p[j] * (dp[j] - dsum) for j < valid;
+// both 0 for valid <= j < total.
+void softmax_backward_row_f32(float* p, float* dp, int64_t valid, int64_t total, float lse,
+                              float dsum);
+// RMSNorm rows: out[j] = x[j] * r * w[j]; backward: acc[j] += g[j] * x[j] * r, g[j] *= w[j],
+// dx[j] = r * g[j] - x[j] * (r^3 dot(g, x) / c).
+void rmsnorm_row_f32(const float* x, const float* w, float r, float* out, int64_t c);
+void rmsnorm_backward_row_f32(const float* x, float* g, const float* w, float r, float* acc,
+                              float* dx, int64_t c);
+// Rotate-half RoPE of one head: o1 = x1 c - x2 s, o2 = x2 c + x1 s (half elements each).
+void rope_row_f32(const float* x1, const float* x2, const float* cs, const float* sn, float* o1,
+                  float* o2, int64_t half);
 // One AdamW update of n elements (cpu_optim.cpp's formula, with its per-call constants).
 struct AdamWConsts {
   float grad_scale, decay, w1, beta2, w2, bc2_sqrt, eps, step_size;

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/cpu_math.h"
 
 namespace moezero::cpu {
 namespace {

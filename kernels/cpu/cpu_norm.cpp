@@ -8,8 +8,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/cpu_math.h"
 
 namespace moezero::cpu {
 namespace {
@@ -23,7 +25,20 @@ void check_ids(const char* op, const int32_t* ids, int64_t n, int64_t v) {
   }
 }
 
-constexpr int64_t kNormRowBlock = 32;   // rows per dw partial in rmsnorm_backward
+constexpr int64_t kNormRowBlock = 32;
+
+// Row x as fp32: x itself when T is float, else widened into buf.
+template <typename T>
+const float* px_f32(const T* x, float* buf, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    (void)buf;
+    (void)n;
+    return x;
+  } else {
+    load_f32(x, buf, n);
+    return buf;
+  }
+}  // rows per dw partial in rmsnorm_backward
 constexpr int64_t kEmbedColBlock = 64;  // channels per task in embedding_backward
 
 }  // namespace
@@ -77,13 +92,19 @@ void rmsnorm_forward(Stream& s, const Tensor& x, const Tensor& w, float eps, con
       float* pr = rstd.data_as<float>();
       const std::vector<float> wf = to_f32_vector(w);
       parallel_for_each(rows, row_grain(c), [&](int64_t t) {
-        thread_local std::vector<float> row;
+        thread_local std::vector<float> row, orow;
         row.resize(static_cast<size_t>(c));
-        load_f32(px + t * c, row.data(), c);
-        const float ms = c > 0 ? dot_f32(row.data(), row.data(), c) / static_cast<float>(c) : 0.0f;
+        const float* xr = px_f32(px + t * c, row.data(), c);
+        const float ms = c > 0 ? dot_f32(xr, xr, c) / static_cast<float>(c) : 0.0f;
         const float r = 1.0f / std::sqrt(ms + eps);
         pr[t] = r;
-        for (int64_t j = 0; j < c; ++j) po[t * c + j] = from_f32<T>(row[j] * r * wf[j]);
+        if constexpr (std::is_same_v<T, float>) {
+          rmsnorm_row_f32(xr, wf.data(), r, po + t * c, c);
+        } else {
+          orow.resize(static_cast<size_t>(c));
+          rmsnorm_row_f32(xr, wf.data(), r, orow.data(), c);
+          store_f32(orow.data(), po + t * c, c);
+        }
       });
     });
   });
@@ -104,16 +125,18 @@ void rmsnorm_backward(Stream& s, const Tensor& dout, const Tensor& x, const Tens
       const float* pr = rstd.data_as<float>();
       const std::vector<float> wf = to_f32_vector(w);
       parallel_for_each(nb, 1, [&](int64_t b) {
-        std::vector<float> xr(static_cast<size_t>(c)), g(static_cast<size_t>(c));
+        std::vector<float> xr(static_cast<size_t>(c)), g(static_cast<size_t>(c)), dxr;
+        if constexpr (!std::is_same_v<T, float>) dxr.resize(static_cast<size_t>(c));
         float* acc = partial.data() + b * c;
         for (int64_t t = b * kNormRowBlock; t < std::min(rows, (b + 1) * kNormRowBlock); ++t) {
-          load_f32(px + t * c, xr.data(), c);
-          load_f32(pd + t * c, g.data(), c);
-          const float r = pr[t];
-          for (int64_t j = 0; j < c; ++j) acc[j] += g[j] * xr[j] * r;
-          for (int64_t j = 0; j < c; ++j) g[j] *= wf[j];
-          const float k = r * r * r * dot_f32(g.data(), xr.data(), c) / static_cast<float>(c);
-          for (int64_t j = 0; j < c; ++j) pdx[t * c + j] = from_f32<T>(r * g[j] - xr[j] * k);
+          const float* xp = px_f32(px + t * c, xr.data(), c);
+          load_f32(pd + t * c, g.data(), c);  // g is scaled in place
+          if constexpr (std::is_same_v<T, float>) {
+            rmsnorm_backward_row_f32(xp, g.data(), wf.data(), pr[t], acc, pdx + t * c, c);
+          } else {
+            rmsnorm_backward_row_f32(xp, g.data(), wf.data(), pr[t], acc, dxr.data(), c);
+            store_f32(dxr.data(), pdx + t * c, c);
+          }
         }
       });
     });
@@ -208,13 +231,20 @@ void rope(Stream& s, const Tensor& x, const Tensor& positions, float base, RopeD
             sn[static_cast<size_t>(i)] = sign * static_cast<float>(std::sin(ang));
           }
         }
-        for (int64_t h = 0; h < h_n; ++h) {
-          const int64_t off = (t * h_n + h) * d;
-          for (int64_t i = 0; i < half; ++i) {
-            const float x1 = to_f32(px[off + i]), x2 = to_f32(px[off + i + half]);
-            const float c = cs[static_cast<size_t>(i)], sv = sn[static_cast<size_t>(i)];
-            po[off + i] = from_f32<T>(x1 * c - x2 * sv);
-            po[off + i + half] = from_f32<T>(x2 * c + x1 * sv);
+        if constexpr (std::is_same_v<T, float>) {
+          for (int64_t h = 0; h < h_n; ++h) {
+            const int64_t off = (t * h_n + h) * d;
+            rope_row_f32(px + off, px + off + half, cs.data(), sn.data(), po + off, po + off + half,
+                         half);
+          }
+        } else {
+          std::vector<float> xr(static_cast<size_t>(d)), orow(static_cast<size_t>(d));
+          for (int64_t h = 0; h < h_n; ++h) {
+            const int64_t off = (t * h_n + h) * d;
+            load_f32(px + off, xr.data(), d);
+            rope_row_f32(xr.data(), xr.data() + half, cs.data(), sn.data(), orow.data(),
+                         orow.data() + half, half);
+            store_f32(orow.data(), po + off, d);
           }
         }
       });
