@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -150,6 +151,12 @@ bool bf16_gemm_available();
 // Runs the GEMMs in parallel, split into fixed tiles of C (each tile is one single-threaded
 // dnnl_sgemm / cblas_sgemm call). Deterministic.
 void run_f32_gemms(std::span<const F32Gemm> gemms);
+// The tile of C (rows, columns) that run_f32_gemms uses for an m x n x k GEMM: 256 x 256 at
+// most, split (rows first, down to 64 x 64) while a tile holds more than 256 x 128 x 128
+// multiply-adds, so that deep GEMMs (weight gradients: the depth is the tokens) spread over the
+// cores in even pieces. A function of the shape only, never of the thread count or of the other
+// GEMMs of the call.
+std::pair<int64_t, int64_t> gemm_tile_shape(int64_t m, int64_t n, int64_t k);
 // Runs one GEMM on the calling thread (no TBB), for use inside other parallel kernels.
 void run_f32_gemm_serial(const F32Gemm& g);
 

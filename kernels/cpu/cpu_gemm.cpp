@@ -30,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_common.h"
@@ -343,6 +344,33 @@ void run_tile_f32(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t 
 #endif
 }
 
+// Tiles are split (rows first, down to kMinTile) while one holds more than kTileWork
+// multiply-adds: a weight gradient's depth is the tokens (an expert's can be most of the batch
+// early in training), so a single 128 x 256 tile of it would be the longest task of its loop.
+constexpr int64_t kMinTile = 64;
+constexpr int64_t kTileWork = int64_t{256} * 128 * 128;
+
+}  // namespace
+
+std::pair<int64_t, int64_t> gemm_tile_shape(int64_t m, int64_t n, int64_t k) {
+  auto fit = [](int64_t t, int64_t len) {  // t, or len rounded up to kMinTile when smaller
+    return std::min(t, std::max(kMinTile, (len + kMinTile - 1) / kMinTile * kMinTile));
+  };
+  int64_t tm = fit(kTileM, m), tn = fit(kTileN, n);
+  while (tm * tn * k > kTileWork) {
+    if (tm > kMinTile) {
+      tm = fit(tm / 2, m);
+    } else if (tn > kMinTile) {
+      tn = fit(tn / 2, n);
+    } else {
+      break;
+    }
+  }
+  return {tm, tn};
+}
+
+namespace {
+
 struct Tile {
   int32_t gemm;
   int64_t i0, i1, j0, j1;
@@ -461,10 +489,11 @@ void run_f32_gemms(std::span<const F32Gemm> gemms) {
   std::vector<Tile> tiles;
   for (size_t gi = 0; gi < gemms.size(); ++gi) {
     const F32Gemm& g = gemms[gi];
-    for (int64_t i = 0; i < g.m; i += kTileM) {
-      for (int64_t j = 0; j < g.n; j += kTileN) {
+    const auto [tm, tn] = gemm_tile_shape(g.m, g.n, g.k);
+    for (int64_t i = 0; i < g.m; i += tm) {
+      for (int64_t j = 0; j < g.n; j += tn) {
         tiles.push_back(
-            {static_cast<int32_t>(gi), i, std::min(g.m, i + kTileM), j, std::min(g.n, j + kTileN)});
+            {static_cast<int32_t>(gi), i, std::min(g.m, i + tm), j, std::min(g.n, j + tn)});
       }
     }
   }

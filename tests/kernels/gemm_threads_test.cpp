@@ -18,6 +18,8 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -129,24 +131,44 @@ TEST(CpuGemmThreads, KernelFamilyUsesTheWidestUnits) {
 // every transpose) give the same bits with oneTBB limited to one thread and with all of them.
 // (A row of C may depend on the call's M with oneDNN, whose kernels pick blockings by shape;
 // tile boundaries are a function of the shape only, so that is deterministic too.)
+// Deep GEMMs (weight gradients: the depth is the tokens) are cut into more, smaller tiles so that
+// no single tile is the long pole of its parallel loop; shallow ones keep 256 x 256.
+TEST(CpuGemmThreads, DeepGemmsGetSmallerTiles) {
+  using P = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(cpu::gemm_tile_shape(1024, 128, 128), P(256, 128));  // dense forward: as before
+  EXPECT_EQ(cpu::gemm_tile_shape(632, 256, 128), P(128, 256));
+  EXPECT_EQ(cpu::gemm_tile_shape(128, 128, 1024), P(64, 64));  // dense weight gradient
+  EXPECT_EQ(cpu::gemm_tile_shape(128, 256, 1004), P(64, 64));  // a busy expert's gradient
+  EXPECT_EQ(cpu::gemm_tile_shape(128, 256, 3), P(128, 256));   // an idle one's
+  EXPECT_EQ(cpu::gemm_tile_shape(30, 20, 100000), P(64, 64));  // never below 64 x 64
+  for (const auto& [m, n, k] :
+       {std::tuple<int64_t, int64_t, int64_t>{1000, 700, 50}, {128, 128, 1024}, {600, 520, 300}}) {
+    const auto [tm, tn] = cpu::gemm_tile_shape(m, n, k);
+    EXPECT_TRUE(tm * tn * k <= 256 * 128 * 128 || (tm == 64 && tn == 64)) << m << " " << n;
+    EXPECT_TRUE(tm <= 256 && tn <= 256 && tm % 64 == 0 && tn % 64 == 0) << tm << " " << tn;
+  }
+}
+
 TEST(CpuGemmThreads, ResultDoesNotDependOnThreadCount) {
-  const int64_t m = 600, n = 520, k = 300;
-  const auto a = random_matrix(static_cast<size_t>(m * k), 3);
-  const auto b = random_matrix(static_cast<size_t>(k * n), 4);
-  for (const bool ta : {false, true}) {
-    for (const bool tb : {false, true}) {
-      auto run = [&](int threads) {
-        tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
-                                  static_cast<size_t>(threads));
-        std::vector<float> c(static_cast<size_t>(m * n), 0.5f);
-        const cpu::F32Gemm g{a.data(), b.data(), c.data(), m, n, k, ta, tb, 0.75f, 1.0f};
-        cpu::run_f32_gemms({&g, 1});
-        return c;
-      };
-      const int all = tbb::this_task_arena::max_concurrency();
-      const std::vector<float> one = run(1);
-      EXPECT_EQ(one, run(all)) << "ta " << ta << " tb " << tb << ": 1 vs " << all << " threads";
-      EXPECT_EQ(one, run(1)) << "ta " << ta << " tb " << tb << ": not the same run to run";
+  for (const auto& [m, n, k] :
+       {std::tuple<int64_t, int64_t, int64_t>{600, 520, 300}, {128, 256, 1004}, {100, 30, 77}}) {
+    const auto a = random_matrix(static_cast<size_t>(m * k), 3);
+    const auto b = random_matrix(static_cast<size_t>(k * n), 4);
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        auto run = [&](int threads) {
+          tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                                    static_cast<size_t>(threads));
+          std::vector<float> c(static_cast<size_t>(m * n), 0.5f);
+          const cpu::F32Gemm g{a.data(), b.data(), c.data(), m, n, k, ta, tb, 0.75f, 1.0f};
+          cpu::run_f32_gemms({&g, 1});
+          return c;
+        };
+        const int all = tbb::this_task_arena::max_concurrency();
+        const std::vector<float> one = run(1);
+        EXPECT_EQ(one, run(all)) << "ta " << ta << " tb " << tb << ": 1 vs " << all << " threads";
+        EXPECT_EQ(one, run(1)) << "ta " << ta << " tb " << tb << ": not the same run to run";
+      }
     }
   }
 }
