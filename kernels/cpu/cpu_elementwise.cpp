@@ -3,6 +3,7 @@
 // by the other CPU kernels.
 //
 // Flat loops in blocks of kBlockElems elements, one TBB task per block; fp32 arithmetic.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -43,6 +44,25 @@ void from_f32_vector(const std::vector<float>& v, const Tensor& t) {
   });
 }
 
+// po[i] = op(pa[i], pb[i]) over [lo, hi) in fp32: bf16 through kStage-sized fp32 staging (the
+// row conversions of cpu_math.cpp at the CPU's widest vectors; the same values as an element-wise
+// to_f32 / from_f32), other types element by element. po may alias pa or pb.
+template <typename T, typename Op>
+void binary_rows(const T* pa, const T* pb, T* po, int64_t lo, int64_t hi, Op op) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    float fa[kStage], fb[kStage];
+    for (int64_t i = lo; i < hi; i += kStage) {
+      const int64_t n = std::min(kStage, hi - i);
+      load_f32(pa + i, fa, n);
+      load_f32(pb + i, fb, n);
+      for (int64_t j = 0; j < n; ++j) fa[j] = op(fa[j], fb[j]);
+      store_f32(fa, po + i, n);
+    }
+  } else {
+    for (int64_t i = lo; i < hi; ++i) po[i] = from_f32<T>(op(to_f32(pa[i]), to_f32(pb[i])));
+  }
+}
+
 // out = a + b; out may alias a or b (each element is read before it is written).
 void add(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) {
   s.enqueue_host([a, b, out] {
@@ -51,7 +71,7 @@ void add(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) {
       const T* pb = static_cast<const T*>(b.data());
       T* po = static_cast<T*>(out.data());
       for_blocks(a.numel(), [&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) po[i] = from_f32<T>(to_f32(pa[i]) + to_f32(pb[i]));
+        binary_rows(pa, pb, po, lo, hi, [](float x, float y) { return x + y; });
       });
     });
   });
@@ -64,7 +84,7 @@ void mul(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) {
       const T* pb = static_cast<const T*>(b.data());
       T* po = static_cast<T*>(out.data());
       for_blocks(a.numel(), [&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) po[i] = from_f32<T>(to_f32(pa[i]) * to_f32(pb[i]));
+        binary_rows(pa, pb, po, lo, hi, [](float x, float y) { return x * y; });
       });
     });
   });
@@ -89,8 +109,19 @@ void axpy(Stream& s, float alpha, const Tensor& x, const Tensor& y) {
         const X* px = static_cast<const X*>(x.data());
         Y* py = static_cast<Y*>(y.data());
         for_blocks(x.numel(), [&](int64_t lo, int64_t hi) {
-          for (int64_t i = lo; i < hi; ++i)
-            py[i] = from_f32<Y>(to_f32(py[i]) + alpha * to_f32(px[i]));
+          if constexpr (std::is_same_v<X, bf16> || std::is_same_v<Y, bf16>) {
+            float fx[kStage], fy[kStage];  // staged as binary_rows
+            for (int64_t i = lo; i < hi; i += kStage) {
+              const int64_t n = std::min(kStage, hi - i);
+              load_f32(px + i, fx, n);
+              load_f32(py + i, fy, n);
+              for (int64_t j = 0; j < n; ++j) fy[j] = fy[j] + alpha * fx[j];
+              store_f32(fy, py + i, n);
+            }
+          } else {
+            for (int64_t i = lo; i < hi; ++i)
+              py[i] = from_f32<Y>(to_f32(py[i]) + alpha * to_f32(px[i]));
+          }
         });
       });
     });
@@ -102,7 +133,17 @@ void fill(Stream& s, const Tensor& x, double value) {
     auto fill_as = [&](auto v) {
       using V = decltype(v);
       V* p = static_cast<V*>(x.data());
-      for_blocks(x.numel(), [&](int64_t lo, int64_t hi) { std::fill(p + lo, p + hi, v); });
+      // All-zero bits (0.0 of every dtype here): memset, the C library's widest stores.
+      bool zero = true;
+      for (size_t i = 0; i < sizeof v; ++i)
+        zero = zero && reinterpret_cast<const char*>(&v)[i] == 0;
+      for_blocks(x.numel(), [&](int64_t lo, int64_t hi) {
+        if (zero) {
+          std::memset(static_cast<void*>(p + lo), 0, static_cast<size_t>(hi - lo) * sizeof v);
+        } else {
+          std::fill(p + lo, p + hi, v);
+        }
+      });
     };
     switch (x.dtype()) {
       case DType::F32: fill_as(static_cast<float>(value)); break;
@@ -139,7 +180,13 @@ void cast(Stream& s, const Tensor& src, const Tensor& dst) {
         const S* ps = static_cast<const S*>(src.data());
         D* pd = static_cast<D*>(dst.data());
         for_blocks(src.numel(), [&](int64_t lo, int64_t hi) {
-          for (int64_t i = lo; i < hi; ++i) pd[i] = from_f32<D>(to_f32(ps[i]));
+          if constexpr (std::is_same_v<S, float>) {
+            store_f32(ps + lo, pd + lo, hi - lo);  // f32 -> bf16: f32_to_bf16_row
+          } else if constexpr (std::is_same_v<D, float>) {
+            load_f32(ps + lo, pd + lo, hi - lo);  // bf16 -> f32: bf16_to_f32_row
+          } else {
+            for (int64_t i = lo; i < hi; ++i) pd[i] = from_f32<D>(to_f32(ps[i]));
+          }
         });
       });
     });
