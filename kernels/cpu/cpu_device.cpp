@@ -113,11 +113,12 @@ void CpuStream::run() {
       }
     }
     task = Task{};  // release captures on the worker, before signalling completion
+    bool wake = false;
     {
       std::lock_guard lock(mu_);
-      ++completed_;
+      wake = done_.complete_one();
     }
-    cv_idle_.notify_all();
+    if (wake) done_.notify();
   }
 }
 
@@ -125,18 +126,17 @@ void CpuStream::synchronize() {
   const auto start = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);
   const uint64_t target = enqueued_;
-  while (!cv_idle_.wait_for(lock, kWaitPoll, [&] { return completed_ >= target; })) {
-    lock.unlock();  // the check may run expiry hooks (and throws)
+  // The check may run expiry hooks (and throws); it runs without the lock.
+  done_.wait_until(lock, target, kWaitPoll, [&] {
     device_.check_host_wait(start, "stream '" + name() + "' of " + device_.name());
-    lock.lock();
-  }
+  });
   if (error_) std::rethrow_exception(error_);
 }
 
 bool CpuStream::query() {
   std::lock_guard lock(mu_);
   if (error_) std::rethrow_exception(error_);
-  return completed_ == enqueued_;
+  return done_.completed() == enqueued_;
 }
 
 void CpuStream::check() {

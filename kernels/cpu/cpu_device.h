@@ -24,6 +24,7 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/ops.h"
+#include "kernels/cpu/completion_signal.h"
 
 namespace moezero::cpu {
 
@@ -70,10 +71,9 @@ class CpuStream final : public Stream {
   CpuDevice& device_;
   std::mutex mu_;
   std::condition_variable cv_work_;
-  std::condition_variable cv_idle_;
   std::deque<Task> queue_;
   uint64_t enqueued_ = 0;
-  uint64_t completed_ = 0;
+  CompletionSignal done_;  // guarded by mu_
   bool stop_ = false;
   std::exception_ptr error_;
   std::thread worker_;

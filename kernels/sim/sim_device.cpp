@@ -176,12 +176,13 @@ void SimStream::run() {
       }
     }
     task = Task{};  // release captures on the worker, before signalling completion
+    bool wake = false;
     {
       std::lock_guard lock(mu_);
       clock_s_ = std::max(clock_s_, end);
-      ++completed_;
+      wake = done_.complete_one();
     }
-    cv_idle_.notify_all();
+    if (wake) done_.notify();
   }
 }
 
@@ -189,11 +190,10 @@ void SimStream::synchronize() {
   const auto start = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);
   const uint64_t target = enqueued_;
-  while (!cv_idle_.wait_for(lock, kWaitPoll, [&] { return completed_ >= target; })) {
-    lock.unlock();  // the check may run expiry hooks (and throws)
+  // The check may run expiry hooks (and throws); it runs without the lock.
+  done_.wait_until(lock, target, kWaitPoll, [&] {
     device_.check_host_wait(start, "stream '" + name() + "' of " + device_.name());
-    lock.lock();
-  }
+  });
   const double clock = clock_s_;
   std::exception_ptr err = error_;
   lock.unlock();
@@ -204,7 +204,7 @@ void SimStream::synchronize() {
 bool SimStream::query() {
   std::lock_guard lock(mu_);
   if (error_) std::rethrow_exception(error_);
-  return completed_ == enqueued_;
+  return done_.completed() == enqueued_;
 }
 
 void SimStream::check() {

@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/ops.h"
 #include "core/virtual_time.h"
+#include "kernels/cpu/completion_signal.h"
 #include "kernels/sim/sim_device.h"
 
 namespace moezero::sim {
@@ -70,10 +71,9 @@ class SimStream final : public Stream, public VirtualStream {
   SimDevice& device_;
   mutable std::mutex mu_;
   std::condition_variable cv_work_;
-  std::condition_variable cv_idle_;
   std::deque<Task> queue_;
   uint64_t enqueued_ = 0;
-  uint64_t completed_ = 0;
+  cpu::CompletionSignal done_;  // guarded by mu_
   bool stop_ = false;
   std::exception_ptr error_;
   double clock_s_ = 0.0;  // guarded by mu_ (written by the worker)
