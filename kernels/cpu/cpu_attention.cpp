@@ -59,19 +59,19 @@ void attention_forward(Stream& s, const Tensor& q, const Tensor& k, const Tensor
       parallel_for_each(m.b * m.hq, 1, [&](int64_t task) {
         const int64_t b = task / m.hq, h = task % m.hq, g = h / m.group;
         const int64_t td = m.t * m.d;
-        std::vector<float> qf(td), kf(td), vf(td), of(td);
-        std::vector<float> sc(static_cast<size_t>(std::min(kQBlock, m.t) * m.t));
-        load_head(pq, b, h, m.t, m.hq, m.d, qf.data());
-        load_head(pk, b, g, m.t, m.hkv, m.d, kf.data());
-        load_head(pv, b, g, m.t, m.hkv, m.d, vf.data());
+        // q, k, v, o (T, D) and the scores of one query block: every element written before read.
+        float* qf = thread_scratch(static_cast<size_t>(4 * td + std::min(kQBlock, m.t) * m.t));
+        float *kf = qf + td, *vf = kf + td, *of = vf + td, *sc = of + td;
+        load_head(pq, b, h, m.t, m.hq, m.d, qf);
+        load_head(pk, b, g, m.t, m.hkv, m.d, kf);
+        load_head(pv, b, g, m.t, m.hkv, m.d, vf);
         float* lse_row = plse + (b * m.hq + h) * m.t;
         for (int64_t q0 = 0; q0 < m.t; q0 += kQBlock) {
           const int64_t rows = std::min(kQBlock, m.t - q0), kend = q0 + rows;
           // S (rows, kend) = scale * Q[q0:q0+rows] @ K[0:kend]^T
-          run_f32_gemm_serial({qf.data() + q0 * m.d, kf.data(), sc.data(), rows, kend, m.d, false,
-                               true, m.scale, 0.0f});
+          run_f32_gemm_serial({qf + q0 * m.d, kf, sc, rows, kend, m.d, false, true, m.scale, 0.0f});
           for (int64_t r = 0; r < rows; ++r) {
-            float* srow = sc.data() + r * kend;
+            float* srow = sc + r * kend;
             const int64_t valid = q0 + r + 1;  // keys 0..t
             const float mx = max_f32(srow, valid);
             const float sum = exp_inplace_f32(srow, valid, mx);
@@ -79,10 +79,9 @@ void attention_forward(Stream& s, const Tensor& q, const Tensor& k, const Tensor
             lse_row[q0 + r] = mx + std::log(sum);
           }
           // O[q0:q0+rows] (rows, D) = P (rows, kend) @ V[0:kend] (kend, D)
-          run_f32_gemm_serial({sc.data(), vf.data(), of.data() + q0 * m.d, rows, m.d, kend, false,
-                               false, 1.0f, 0.0f});
+          run_f32_gemm_serial({sc, vf, of + q0 * m.d, rows, m.d, kend, false, false, 1.0f, 0.0f});
         }
-        store_head(of.data(), b, h, m.t, m.hq, m.d, po);
+        store_head(of, b, h, m.t, m.hq, m.d, po);
       });
     });
   });
@@ -111,41 +110,40 @@ void attention_backward(Stream& s, const Tensor& q, const Tensor& k, const Tenso
       T* pdq = static_cast<T*>(dq.data());
       parallel_for_each(m.b * m.hq, 1, [&](int64_t task) {
         const int64_t b = task / m.hq, h = task % m.hq, g = h / m.group;
-        std::vector<float> qf(td), kf(td), vf(td), of(td), dof(td), dqf(td);
-        const size_t blk = static_cast<size_t>(std::min(kQBlock, m.t) * m.t);
-        std::vector<float> p(blk), dp(blk), di(static_cast<size_t>(kQBlock));
-        load_head(pq, b, h, m.t, m.hq, m.d, qf.data());
-        load_head(pk, b, g, m.t, m.hkv, m.d, kf.data());
-        load_head(pv, b, g, m.t, m.hkv, m.d, vf.data());
-        load_head(po, b, h, m.t, m.hq, m.d, of.data());
-        load_head(pdo, b, h, m.t, m.hq, m.d, dof.data());
+        // q, k, v, o, dO, dQ (T, D), and P, dP of one query block: all written before read.
+        const int64_t blk = std::min(kQBlock, m.t) * m.t;
+        float* qf = thread_scratch(static_cast<size_t>(6 * td + 2 * blk));
+        float *kf = qf + td, *vf = kf + td, *of = vf + td, *dof = of + td, *dqf = dof + td;
+        float *pb = dqf + td, *dpb = pb + blk;
+        load_head(pq, b, h, m.t, m.hq, m.d, qf);
+        load_head(pk, b, g, m.t, m.hkv, m.d, kf);
+        load_head(pv, b, g, m.t, m.hkv, m.d, vf);
+        load_head(po, b, h, m.t, m.hq, m.d, of);
+        load_head(pdo, b, h, m.t, m.hq, m.d, dof);
         float* dkf = dkp.data() + task * td;
         float* dvf = dvp.data() + task * td;
         const float* lse_row = plse + (b * m.hq + h) * m.t;
         for (int64_t q0 = 0; q0 < m.t; q0 += kQBlock) {
           const int64_t rows = std::min(kQBlock, m.t - q0), kend = q0 + rows;
-          const float* qb = qf.data() + q0 * m.d;
-          const float* dob = dof.data() + q0 * m.d;
-          run_f32_gemm_serial(
-              {qb, kf.data(), p.data(), rows, kend, m.d, false, true, m.scale, 0.0f});
-          run_f32_gemm_serial(
-              {dob, vf.data(), dp.data(), rows, kend, m.d, false, true, 1.0f, 0.0f});
+          const float* qb = qf + q0 * m.d;
+          const float* dob = dof + q0 * m.d;
+          run_f32_gemm_serial({qb, kf, pb, rows, kend, m.d, false, true, m.scale, 0.0f});
+          run_f32_gemm_serial({dob, vf, dpb, rows, kend, m.d, false, true, 1.0f, 0.0f});
           for (int64_t r = 0; r < rows; ++r) {
             const int64_t valid = q0 + r + 1;
             const float l = lse_row[q0 + r];
-            const float dsum = dot_f32(dob + r * m.d, of.data() + (q0 + r) * m.d, m.d);
+            const float dsum = dot_f32(dob + r * m.d, of + (q0 + r) * m.d, m.d);
             // P from lse, and dS in dp's place.
-            softmax_backward_row_f32(p.data() + r * kend, dp.data() + r * kend, valid, kend, l,
-                                     dsum);
+            softmax_backward_row_f32(pb + r * kend, dpb + r * kend, valid, kend, l, dsum);
           }
           // dQ[q0:] (rows, D) = scale * dS (rows, kend) @ K[0:kend]
-          run_f32_gemm_serial({dp.data(), kf.data(), dqf.data() + q0 * m.d, rows, m.d, kend, false,
-                               false, m.scale, 0.0f});
+          run_f32_gemm_serial(
+              {dpb, kf, dqf + q0 * m.d, rows, m.d, kend, false, false, m.scale, 0.0f});
           // dK[0:kend] += scale * dS^T @ Q_blk;  dV[0:kend] += P^T @ dO_blk   (kend, D)
-          run_f32_gemm_serial({dp.data(), qb, dkf, kend, m.d, rows, true, false, m.scale, 1.0f});
-          run_f32_gemm_serial({p.data(), dob, dvf, kend, m.d, rows, true, false, 1.0f, 1.0f});
+          run_f32_gemm_serial({dpb, qb, dkf, kend, m.d, rows, true, false, m.scale, 1.0f});
+          run_f32_gemm_serial({pb, dob, dvf, kend, m.d, rows, true, false, 1.0f, 1.0f});
         }
-        store_head(dqf.data(), b, h, m.t, m.hq, m.d, pdq);
+        store_head(dqf, b, h, m.t, m.hq, m.d, pdq);
       });
       // Sum the q heads of each kv group, in head order.
       T* pdk = static_cast<T*>(dk.data());

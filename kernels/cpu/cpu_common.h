@@ -119,6 +119,15 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
   return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
+// Per-thread fp32 scratch of at least n floats, kept across calls (a kernel's task-local buffers:
+// no allocation, page faults or zeroing per call). Contents are unspecified; one user per thread
+// at a time (not for nested use).
+inline float* thread_scratch(size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
 // Grain for row loops so that one task touches at least ~16K elements.
 inline int64_t row_grain(int64_t cols) { return cols >= 16384 ? 1 : 16384 / (cols < 1 ? 1 : cols); }
 

@@ -216,35 +216,34 @@ void rope(Stream& s, const Tensor& x, const Tensor& positions, float base, RopeD
       const T* px = static_cast<const T*>(x.data());
       T* po = static_cast<T*>(out.data());
       parallel_for_each(t_n, row_grain(h_n * d), [&](int64_t t) {
-        std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+        // cos, sin of this position, then (bf16) a head widened and its result.
+        float* cs = thread_scratch(static_cast<size_t>(2 * half + 2 * d));
+        float *sn = cs + half, *xr = sn + half, *orow = xr + d;
         if (table && pos[t] >= 0) {
           const float* tc = table->cos.data() + pos[t] * half;
           const float* ts = table->sin.data() + pos[t] * half;
           for (int64_t i = 0; i < half; ++i) {
-            cs[static_cast<size_t>(i)] = tc[i];
-            sn[static_cast<size_t>(i)] = sign * ts[i];
+            cs[i] = tc[i];
+            sn[i] = sign * ts[i];
           }
         } else {
           for (int64_t i = 0; i < half; ++i) {
             const double ang = static_cast<double>(pos[t]) * inv_freq[static_cast<size_t>(i)];
-            cs[static_cast<size_t>(i)] = static_cast<float>(std::cos(ang));
-            sn[static_cast<size_t>(i)] = sign * static_cast<float>(std::sin(ang));
+            cs[i] = static_cast<float>(std::cos(ang));
+            sn[i] = sign * static_cast<float>(std::sin(ang));
           }
         }
         if constexpr (std::is_same_v<T, float>) {
           for (int64_t h = 0; h < h_n; ++h) {
             const int64_t off = (t * h_n + h) * d;
-            rope_row_f32(px + off, px + off + half, cs.data(), sn.data(), po + off, po + off + half,
-                         half);
+            rope_row_f32(px + off, px + off + half, cs, sn, po + off, po + off + half, half);
           }
         } else {
-          std::vector<float> xr(static_cast<size_t>(d)), orow(static_cast<size_t>(d));
           for (int64_t h = 0; h < h_n; ++h) {
             const int64_t off = (t * h_n + h) * d;
-            load_f32(px + off, xr.data(), d);
-            rope_row_f32(xr.data(), xr.data() + half, cs.data(), sn.data(), orow.data(),
-                         orow.data() + half, half);
-            store_f32(orow.data(), po + off, d);
+            load_f32(px + off, xr, d);
+            rope_row_f32(xr, xr + half, cs, sn, orow, orow + half, half);
+            store_f32(orow, po + off, d);
           }
         }
       });
