@@ -12,6 +12,7 @@
 #include <tbb/parallel_for.h>
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <utility>
@@ -107,16 +108,30 @@ void parallel_for_each(int64_t n, int64_t grain, F&& f) {
                     });
 }
 
-// Dot product in fp32 over 8 fixed lanes (vectorisable, and the same order on every run; inline:
-// the rows are short, and inside cpu_math.cpp's clones it is compiled at their width).
+// The 8 fixed lanes of the CPU kernels' fp32 reductions as one GCC vector: lane l accumulates
+// elements l, l + 8, ... in order, exactly as a `float lane[8]` loop would, but compiled as one
+// 256-bit register (two 128-bit ones on the baseline) instead of the lane-by-lane shuffles GCC
+// makes of the array form. Passed by reference only (no vector ABI at function boundaries).
+using F32x8 = float __attribute__((vector_size(32)));
+inline void load8(const float* p, F32x8& v) { std::memcpy(&v, p, sizeof v); }
+// ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), with the tail already added to lane 0.
+inline float lane_sum(const F32x8& v) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+// Dot product in fp32 over 8 fixed lanes (the same order on every run; inline: the rows are
+// short, and inside cpu_math.cpp's clones it is compiled at their width).
 inline float dot_f32(const float* a, const float* b, int64_t n) {
-  float lane[8] = {};
+  F32x8 acc = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) lane[l] += a[i + l] * b[i + l];
+    F32x8 va, vb;
+    load8(a + i, va);
+    load8(b + i, vb);
+    acc += va * vb;
   }
-  for (; i < n; ++i) lane[0] += a[i] * b[i];
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  for (; i < n; ++i) acc[0] += a[i] * b[i];
+  return lane_sum(acc);
 }
 
 // Per-thread fp32 scratch of at least n floats, kept across calls (a kernel's task-local buffers:

@@ -24,41 +24,45 @@
 namespace moezero::cpu {
 namespace {
 
-inline float lane_sum(const float* lane) {
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-}
-
 inline float sigmoid(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
 
 }  // namespace
 
 MOEZERO_CPU_CLONES float sum_exp_f32(const float* x, int64_t n, float shift) {
-  float lane[8] = {};
+  F32x8 acc = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) lane[l] += exp_f32(x[i + l] - shift);
+    float e[8];
+    for (int l = 0; l < 8; ++l) e[l] = exp_f32(x[i + l] - shift);
+    F32x8 v;
+    load8(e, v);
+    acc += v;
   }
-  for (; i < n; ++i) lane[0] += exp_f32(x[i] - shift);
-  return lane_sum(lane);
+  for (; i < n; ++i) acc[0] += exp_f32(x[i] - shift);
+  return lane_sum(acc);
 }
 
 MOEZERO_CPU_CLONES float exp_inplace_f32(float* x, int64_t n, float shift) {
   for (int64_t j = 0; j < n; ++j) x[j] = exp_f32(x[j] - shift);
-  float lane[8] = {};
+  F32x8 acc = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) lane[l] += x[i + l];
+    F32x8 v;
+    load8(x + i, v);
+    acc += v;
   }
-  for (; i < n; ++i) lane[0] += x[i];
-  return lane_sum(lane);
+  for (; i < n; ++i) acc[0] += x[i];
+  return lane_sum(acc);
 }
 
 MOEZERO_CPU_CLONES float max_f32(const float* x, int64_t n) {
-  float lane[8];
-  for (float& l : lane) l = -__builtin_inff();
+  constexpr float kNegInf = -__builtin_inff();
+  F32x8 lane = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) lane[l] = lane[l] < x[i + l] ? x[i + l] : lane[l];
+    F32x8 v;
+    load8(x + i, v);
+    lane = lane < v ? v : lane;  // per lane, as the scalar form (a NaN in v is skipped)
   }
   for (; i < n; ++i) lane[0] = lane[0] < x[i] ? x[i] : lane[0];
   float m = lane[0];
@@ -149,29 +153,32 @@ void f32_to_bf16_row(const float* src, bf16* dst, int64_t n) {
 }
 
 MOEZERO_CPU_CLONES float sum_squares_f32(const float* x, int64_t n) {
-  float lane[8] = {};
+  F32x8 acc = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) lane[l] += x[i + l] * x[i + l];
+    F32x8 v;
+    load8(x + i, v);
+    acc += v * v;
   }
-  for (; i < n; ++i) lane[0] += x[i] * x[i];
-  return lane_sum(lane);
+  for (; i < n; ++i) acc[0] += x[i] * x[i];
+  return lane_sum(acc);
 }
 
 MOEZERO_CPU_CLONES_BW float sum_squares_bf16(const bf16* x, int64_t n) {
-  float lane[8] = {};
+  F32x8 acc = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) {
-      const float v = to_f32(x[i + l]);
-      lane[l] += v * v;
-    }
+    float w[8];
+    for (int l = 0; l < 8; ++l) w[l] = to_f32(x[i + l]);
+    F32x8 v;
+    load8(w, v);
+    acc += v * v;
   }
   for (; i < n; ++i) {
     const float v = to_f32(x[i]);
-    lane[0] += v * v;
+    acc[0] += v * v;
   }
-  return lane_sum(lane);
+  return lane_sum(acc);
 }
 
 MOEZERO_CPU_CLONES void scale_and_zero_tail_f32(float* x, int64_t valid, int64_t total, float inv) {
