@@ -7,6 +7,7 @@
 // applied row by row, and P @ V is another sgemm. Backward recomputes P from the saved lse;
 // dK, dV of each query head go to private buffers that are summed over the query heads of a kv
 // group in head order afterwards, so the result is deterministic.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -148,20 +149,23 @@ void attention_backward(Stream& s, const Tensor& q, const Tensor& k, const Tenso
       // Sum the q heads of each kv group, in head order.
       T* pdk = static_cast<T*>(dk.data());
       T* pdv = static_cast<T*>(dv.data());
+      // Per element 0 + head 0 + head 1 + ... in head order; rows of D at a time (vectorised).
       parallel_for_each(m.b * m.t, row_grain(m.hkv * m.d), [&](int64_t bt) {
         const int64_t b = bt / m.t, t = bt % m.t;
+        float* sk = thread_scratch(static_cast<size_t>(2 * m.d));
+        float* sv = sk + m.d;
         for (int64_t g = 0; g < m.hkv; ++g) {
-          for (int64_t d = 0; d < m.d; ++d) {
-            float sk = 0.0f, sv = 0.0f;
-            for (int64_t h = g * m.group; h < (g + 1) * m.group; ++h) {
-              const size_t idx = static_cast<size_t>((b * m.hq + h) * td + t * m.d + d);
-              sk += dkp[idx];
-              sv += dvp[idx];
-            }
-            const int64_t o = ((b * m.t + t) * m.hkv + g) * m.d + d;
-            pdk[o] = from_f32<T>(sk);
-            pdv[o] = from_f32<T>(sv);
+          std::fill(sk, sk + 2 * m.d, 0.0f);
+          for (int64_t h = g * m.group; h < (g + 1) * m.group; ++h) {
+            const size_t row = static_cast<size_t>((b * m.hq + h) * td + t * m.d);
+            const float* rk = dkp.data() + row;
+            const float* rv = dvp.data() + row;
+            for (int64_t d = 0; d < m.d; ++d) sk[d] += rk[d];
+            for (int64_t d = 0; d < m.d; ++d) sv[d] += rv[d];
           }
+          const int64_t o = ((b * m.t + t) * m.hkv + g) * m.d;
+          store_f32(sk, pdk + o, m.d);
+          store_f32(sv, pdv + o, m.d);
         }
       });
     });
