@@ -165,18 +165,21 @@ MOEZERO_CPU_CLONES float sum_squares_f32(const float* x, int64_t n) {
 }
 
 MOEZERO_CPU_CLONES_BW float sum_squares_bf16(const bf16* x, int64_t n) {
+  // Widened in pieces of kPiece (a multiple of 8: each element keeps its lane; only the last
+  // piece can end in a partial group, whose tail goes to lane 0 as in sum_squares_f32).
+  constexpr int64_t kPiece = 1024;
+  float buf[kPiece];
   F32x8 acc = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    float w[8];
-    for (int l = 0; l < 8; ++l) w[l] = to_f32(x[i + l]);
-    F32x8 v;
-    load8(w, v);
-    acc += v * v;
-  }
-  for (; i < n; ++i) {
-    const float v = to_f32(x[i]);
-    acc[0] += v * v;
+  for (int64_t i0 = 0; i0 < n; i0 += kPiece) {
+    const int64_t len = n - i0 < kPiece ? n - i0 : kPiece;
+    for (int64_t j = 0; j < len; ++j) buf[j] = to_f32(x[i0 + j]);
+    int64_t j = 0;
+    for (; j + 8 <= len; j += 8) {
+      F32x8 v;
+      load8(buf + j, v);
+      acc += v * v;
+    }
+    for (; j < len; ++j) acc[0] += buf[j] * buf[j];
   }
   return lane_sum(acc);
 }
