@@ -134,6 +134,19 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
   return lane_sum(acc);
 }
 
+// acc += x[i]^2 over the same 8 fixed lanes (the tail of a row shorter than a group of 8 goes to
+// lane 0). Rows fed one after another keep each element's lane when all but the last have a
+// length that is a multiple of 8.
+inline void add_squares(const float* x, int64_t n, F32x8& acc) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    F32x8 v;
+    load8(x + i, v);
+    acc += v * v;
+  }
+  for (; i < n; ++i) acc[0] += x[i] * x[i];
+}
+
 // Per-thread fp32 scratch of at least n floats, kept across calls (a kernel's task-local buffers:
 // no allocation, page faults or zeroing per call). Contents are unspecified; one user per thread
 // at a time (not for nested use).

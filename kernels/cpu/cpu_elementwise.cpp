@@ -44,12 +44,12 @@ void from_f32_vector(const std::vector<float>& v, const Tensor& t) {
   });
 }
 
-// po[i] = op(pa[i], pb[i]) over [lo, hi) in fp32: bf16 through kStage-sized fp32 staging (the
-// row conversions of cpu_math.cpp at the CPU's widest vectors; the same values as an element-wise
-// to_f32 / from_f32), other types element by element. po may alias pa or pb.
-template <typename T, typename Op>
-void binary_rows(const T* pa, const T* pb, T* po, int64_t lo, int64_t hi, Op op) {
-  if constexpr (std::is_same_v<T, bf16>) {
+// po[i] = op(pa[i], pb[i]) over [lo, hi) in fp32: when any side is bf16, through kStage-sized
+// fp32 staging (the row conversions of cpu_math.cpp at the CPU's widest vectors; the same values
+// as an element-wise to_f32 / from_f32), else element by element. po may alias pa or pb.
+template <typename A, typename B, typename O, typename Op>
+void binary_rows(const A* pa, const B* pb, O* po, int64_t lo, int64_t hi, Op op) {
+  if constexpr (std::is_same_v<A, bf16> || std::is_same_v<B, bf16> || std::is_same_v<O, bf16>) {
     float fa[kStage], fb[kStage];
     for (int64_t i = lo; i < hi; i += kStage) {
       const int64_t n = std::min(kStage, hi - i);
@@ -59,7 +59,7 @@ void binary_rows(const T* pa, const T* pb, T* po, int64_t lo, int64_t hi, Op op)
       store_f32(fa, po + i, n);
     }
   } else {
-    for (int64_t i = lo; i < hi; ++i) po[i] = from_f32<T>(op(to_f32(pa[i]), to_f32(pb[i])));
+    for (int64_t i = lo; i < hi; ++i) po[i] = from_f32<O>(op(to_f32(pa[i]), to_f32(pb[i])));
   }
 }
 
@@ -109,19 +109,7 @@ void axpy(Stream& s, float alpha, const Tensor& x, const Tensor& y) {
         const X* px = static_cast<const X*>(x.data());
         Y* py = static_cast<Y*>(y.data());
         for_blocks(x.numel(), [&](int64_t lo, int64_t hi) {
-          if constexpr (std::is_same_v<X, bf16> || std::is_same_v<Y, bf16>) {
-            float fx[kStage], fy[kStage];  // staged as binary_rows
-            for (int64_t i = lo; i < hi; i += kStage) {
-              const int64_t n = std::min(kStage, hi - i);
-              load_f32(px + i, fx, n);
-              load_f32(py + i, fy, n);
-              for (int64_t j = 0; j < n; ++j) fy[j] = fy[j] + alpha * fx[j];
-              store_f32(fy, py + i, n);
-            }
-          } else {
-            for (int64_t i = lo; i < hi; ++i)
-              py[i] = from_f32<Y>(to_f32(py[i]) + alpha * to_f32(px[i]));
-          }
+          binary_rows(px, py, py, lo, hi, [alpha](float xv, float yv) { return yv + alpha * xv; });
         });
       });
     });
@@ -204,28 +192,18 @@ void sum_squares(Stream& s, const Tensor& x, const Tensor& out) {
       const T* p = static_cast<const T*>(x.data());
       parallel_for_each(nb, 1, [&](int64_t b) {
         const int64_t lo = b * kBlockElems, hi = std::min(n, lo + kBlockElems);
-        float sum = 0.0f;
         if constexpr (std::is_same_v<T, float>) {
-          sum = sum_squares_f32(p + lo, hi - lo);
-        } else if constexpr (std::is_same_v<T, bf16>) {
-          sum = sum_squares_bf16(p + lo, hi - lo);
-        } else {
+          partial[static_cast<size_t>(b)] = sum_squares_f32(p + lo, hi - lo);
+        } else {  // widened in kStage pieces (a multiple of 8: every element keeps its lane)
           float buf[kStage];
-          float lane[8] = {};  // sum_squares_f32's lanes, over kStage-sized widened pieces
-          for (int64_t i = lo; i < hi;) {
+          F32x8 acc = {};
+          for (int64_t i = lo; i < hi; i += kStage) {
             const int64_t len = std::min(kStage, hi - i);
             load_f32(p + i, buf, len);
-            // kStage is a multiple of 8: the pieces keep the lanes' element assignment.
-            int64_t j = 0;
-            for (; j + 8 <= len; j += 8)
-              for (int l = 0; l < 8; ++l) lane[l] += buf[j + l] * buf[j + l];
-            for (; j < len; ++j) lane[0] += buf[j] * buf[j];
-            i += len;
+            add_squares(buf, len, acc);
           }
-          sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
-                ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+          partial[static_cast<size_t>(b)] = lane_sum(acc);
         }
-        partial[static_cast<size_t>(b)] = sum;
       });
     });
     double total = 0.0;

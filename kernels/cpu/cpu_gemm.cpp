@@ -102,7 +102,7 @@ struct MatmulKey {
 };
 struct Matmul {
   dnnl_primitive_t prim = nullptr;
-  dnnl_memory_desc_t a{}, b{}, c{}, scratch{};
+  dnnl_memory_desc_t scratch{};
   Matmul() = default;
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;
@@ -124,12 +124,13 @@ std::shared_ptr<const Matmul> make_matmul(const MatmulKey& key) {
   const dnnl_dims_t as = {key.ta ? 1 : key.lda, key.ta ? key.lda : 1};
   const dnnl_dims_t bs = {key.tb ? 1 : key.ldb, key.tb ? key.ldb : 1};
   const dnnl_dims_t cs = {key.ldc, 1};
-  dnnl_check(dnnl_memory_desc_init_by_strides(&mm->a, 2, ad, dnnl_bf16, as), "memory_desc a");
-  dnnl_check(dnnl_memory_desc_init_by_strides(&mm->b, 2, bd, dnnl_bf16, bs), "memory_desc b");
-  dnnl_check(dnnl_memory_desc_init_by_strides(&mm->c, 2, cd, key.c16 ? dnnl_bf16 : dnnl_f32, cs),
+  dnnl_memory_desc_t a, b, c;
+  dnnl_check(dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as), "memory_desc a");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs), "memory_desc b");
+  dnnl_check(dnnl_memory_desc_init_by_strides(&c, 2, cd, key.c16 ? dnnl_bf16 : dnnl_f32, cs),
              "memory_desc c");
   dnnl_matmul_desc_t md;
-  dnnl_check(dnnl_matmul_desc_init(&md, &mm->a, &mm->b, nullptr, &mm->c), "dnnl_matmul_desc_init");
+  dnnl_check(dnnl_matmul_desc_init(&md, &a, &b, nullptr, &c), "dnnl_matmul_desc_init");
   dnnl_primitive_attr_t attr = nullptr;
   dnnl_check(dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create");
   // Scratch memory from us, kept across calls (the library's own is allocated per execution).

@@ -154,33 +154,7 @@ void f32_to_bf16_row(const float* src, bf16* dst, int64_t n) {
 
 MOEZERO_CPU_CLONES float sum_squares_f32(const float* x, int64_t n) {
   F32x8 acc = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    F32x8 v;
-    load8(x + i, v);
-    acc += v * v;
-  }
-  for (; i < n; ++i) acc[0] += x[i] * x[i];
-  return lane_sum(acc);
-}
-
-MOEZERO_CPU_CLONES_BW float sum_squares_bf16(const bf16* x, int64_t n) {
-  // Widened in pieces of kPiece (a multiple of 8: each element keeps its lane; only the last
-  // piece can end in a partial group, whose tail goes to lane 0 as in sum_squares_f32).
-  constexpr int64_t kPiece = 1024;
-  float buf[kPiece];
-  F32x8 acc = {};
-  for (int64_t i0 = 0; i0 < n; i0 += kPiece) {
-    const int64_t len = n - i0 < kPiece ? n - i0 : kPiece;
-    for (int64_t j = 0; j < len; ++j) buf[j] = to_f32(x[i0 + j]);
-    int64_t j = 0;
-    for (; j + 8 <= len; j += 8) {
-      F32x8 v;
-      load8(buf + j, v);
-      acc += v * v;
-    }
-    for (; j < len; ++j) acc[0] += buf[j] * buf[j];
-  }
+  add_squares(x, n, acc);
   return lane_sum(acc);
 }
 
@@ -200,27 +174,30 @@ MOEZERO_CPU_CLONES void softmax_backward_row_f32(float* __restrict__ p, float* _
   for (int64_t j = valid; j < total; ++j) p[j] = dp[j] = 0.0f;
 }
 
-MOEZERO_CPU_CLONES void rmsnorm_row_f32(const float* __restrict__ x, const float* __restrict__ w,
-                                        float r, float* __restrict__ out, int64_t c) {
+// x and out may be the same row (in place): no __restrict__ on them.
+MOEZERO_CPU_CLONES void rmsnorm_row_f32(const float* x, const float* __restrict__ w, float r,
+                                        float* out, int64_t c) {
   for (int64_t j = 0; j < c; ++j) out[j] = x[j] * r * w[j];
 }
 
-MOEZERO_CPU_CLONES void rmsnorm_backward_row_f32(const float* __restrict__ x, float* __restrict__ g,
+// x and dx may be the same row (in place): no __restrict__ on them.
+MOEZERO_CPU_CLONES void rmsnorm_backward_row_f32(const float* x, float* __restrict__ g,
                                                  const float* __restrict__ w, float r,
-                                                 float* __restrict__ acc, float* __restrict__ dx,
-                                                 int64_t c) {
+                                                 float* __restrict__ acc, float* dx, int64_t c) {
   for (int64_t j = 0; j < c; ++j) acc[j] += g[j] * x[j] * r;
   for (int64_t j = 0; j < c; ++j) g[j] *= w[j];
   const float k = r * r * r * dot_f32(g, x, c) / static_cast<float>(c);
   for (int64_t j = 0; j < c; ++j) dx[j] = r * g[j] - x[j] * k;
 }
 
-MOEZERO_CPU_CLONES void rope_row_f32(const float* __restrict__ x1, const float* __restrict__ x2,
-                                     const float* __restrict__ cs, const float* __restrict__ sn,
-                                     float* __restrict__ o1, float* __restrict__ o2, int64_t half) {
+// In place (o1 == x1, o2 == x2: rope's usual call) is allowed: both inputs of element i are read
+// before either output is written, and no pointer is __restrict__.
+MOEZERO_CPU_CLONES void rope_row_f32(const float* x1, const float* x2, const float* cs,
+                                     const float* sn, float* o1, float* o2, int64_t half) {
   for (int64_t i = 0; i < half; ++i) {
-    o1[i] = x1[i] * cs[i] - x2[i] * sn[i];
-    o2[i] = x2[i] * cs[i] + x1[i] * sn[i];
+    const float a = x1[i], b = x2[i];
+    o1[i] = a * cs[i] - b * sn[i];
+    o2[i] = b * cs[i] + a * sn[i];
   }
 }
 

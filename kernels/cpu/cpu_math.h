@@ -69,7 +69,6 @@ bool all_finite_f32(const float* x, int64_t n);
 // Sum of squares over 8 fixed lanes, as dot_f32 (cpu_common.h): lane l takes elements l, l + 8,
 // ...; the tail goes to lane 0; lanes summed as ((0+1)+(2+3))+((4+5)+(6+7)).
 float sum_squares_f32(const float* x, int64_t n);
-float sum_squares_bf16(const bf16* x, int64_t n);
 // Softmax row, normalise: x[j] *= inv for j < valid, x[j] = 0 for valid <= j < total.
 void scale_and_zero_tail_f32(float* x, int64_t valid, int64_t total, float inv);
 // Attention backward row: p[j] = exp(p[j] - lse), dp[j] = p[j] * (dp[j] - dsum) for j < valid;
@@ -77,11 +76,12 @@ void scale_and_zero_tail_f32(float* x, int64_t valid, int64_t total, float inv);
 void softmax_backward_row_f32(float* p, float* dp, int64_t valid, int64_t total, float lse,
                               float dsum);
 // RMSNorm rows: out[j] = x[j] * r * w[j]; backward: acc[j] += g[j] * x[j] * r, g[j] *= w[j],
-// dx[j] = r * g[j] - x[j] * (r^3 dot(g, x) / c).
+// dx[j] = r * g[j] - x[j] * (r^3 dot(g, x) / c). out may be x, dx may be x (in place).
 void rmsnorm_row_f32(const float* x, const float* w, float r, float* out, int64_t c);
 void rmsnorm_backward_row_f32(const float* x, float* g, const float* w, float r, float* acc,
                               float* dx, int64_t c);
-// Rotate-half RoPE of one head: o1 = x1 c - x2 s, o2 = x2 c + x1 s (half elements each).
+// Rotate-half RoPE of one head: o1 = x1 c - x2 s, o2 = x2 c + x1 s (half elements each; in place
+// allowed).
 void rope_row_f32(const float* x1, const float* x2, const float* cs, const float* sn, float* o1,
                   float* o2, int64_t half);
 // One AdamW update of n elements (cpu_optim.cpp's formula, with its per-call constants).

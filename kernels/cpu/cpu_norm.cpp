@@ -25,7 +25,7 @@ void check_ids(const char* op, const int32_t* ids, int64_t n, int64_t v) {
   }
 }
 
-constexpr int64_t kNormRowBlock = 32;
+constexpr int64_t kNormRowBlock = 32;  // rows per dw partial in rmsnorm_backward
 
 // Row x as fp32: x itself when T is float, else widened into buf.
 template <typename T>
@@ -38,7 +38,8 @@ const float* px_f32(const T* x, float* buf, int64_t n) {
     load_f32(x, buf, n);
     return buf;
   }
-}  // rows per dw partial in rmsnorm_backward
+}
+
 constexpr int64_t kEmbedColBlock = 64;  // channels per task in embedding_backward
 
 }  // namespace

@@ -3,6 +3,7 @@
 // instruction), against plain scalar formulas compiled here: the same bits for every input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -88,19 +89,22 @@ TEST(CpuRows, NormSoftmaxRopeAndSumRowsHaveTheScalarBits) {
     SCOPED_TRACE(n);
     const auto x = random_row(static_cast<size_t>(n), 1), w = random_row(static_cast<size_t>(n), 2);
     const auto g0 = random_row(static_cast<size_t>(n), 3);
-    // sum of squares, fp32 and bf16
-    EXPECT_EQ(bits(cpu::sum_squares_f32(x.data(), n)), bits(scalar_dot(x.data(), x.data(), n)));
-    std::vector<bf16> x16(x.size());
-    std::vector<float> xr(x.size());
-    for (size_t i = 0; i < x.size(); ++i)
-      x16[i] = float_to_bf16(x[i]), xr[i] = bf16_to_float(x16[i]);
-    EXPECT_EQ(bits(cpu::sum_squares_bf16(x16.data(), n)),
-              bits(scalar_dot(xr.data(), xr.data(), n)));
+    // sum of squares; and fed in pieces of 8 and the rest (how widened bf16 blocks are summed)
+    const float sq = cpu::sum_squares_f32(x.data(), n);
+    EXPECT_EQ(bits(sq), bits(scalar_dot(x.data(), x.data(), n)));
+    cpu::F32x8 acc8 = {};
+    const int64_t first = std::min<int64_t>(8, n);
+    cpu::add_squares(x.data(), first, acc8);
+    cpu::add_squares(x.data() + first, n - first, acc8);
+    EXPECT_EQ(bits(cpu::lane_sum(acc8)), bits(sq));
     // RMSNorm forward and backward rows
     const float r = 0.75f;
     std::vector<float> out(x.size());
     cpu::rmsnorm_row_f32(x.data(), w.data(), r, out.data(), n);
     for (int64_t j = 0; j < n; ++j) ASSERT_EQ(bits(out[j]), bits(x[j] * r * w[j])) << j;
+    std::vector<float> in_place = x;  // out == x
+    cpu::rmsnorm_row_f32(in_place.data(), w.data(), r, in_place.data(), n);
+    EXPECT_EQ(in_place, out);
     std::vector<float> g = g0, acc(x.size(), 0.5f), dx(x.size());
     cpu::rmsnorm_backward_row_f32(x.data(), g.data(), w.data(), r, acc.data(), dx.data(), n);
     std::vector<float> gw(x.size());
@@ -110,6 +114,9 @@ TEST(CpuRows, NormSoftmaxRopeAndSumRowsHaveTheScalarBits) {
     }
     const float k = r * r * r * scalar_dot(gw.data(), x.data(), n) / static_cast<float>(n);
     for (int64_t j = 0; j < n; ++j) ASSERT_EQ(bits(dx[j]), bits(r * gw[j] - x[j] * k)) << j;
+    std::vector<float> g2 = g0, acc2(x.size(), 0.5f), x2 = x;  // dx == x
+    cpu::rmsnorm_backward_row_f32(x2.data(), g2.data(), w.data(), r, acc2.data(), x2.data(), n);
+    EXPECT_EQ(x2, dx);
     // attention softmax rows: normalise, and P / dS from lse
     const int64_t valid = (n + 1) / 2;
     std::vector<float> s = x;
@@ -129,6 +136,10 @@ TEST(CpuRows, NormSoftmaxRopeAndSumRowsHaveTheScalarBits) {
       ASSERT_EQ(bits(o1[j]), bits(x[j] * w[j] - g0[j] * x[j])) << j;
       ASSERT_EQ(bits(o2[j]), bits(g0[j] * w[j] + x[j] * x[j])) << j;
     }
+    std::vector<float> h1 = x, h2 = g0;  // in place, as rope calls it
+    cpu::rope_row_f32(h1.data(), h2.data(), w.data(), x.data(), h1.data(), h2.data(), n);
+    EXPECT_EQ(h1, o1);
+    EXPECT_EQ(h2, o2);
   }
 }
 
