@@ -1,15 +1,20 @@
 // kernels/cpu/cpu_attention.cpp — causal grouped-query attention, forward and backward, on the
 // CPU.
 //
-// One TBB task per (batch, query head). The task widens its head's q and its kv head's k, v into
-// contiguous fp32 (T, D) copies and walks query blocks of kQBlock rows; per block the scores
-// against the keys 0..block end are one single-threaded sgemm, the causal mask and softmax are
-// applied row by row, and P @ V is another sgemm. Backward recomputes P from the saved lse;
-// dK, dV of each query head go to private buffers that are summed over the query heads of a kv
-// group in head order afterwards, so the result is deterministic.
+// One TBB task per (batch, query head). The task walks query blocks of kQBlock rows of its head;
+// per block the scores against the keys 0..block end are one single-threaded sgemm, the causal
+// mask and softmax are applied row by row, and P @ V is another sgemm. fp32 heads are read and
+// written in place, as strided (T, D) views of the (B, T, H, D) tensors; bf16 heads are widened
+// into contiguous fp32 copies first. Backward recomputes P from the saved lse; with one query
+// head per kv head its dK, dV go straight to the outputs, else to private buffers of each query
+// head that are summed over the kv group in head order afterwards (deterministic either way).
+// Each block's dK, dV GEMM writes (beta 0) the key rows that no earlier block touched and adds
+// (beta 1) to the others, so no buffer is zeroed first.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/cpu_math.h"
@@ -43,6 +48,27 @@ void store_head(const float* src, int64_t b, int64_t h, int64_t t_n, int64_t h_n
   for (int64_t t = 0; t < t_n; ++t) store_f32(src + t * d, dst + ((b * t_n + t) * h_n + h) * d, d);
 }
 
+// One GEMM on strided fp32 operands (row strides lda, ldb, ldc), on the calling thread.
+void gemm_strided(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                  int64_t m, int64_t n, int64_t k, bool ta, bool tb, float alpha, float beta) {
+  F32Gemm g{a, b, c, m, n, k, ta, tb, alpha, beta};
+  g.lda = lda;
+  g.ldb = ldb;
+  g.ldc = ldc;
+  run_f32_gemm_serial(g);
+}
+
+// C[0:kend] (kend, D; ldc) (+)= alpha * A^T @ B for the query block at q0 of a head's backward:
+// A (rows, kend; lda), B (rows, D; ldb). Key rows below q0 were written by earlier blocks and
+// are added to; rows q0..kend are new and written.
+void accumulate_keys(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                     int64_t ldc, int64_t q0, int64_t kend, int64_t rows, int64_t d,
+                     float alpha) {
+  if (q0 > 0) gemm_strided(a, lda, b, ldb, c, ldc, q0, d, rows, true, false, alpha, 1.0f);
+  gemm_strided(a + q0, lda, b, ldb, c + q0 * ldc, ldc, kend - q0, d, rows, true, false, alpha,
+               0.0f);
+}
+
 }  // namespace
 
 // q (B, T, Hq, D), k/v (B, T, Hkv, D) -> out (B, T, Hq, D) `=`, lse f32 (B, Hq, T) `=`.
@@ -53,24 +79,38 @@ void attention_forward(Stream& s, const Tensor& q, const Tensor& k, const Tensor
     if (m.b == 0 || m.t == 0 || m.hq == 0) return;
     float* plse = lse.data_as<float>();
     dispatch_act(q.dtype(), "attention_forward", [&]<typename T>() {
+      constexpr bool kDirect = std::is_same_v<T, float>;  // heads read and written in place
       const T* pq = static_cast<const T*>(q.data());
       const T* pk = static_cast<const T*>(k.data());
       const T* pv = static_cast<const T*>(v.data());
       T* po = static_cast<T*>(out.data());
       parallel_for_each(m.b * m.hq, 1, [&](int64_t task) {
         const int64_t b = task / m.hq, h = task % m.hq, g = h / m.group;
-        const int64_t td = m.t * m.d;
-        // q, k, v, o (T, D) and the scores of one query block: every element written before read.
-        float* qf = thread_scratch(static_cast<size_t>(4 * td + std::min(kQBlock, m.t) * m.t));
-        float *kf = qf + td, *vf = kf + td, *of = vf + td, *sc = of + td;
-        load_head(pq, b, h, m.t, m.hq, m.d, qf);
-        load_head(pk, b, g, m.t, m.hkv, m.d, kf);
-        load_head(pv, b, g, m.t, m.hkv, m.d, vf);
+        const int64_t td = m.t * m.d, blk = std::min(kQBlock, m.t) * m.t;
+        // Row strides of the q/o and k/v views.
+        const int64_t ldq = kDirect ? m.hq * m.d : m.d, ldkv = kDirect ? m.hkv * m.d : m.d;
+        // The scores of one query block (and the bf16 heads' copies): written before read.
+        float* sc = thread_scratch(static_cast<size_t>(blk + (kDirect ? 0 : 4 * td)));
+        const float *qf, *kf, *vf;
+        float* of;
+        if constexpr (kDirect) {
+          qf = pq + (b * m.t * m.hq + h) * m.d;
+          kf = pk + (b * m.t * m.hkv + g) * m.d;
+          vf = pv + (b * m.t * m.hkv + g) * m.d;
+          of = po + (b * m.t * m.hq + h) * m.d;
+        } else {
+          float* copies = sc + blk;
+          load_head(pq, b, h, m.t, m.hq, m.d, copies);
+          load_head(pk, b, g, m.t, m.hkv, m.d, copies + td);
+          load_head(pv, b, g, m.t, m.hkv, m.d, copies + 2 * td);
+          qf = copies, kf = copies + td, vf = copies + 2 * td, of = copies + 3 * td;
+        }
         float* lse_row = plse + (b * m.hq + h) * m.t;
         for (int64_t q0 = 0; q0 < m.t; q0 += kQBlock) {
           const int64_t rows = std::min(kQBlock, m.t - q0), kend = q0 + rows;
           // S (rows, kend) = scale * Q[q0:q0+rows] @ K[0:kend]^T
-          run_f32_gemm_serial({qf + q0 * m.d, kf, sc, rows, kend, m.d, false, true, m.scale, 0.0f});
+          gemm_strided(qf + q0 * ldq, ldq, kf, ldkv, sc, kend, rows, kend, m.d, false, true,
+                       m.scale, 0.0f);
           for (int64_t r = 0; r < rows; ++r) {
             float* srow = sc + r * kend;
             const int64_t valid = q0 + r + 1;  // keys 0..t
@@ -80,9 +120,10 @@ void attention_forward(Stream& s, const Tensor& q, const Tensor& k, const Tensor
             lse_row[q0 + r] = mx + std::log(sum);
           }
           // O[q0:q0+rows] (rows, D) = P (rows, kend) @ V[0:kend] (kend, D)
-          run_f32_gemm_serial({sc, vf, of + q0 * m.d, rows, m.d, kend, false, false, 1.0f, 0.0f});
+          gemm_strided(sc, kend, vf, ldkv, of + q0 * ldq, ldq, rows, m.d, kend, false, false, 1.0f,
+                       0.0f);
         }
-        store_head(of, b, h, m.t, m.hq, m.d, po);
+        if constexpr (!kDirect) store_head(of, b, h, m.t, m.hq, m.d, po);
       });
     });
   });
@@ -98,58 +139,87 @@ void attention_backward(Stream& s, const Tensor& q, const Tensor& k, const Tenso
     const Dims m = dims_of(q, k);
     if (m.b == 0 || m.t == 0 || m.hq == 0) return;
     const int64_t td = m.t * m.d;
-    // Per (b, q head): dK and dV contributions (T, D) each.
-    std::vector<float> dkp(static_cast<size_t>(m.b * m.hq * td));
-    std::vector<float> dvp(static_cast<size_t>(m.b * m.hq * td));
     const float* plse = lse.data_as<float>();
     dispatch_act(q.dtype(), "attention_backward", [&]<typename T>() {
+      constexpr bool kDirect = std::is_same_v<T, float>;
+      // dK, dV straight into the outputs: fp32 with one query head per kv head. Else per
+      // (b, q head) private (T, D) buffers, summed below.
+      const bool direct_kv = kDirect && m.group == 1;
+      std::unique_ptr<float[]> dkp, dvp;
+      if (!direct_kv) {
+        dkp = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(m.b * m.hq * td));
+        dvp = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(m.b * m.hq * td));
+      }
       const T* pq = static_cast<const T*>(q.data());
       const T* pk = static_cast<const T*>(k.data());
       const T* pv = static_cast<const T*>(v.data());
       const T* po = static_cast<const T*>(out.data());
       const T* pdo = static_cast<const T*>(dout.data());
       T* pdq = static_cast<T*>(dq.data());
+      T* pdk = static_cast<T*>(dk.data());
+      T* pdv = static_cast<T*>(dv.data());
       parallel_for_each(m.b * m.hq, 1, [&](int64_t task) {
         const int64_t b = task / m.hq, h = task % m.hq, g = h / m.group;
-        // q, k, v, o, dO, dQ (T, D), and P, dP of one query block: all written before read.
+        const int64_t ldq = kDirect ? m.hq * m.d : m.d, ldkv = kDirect ? m.hkv * m.d : m.d;
+        // P, dP of one query block (and the bf16 heads' copies): all written before read.
         const int64_t blk = std::min(kQBlock, m.t) * m.t;
-        float* qf = thread_scratch(static_cast<size_t>(6 * td + 2 * blk));
-        float *kf = qf + td, *vf = kf + td, *of = vf + td, *dof = of + td, *dqf = dof + td;
-        float *pb = dqf + td, *dpb = pb + blk;
-        load_head(pq, b, h, m.t, m.hq, m.d, qf);
-        load_head(pk, b, g, m.t, m.hkv, m.d, kf);
-        load_head(pv, b, g, m.t, m.hkv, m.d, vf);
-        load_head(po, b, h, m.t, m.hq, m.d, of);
-        load_head(pdo, b, h, m.t, m.hq, m.d, dof);
-        float* dkf = dkp.data() + task * td;
-        float* dvf = dvp.data() + task * td;
+        float* pb = thread_scratch(static_cast<size_t>(2 * blk + (kDirect ? 0 : 6 * td)));
+        float* dpb = pb + blk;
+        const float *qf, *kf, *vf, *of, *dof;
+        float* dqf;
+        if constexpr (kDirect) {
+          const int64_t hq0 = (b * m.t * m.hq + h) * m.d, hkv0 = (b * m.t * m.hkv + g) * m.d;
+          qf = pq + hq0, kf = pk + hkv0, vf = pv + hkv0, of = po + hq0, dof = pdo + hq0;
+          dqf = pdq + hq0;
+        } else {
+          float* copies = dpb + blk;
+          load_head(pq, b, h, m.t, m.hq, m.d, copies);
+          load_head(pk, b, g, m.t, m.hkv, m.d, copies + td);
+          load_head(pv, b, g, m.t, m.hkv, m.d, copies + 2 * td);
+          load_head(po, b, h, m.t, m.hq, m.d, copies + 3 * td);
+          load_head(pdo, b, h, m.t, m.hq, m.d, copies + 4 * td);
+          qf = copies, kf = copies + td, vf = copies + 2 * td, of = copies + 3 * td;
+          dof = copies + 4 * td, dqf = copies + 5 * td;
+        }
+        float *dkf, *dvf;
+        int64_t lddkv;
+        if (direct_kv) {
+          if constexpr (kDirect) {
+            dkf = pdk + (b * m.t * m.hkv + g) * m.d;
+            dvf = pdv + (b * m.t * m.hkv + g) * m.d;
+          }
+          lddkv = ldkv;
+        } else {
+          dkf = dkp.get() + task * td;
+          dvf = dvp.get() + task * td;
+          lddkv = m.d;
+        }
         const float* lse_row = plse + (b * m.hq + h) * m.t;
         for (int64_t q0 = 0; q0 < m.t; q0 += kQBlock) {
           const int64_t rows = std::min(kQBlock, m.t - q0), kend = q0 + rows;
-          const float* qb = qf + q0 * m.d;
-          const float* dob = dof + q0 * m.d;
-          run_f32_gemm_serial({qb, kf, pb, rows, kend, m.d, false, true, m.scale, 0.0f});
-          run_f32_gemm_serial({dob, vf, dpb, rows, kend, m.d, false, true, 1.0f, 0.0f});
+          const float* qb = qf + q0 * ldq;
+          const float* dob = dof + q0 * ldq;
+          gemm_strided(qb, ldq, kf, ldkv, pb, kend, rows, kend, m.d, false, true, m.scale, 0.0f);
+          gemm_strided(dob, ldq, vf, ldkv, dpb, kend, rows, kend, m.d, false, true, 1.0f, 0.0f);
           for (int64_t r = 0; r < rows; ++r) {
             const int64_t valid = q0 + r + 1;
             const float l = lse_row[q0 + r];
-            const float dsum = dot_f32(dob + r * m.d, of + (q0 + r) * m.d, m.d);
+            const float dsum = dot_f32(dob + r * ldq, of + (q0 + r) * ldq, m.d);
             // P from lse, and dS in dp's place.
             softmax_backward_row_f32(pb + r * kend, dpb + r * kend, valid, kend, l, dsum);
           }
           // dQ[q0:] (rows, D) = scale * dS (rows, kend) @ K[0:kend]
-          run_f32_gemm_serial(
-              {dpb, kf, dqf + q0 * m.d, rows, m.d, kend, false, false, m.scale, 0.0f});
+          gemm_strided(dpb, kend, kf, ldkv, dqf + q0 * ldq, ldq, rows, m.d, kend, false, false,
+                       m.scale, 0.0f);
           // dK[0:kend] += scale * dS^T @ Q_blk;  dV[0:kend] += P^T @ dO_blk   (kend, D)
-          run_f32_gemm_serial({dpb, qb, dkf, kend, m.d, rows, true, false, m.scale, 1.0f});
-          run_f32_gemm_serial({pb, dob, dvf, kend, m.d, rows, true, false, 1.0f, 1.0f});
+          accumulate_keys(dpb, kend, qb, ldq, dkf, lddkv, q0, kend, rows, m.d, m.scale);
+          accumulate_keys(pb, kend, dob, ldq, dvf, lddkv, q0, kend, rows, m.d, 1.0f);
         }
-        store_head(dqf, b, h, m.t, m.hq, m.d, pdq);
+        if constexpr (!kDirect) store_head(dqf, b, h, m.t, m.hq, m.d, pdq);
       });
+      if (direct_kv) return;
       // Sum the q heads of each kv group, in head order.
-      T* pdk = static_cast<T*>(dk.data());
-      T* pdv = static_cast<T*>(dv.data());
-      // Per element 0 + head 0 + head 1 + ... in head order; rows of D at a time (vectorised).
+      // Per element head 0 + head 1 + ... in head order; rows of D at a time (vectorised).
       parallel_for_each(m.b * m.t, row_grain(m.hkv * m.d), [&](int64_t bt) {
         const int64_t b = bt / m.t, t = bt % m.t;
         float* sk = thread_scratch(static_cast<size_t>(2 * m.d));
@@ -158,8 +228,8 @@ void attention_backward(Stream& s, const Tensor& q, const Tensor& k, const Tenso
           std::fill(sk, sk + 2 * m.d, 0.0f);
           for (int64_t h = g * m.group; h < (g + 1) * m.group; ++h) {
             const size_t row = static_cast<size_t>((b * m.hq + h) * td + t * m.d);
-            const float* rk = dkp.data() + row;
-            const float* rv = dvp.data() + row;
+            const float* rk = dkp.get() + row;
+            const float* rv = dvp.get() + row;
             for (int64_t d = 0; d < m.d; ++d) sk[d] += rk[d];
             for (int64_t d = 0; d < m.d; ++d) sv[d] += rv[d];
           }

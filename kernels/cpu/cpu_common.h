@@ -182,6 +182,13 @@ struct F32Gemm {
   // tile of c is loaded from c16 first (beta != 0) and rounded into c16 (RNE) right after its
   // GEMM, in the same task, while it is in cache.
   bf16* c16 = nullptr;
+  // Row strides (elements) of a, b and c as stored; 0 means dense (a: k, or m when ta; b: n, or
+  // k when tb; c: n). Strided fp32 operands let kernels run GEMMs on views such as one head of
+  // a (B, T, H, D) tensor without copying it. A GEMM with a bf16 C (c16) has all three dense.
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t row_a() const { return lda ? lda : ta ? m : k; }
+  int64_t row_b() const { return ldb ? ldb : tb ? k : n; }
+  int64_t row_c() const { return ldc ? ldc : n; }
 };
 // True when this build and CPU run bf16 x bf16 -> fp32 GEMM natively (oneDNN bf16 matmul).
 bool bf16_gemm_available();

@@ -277,6 +277,7 @@ void run_tile_f32(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t 
 // One tile [i0, i1) x [j0, j1) of g's C, through its fp32 working copy when C is bf16.
 void run_tile(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   if (!g.c16) return run_tile_f32(g, i0, i1, j0, j1);
+  MOEZERO_CHECK(g.lda == 0 && g.ldb == 0 && g.ldc == 0, "bf16 GEMM operands must be dense");
 #if MOEZERO_HAVE_ONEDNN
   // bf16 x bf16 -> bf16 C at beta 0: the matmul rounds its fp32 accumulators into C itself (RNE,
   // as store_f32; its bf16 kernels flush subnormal accumulators to zero either way), with no
@@ -298,7 +299,7 @@ void run_tile(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) 
 }
 
 void run_tile_f32(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-  const int64_t ldc = g.n;
+  const int64_t ldc = g.row_c();
   if (g.k == 0 || g.alpha == 0.0f) {
     // C = beta * C (beta == 0 writes zeros, ignoring NaN in the old contents).
     for (int64_t i = i0; i < i1; ++i) {
@@ -317,8 +318,8 @@ void run_tile_f32(const F32Gemm& g, int64_t i0, int64_t i1, int64_t j0, int64_t 
   // ~20k shapes, every transpose and ldc, against a NaN-filled C: the same bits as a zeroed C)
   // and the bf16 matmul has no sum post-op, so C is write-only and is not zeroed first
   // (tests/kernels/gemm_test.cpp BetaZeroIgnoresANonFiniteC).
-  const int64_t lda = g.ta ? g.m : g.k;
-  const int64_t ldb = g.tb ? g.k : g.n;
+  const int64_t lda = g.row_a();
+  const int64_t ldb = g.row_b();
 #if MOEZERO_HAVE_ONEDNN
   if (g.a16 && g.b16) {
     const bf16* a16 = g.ta ? g.a16 + i0 : g.a16 + i0 * lda;
