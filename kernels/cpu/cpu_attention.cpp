@@ -89,8 +89,11 @@ void attention_forward(Stream& s, const Tensor& q, const Tensor& k, const Tensor
         const int64_t td = m.t * m.d, blk = std::min(kQBlock, m.t) * m.t;
         // Row strides of the q/o and k/v views.
         const int64_t ldq = kDirect ? m.hq * m.d : m.d, ldkv = kDirect ? m.hkv * m.d : m.d;
-        // The scores of one query block (and the bf16 heads' copies): written before read.
-        float* sc = thread_scratch(static_cast<size_t>(blk + (kDirect ? 0 : 4 * td)));
+        // The scores of one query block, its rows' 1 / sum (and the bf16 heads' copies): written
+        // before read.
+        const int64_t rows_max = std::min(kQBlock, m.t);
+        float* sc = thread_scratch(static_cast<size_t>(blk + rows_max + (kDirect ? 0 : 4 * td)));
+        float* inv = sc + blk;
         const float *qf, *kf, *vf;
         float* of;
         if constexpr (kDirect) {
@@ -99,7 +102,7 @@ void attention_forward(Stream& s, const Tensor& q, const Tensor& k, const Tensor
           vf = pv + (b * m.t * m.hkv + g) * m.d;
           of = po + (b * m.t * m.hq + h) * m.d;
         } else {
-          float* copies = sc + blk;
+          float* copies = inv + rows_max;
           load_head(pq, b, h, m.t, m.hq, m.d, copies);
           load_head(pk, b, g, m.t, m.hkv, m.d, copies + td);
           load_head(pv, b, g, m.t, m.hkv, m.d, copies + 2 * td);
@@ -112,16 +115,16 @@ void attention_forward(Stream& s, const Tensor& q, const Tensor& k, const Tensor
           gemm_strided(qf + q0 * ldq, ldq, kf, ldkv, sc, kend, rows, kend, m.d, false, true,
                        m.scale, 0.0f);
           for (int64_t r = 0; r < rows; ++r) {
-            float* srow = sc + r * kend;
-            const int64_t valid = q0 + r + 1;  // keys 0..t
-            const float mx = max_f32(srow, valid);
-            const float sum = exp_inplace_f32(srow, valid, mx);
-            scale_and_zero_tail_f32(srow, valid, kend, 1.0f / sum);
-            lse_row[q0 + r] = mx + std::log(sum);
+            // keys 0..q0 + r: exp(s - max), 0 beyond (normalised below, on the output row)
+            const RowMaxSum ms = softmax_prefix_row_f32(sc + r * kend, q0 + r + 1, kend);
+            inv[r] = 1.0f / ms.sum;
+            lse_row[q0 + r] = ms.max + std::log(ms.sum);
           }
-          // O[q0:q0+rows] (rows, D) = P (rows, kend) @ V[0:kend] (kend, D)
-          gemm_strided(sc, kend, vf, ldkv, of + q0 * ldq, ldq, rows, m.d, kend, false, false, 1.0f,
-                       0.0f);
+          // O[q0:q0+rows] (rows, D) = (exp(S - max) (rows, kend) @ V[0:kend] (kend, D)) / sum
+          float* ob = of + q0 * ldq;
+          gemm_strided(sc, kend, vf, ldkv, ob, ldq, rows, m.d, kend, false, false, 1.0f, 0.0f);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = 0; j < m.d; ++j) ob[r * ldq + j] *= inv[r];
         }
         if constexpr (!kDirect) store_head(of, b, h, m.t, m.hq, m.d, po);
       });

@@ -1,6 +1,7 @@
 // kernels/cpu/cpu_math.cpp — the row helpers of cpu_math.h, one clone per x86 vector width.
 #include "kernels/cpu/cpu_math.h"
 
+#include <algorithm>
 #include <bit>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -158,20 +159,50 @@ MOEZERO_CPU_CLONES float sum_squares_f32(const float* x, int64_t n) {
   return lane_sum(acc);
 }
 
-MOEZERO_CPU_CLONES void scale_and_zero_tail_f32(float* x, int64_t valid, int64_t total, float inv) {
-  for (int64_t j = 0; j < valid; ++j) x[j] *= inv;
-  for (int64_t j = valid; j < total; ++j) x[j] = 0.0f;
+MOEZERO_CPU_CLONES RowMaxSum softmax_prefix_row_f32(float* x, int64_t valid, int64_t total) {
+  using I32x8 = int32_t __attribute__((vector_size(32)));
+  constexpr float kNegInf = -__builtin_inff();
+  const I32x8 lanes = {0, 1, 2, 3, 4, 5, 6, 7};
+  const F32x8 neg = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+  // Loops run to `end`: valid rounded up to whole 8-lane groups (masked), or the whole row.
+  const int64_t end = std::min(total, (valid + 7) / 8 * 8);
+  F32x8 lane = neg;
+  int64_t i = 0;
+  for (; i + 8 <= end; i += 8) {
+    F32x8 v;
+    load8(x + i, v);
+    v = (lanes + static_cast<int32_t>(i)) < static_cast<int32_t>(valid) ? v : neg;
+    lane = lane < v ? v : lane;  // per lane, as max_f32
+  }
+  for (; i < valid; ++i) lane[0] = lane[0] < x[i] ? x[i] : lane[0];
+  float mx = lane[0];
+  for (int l = 1; l < 8; ++l) mx = mx < lane[l] ? lane[l] : mx;
+  for (int64_t j = 0; j < end; ++j) x[j] = j < valid ? exp_f32(x[j] - mx) : 0.0f;
+  for (int64_t j = end; j < total; ++j) x[j] = 0.0f;
+  // The sum over [0, end) in the documented lane order is the sum over [0, total): the rest
+  // is zeros, and end is a multiple of 8 unless it is total.
+  F32x8 acc = {};
+  i = 0;
+  for (; i + 8 <= end; i += 8) {
+    F32x8 v;
+    load8(x + i, v);
+    acc += v;
+  }
+  for (; i < end; ++i) acc[0] += x[i];
+  return {mx, lane_sum(acc)};
 }
 
 MOEZERO_CPU_CLONES void softmax_backward_row_f32(float* __restrict__ p, float* __restrict__ dp,
                                                  int64_t valid, int64_t total, float lse,
                                                  float dsum) {
-  for (int64_t j = 0; j < valid; ++j) {
-    const float pj = exp_f32(p[j] - lse);
+  const int64_t end = std::min(total, (valid + 7) / 8 * 8);  // as softmax_prefix_row_f32
+  for (int64_t j = 0; j < end; ++j) {
+    const bool in = j < valid;
+    const float pj = in ? exp_f32(p[j] - lse) : 0.0f;
     p[j] = pj;
-    dp[j] = pj * (dp[j] - dsum);
+    dp[j] = in ? pj * (dp[j] - dsum) : 0.0f;
   }
-  for (int64_t j = valid; j < total; ++j) p[j] = dp[j] = 0.0f;
+  for (int64_t j = end; j < total; ++j) p[j] = dp[j] = 0.0f;
 }
 
 // x and out may be the same row (in place): no __restrict__ on them.

@@ -69,10 +69,17 @@ bool all_finite_f32(const float* x, int64_t n);
 // Sum of squares over 8 fixed lanes, as dot_f32 (cpu_common.h): lane l takes elements l, l + 8,
 // ...; the tail goes to lane 0; lanes summed as ((0+1)+(2+3))+((4+5)+(6+7)).
 float sum_squares_f32(const float* x, int64_t n);
-// Softmax row, normalise: x[j] *= inv for j < valid, x[j] = 0 for valid <= j < total.
-void scale_and_zero_tail_f32(float* x, int64_t valid, int64_t total, float inv);
+// Causal softmax of a score row of `total` elements, keys [0, valid) visible (1 <= valid): x[j]
+// = exp(x[j] - max) for j < valid, 0 beyond; returns the max and the sum (8 fixed lanes, lane l
+// taking elements l, l + 8, ...; the remainder past a multiple of 8 to lane 0). Not yet divided
+// by the sum: attention scales its output rows instead (D elements a row, not total). Every
+// loop runs the full row (masked), so a row of a multiple of 8 elements has no scalar tail.
+struct RowMaxSum {
+  float max, sum;
+};
+RowMaxSum softmax_prefix_row_f32(float* x, int64_t valid, int64_t total);
 // Attention backward row: p[j] = exp(p[j] - lse), dp[j] = p[j] * (dp[j] - dsum) for j < valid;
-// both 0 for valid <= j < total.
+// both 0 for valid <= j < total (one masked full-length loop).
 void softmax_backward_row_f32(float* p, float* dp, int64_t valid, int64_t total, float lse,
                               float dsum);
 // RMSNorm rows: out[j] = x[j] * r * w[j]; backward: acc[j] += g[j] * x[j] * r, g[j] *= w[j],

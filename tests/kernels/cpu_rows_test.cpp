@@ -117,11 +117,22 @@ TEST(CpuRows, NormSoftmaxRopeAndSumRowsHaveTheScalarBits) {
     std::vector<float> g2 = g0, acc2(x.size(), 0.5f), x2 = x;  // dx == x
     cpu::rmsnorm_backward_row_f32(x2.data(), g2.data(), w.data(), r, acc2.data(), x2.data(), n);
     EXPECT_EQ(x2, dx);
-    // attention softmax rows: normalise, and P / dS from lse
+    // attention softmax rows: exp(s - max) and its sum, and P / dS from lse
     const int64_t valid = (n + 1) / 2;
     std::vector<float> s = x;
-    cpu::scale_and_zero_tail_f32(s.data(), valid, n, 0.25f);
-    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(bits(s[j]), bits(j < valid ? x[j] * 0.25f : 0.0f));
+    const cpu::RowMaxSum ms = cpu::softmax_prefix_row_f32(s.data(), valid, n);
+    float mx = x[0];
+    for (int64_t j = 1; j < valid; ++j) mx = std::max(mx, x[j]);
+    EXPECT_EQ(bits(ms.max), bits(mx));
+    float lane[8] = {};  // the documented order: lane j % 8, the remainder to lane 0
+    for (int64_t j = 0; j < n; ++j) {
+      const float e = j < valid ? cpu::exp_f32(x[j] - mx) : 0.0f;
+      ASSERT_EQ(bits(s[j]), bits(e)) << j;
+      lane[j < n / 8 * 8 ? j % 8 : 0] += e;
+    }
+    EXPECT_EQ(bits(ms.sum),
+              bits(((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+                   ((lane[4] + lane[5]) + (lane[6] + lane[7]))));
     std::vector<float> p = x, dp = g0;
     cpu::softmax_backward_row_f32(p.data(), dp.data(), valid, n, 1.5f, 0.125f);
     for (int64_t j = 0; j < n; ++j) {
