@@ -13,13 +13,18 @@
 // AVX-512, AVX2 and the baseline: the loader picks the widest this CPU has.
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define MOEZERO_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-// bf16 row conversions pack 16-bit lanes: 512-bit packs need AVX-512BW (the avx512f clone
-// would stay at 256 bits).
-#define MOEZERO_CPU_CLONES_BW \
-  __attribute__((target_clones("arch=skylake-avx512", "avx2", "default")))
+// bf16 row conversions pack 16-bit lanes: 512-bit packs need AVX-512BW (an avx512f clone would
+// stay at 256 bits). GCC 12's target_clones takes AVX-512BW only as an `arch=` clone, which the
+// loader matches by CPU model, not by feature (arch=skylake-avx512 is not picked on a Sapphire
+// or Emerald Rapids part): so these have AVX2 and baseline clones, plus an AVX-512BW variant
+// picked by feature at the first call (MOEZERO_AVX512BW, bw_or()).
+#define MOEZERO_CPU_CLONES_BW __attribute__((target_clones("avx2", "default")))
+#define MOEZERO_AVX512BW __attribute__((target("avx512f,avx512bw")))
+#define MOEZERO_HAVE_BW_VARIANTS 1
 #else
 #define MOEZERO_CPU_CLONES
 #define MOEZERO_CPU_CLONES_BW
+#define MOEZERO_HAVE_BW_VARIANTS 0
 #endif
 
 namespace moezero::cpu {
@@ -99,15 +104,58 @@ MOEZERO_CPU_CLONES void swiglu_backward_act_f32(const float* __restrict__ g,
   }
 }
 
-MOEZERO_CPU_CLONES_BW void bf16_to_f32_row(const bf16* src, float* dst, int64_t n) {
+namespace {
+
+// `wide` where the CPU has AVX-512BW, else `narrow` (the clones of MOEZERO_CPU_CLONES_BW).
+template <typename F>
+F bw_or([[maybe_unused]] F wide, F narrow) {
+#if MOEZERO_HAVE_BW_VARIANTS
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512bw")) return wide;
+#endif
+  return narrow;
+}
+
+MOEZERO_CPU_CLONES_BW void bf16_to_f32_row_narrow(const bf16* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(src[i]);
+}
+MOEZERO_CPU_CLONES_BW void f32_to_bf16_row_narrow(const float* src, bf16* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = from_f32<bf16>(src[i]);
+}
+#if MOEZERO_HAVE_BW_VARIANTS
+MOEZERO_AVX512BW void bf16_to_f32_row_bw(const bf16* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(src[i]);
+}
+MOEZERO_AVX512BW void f32_to_bf16_row_bw(const float* src, bf16* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = from_f32<bf16>(src[i]);
+}
+#else
+constexpr auto bf16_to_f32_row_bw = bf16_to_f32_row_narrow;
+constexpr auto f32_to_bf16_row_bw = f32_to_bf16_row_narrow;
+#endif
+
+using Bf16ToF32 = void (*)(const bf16*, float*, int64_t);
+using F32ToBf16 = void (*)(const float*, bf16*, int64_t);
+
+// The exact (RNE) fp32 -> bf16 rows without AVX-512 BF16: AVX-512BW, AVX2 or the baseline.
+void f32_to_bf16_row_portable(const float* src, bf16* dst, int64_t n) {
+  static const F32ToBf16 impl = bw_or<F32ToBf16>(f32_to_bf16_row_bw, f32_to_bf16_row_narrow);
+  impl(src, dst, n);
+}
+
+}  // namespace
+
+const char* bf16_rows_variant() {
+  using Pick = const char*;
+  return bw_or<Pick>("avx512bw", "avx2 or baseline clone");
+}
+
+void bf16_to_f32_row(const bf16* src, float* dst, int64_t n) {
+  static const Bf16ToF32 impl = bw_or<Bf16ToF32>(bf16_to_f32_row_bw, bf16_to_f32_row_narrow);
+  impl(src, dst, n);
 }
 
 namespace {
-
-MOEZERO_CPU_CLONES_BW void f32_to_bf16_row_portable(const float* src, bf16* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = from_f32<bf16>(src[i]);
-}
 
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 // AVX-512 BF16's vcvtne2ps2bf16: 32 values in one instruction, RNE, NaN -> quiet NaN with the same
@@ -136,7 +184,6 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void f32_to_bf16_row_avx5
 }
 #endif
 
-using F32ToBf16 = void (*)(const float*, bf16*, int64_t);
 F32ToBf16 pick_f32_to_bf16() {
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   __builtin_cpu_init();

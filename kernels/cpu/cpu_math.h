@@ -57,6 +57,9 @@ float exp_inplace_f32(float* x, int64_t n, float shift);
 // Row maximum in 8 lanes (-inf for an empty row). Like a std::max chain it skips NaN; a row with
 // a NaN still gives NaN through the exp of that element.
 float max_f32(const float* x, int64_t n);
+// Which variant the bf16 row conversions (bf16_to_f32_row, and f32_to_bf16_row without AVX-512
+// BF16) run on this CPU: "avx512bw" where it has AVX-512BW.
+const char* bf16_rows_variant();
 // SwiGLU on fp32 rows: o = silu(g) * u; and its backward dg, du from d.
 void swiglu_forward_f32(const float* g, const float* u, float* o, int64_t n);
 void swiglu_backward_f32(const float* g, const float* u, const float* d, float* dg, float* du,

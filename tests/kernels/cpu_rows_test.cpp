@@ -154,5 +154,17 @@ TEST(CpuRows, NormSoftmaxRopeAndSumRowsHaveTheScalarBits) {
   }
 }
 
+// The loader must pick the AVX-512BW conversions on a CPU that has AVX-512BW (GCC's
+// arch=skylake-avx512 clone, matched by CPU model, missed Sapphire/Emerald Rapids parts).
+TEST(CpuRows, Bf16RowsUseAvx512WhereTheCpuHasIt) {
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512bw")) GTEST_SKIP() << "this CPU has no AVX-512BW";
+  EXPECT_STREQ(cpu::bf16_rows_variant(), "avx512bw");
+#else
+  GTEST_SKIP() << "not an x86-64 build with the vector variants";
+#endif
+}
+
 }  // namespace
 }  // namespace moezero::test
