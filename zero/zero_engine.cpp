@@ -564,8 +564,14 @@ void ZeroEngine::Impl::check_gradient(int g, Stream& compute) {
   if (chunk == check_chunks.size())
     check_chunks.emplace_back(device, DType::I64, Shape{kChecksPerChunk, 3}, MemTag::Other, compute,
                               "non-finite checks");
-  if (st.grad_direct && options.micro_batches_per_step == 1) {
-    checks.push_back({g, micro_batch, true});  // scanned at the step if the norm says so
+  // Scanned at the step, and only if the global norm is non-finite, when the step's gradient
+  // accumulator will hold exactly this gradient: one rank and one micro-batch, with the
+  // gradient accumulated in place (fp32) or copied into the zero accumulator (flush_bucket: in
+  // bf16, rounded: NaN and infinities keep their places; an fp32 value that overflows bf16
+  // becomes an infinity the optimizer would see, and is reported as one).
+  const bool one_copy = st.n == 1 && !options.shard_single_rank && !st.grads_deferred;
+  if ((st.grad_direct || one_copy) && options.micro_batches_per_step == 1) {
+    checks.push_back({g, micro_batch, true});
     return;
   }
   device.ops().find_nonfinite(

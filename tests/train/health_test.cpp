@@ -123,6 +123,31 @@ TEST(GradHealth, NanInOneExpertOnOneRankStopsNamingRankLayerExpertTensor) {
   }
 }
 
+// One rank: the scan waits for the step (the global norm says whether any gradient is
+// non-finite) in fp32, whose gradients accumulate in place, and in bf16, where the step's
+// gradient is the rounded copy of the fp32 one: the report is the same as a scan at once.
+TEST(GradHealth, OneRankReportsTheInjectedElementInFp32AndBf16) {
+  for (const char* dtype : {"f32", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    const Injection inj{0, 2, "layers.1.experts.3",
+                        "model.layers.1.block_sparse_moe.experts.3.w2.weight", 11, -kInf};
+    int hits = 0;
+    std::mutex mu;
+    TrainOptions opt;
+    opt.grad_hook = inject(inj, &hits, &mu);
+    opt.metrics_path = ::testing::TempDir() + "health_one_rank_" + dtype + ".jsonl";
+    const TrainResult r = train(tiny_moe({"parallel.world_size=1", "parallel.ep_size=1",
+                                          "zero.stage=3", std::string("train.dtype=") + dtype,
+                                          "train.on_nonfinite=skip", "train.steps=3"}),
+                                opt);
+    EXPECT_EQ(hits, 1);
+    ASSERT_EQ(r.steps.size(), 3u);
+    for (size_t s = 0; s < 3; ++s)
+      EXPECT_EQ(r.steps[s].nonfinite.has_value(), s == 1) << "step " << s + 1;
+    if (r.steps[1].nonfinite) expect_report(*r.steps[1].nonfinite, inj, 1, 3, "w2", "-inf");
+  }
+}
+
 // A run that a NaN stops leaves its checkpoints as they were: `latest` still names the last
 // good step, nothing of the stopping step is written, and resuming from it without the fault
 // gives the uninterrupted run's losses bit for bit.
