@@ -195,8 +195,8 @@ bool bf16_gemm_available();
 // Runs the GEMMs in parallel, split into fixed tiles of C (each tile is one single-threaded
 // dnnl_sgemm / cblas_sgemm call). Deterministic.
 void run_f32_gemms(std::span<const F32Gemm> gemms);
-// The tile of C (rows, columns) that run_f32_gemms uses for an m x n x k GEMM: 256 x 256 at
-// most, split (rows first, down to 64 x 64) while a tile holds more than 256 x 128 x 128
+// The tile of C (rows, columns) that run_f32_gemms uses for an m x n x k GEMM: 512 x 256 at
+// most, split (rows first, down to 64 x 64) while a tile holds more than 256 x 256 x 128
 // multiply-adds, so that deep GEMMs (weight gradients: the depth is the tokens) spread over the
 // cores in even pieces. A function of the shape only, never of the thread count or of the other
 // GEMMs of the call.
