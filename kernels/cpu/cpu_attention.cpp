@@ -62,8 +62,7 @@ void gemm_strided(const float* a, int64_t lda, const float* b, int64_t ldb, floa
 // A (rows, kend; lda), B (rows, D; ldb). Key rows below q0 were written by earlier blocks and
 // are added to; rows q0..kend are new and written.
 void accumulate_keys(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                     int64_t ldc, int64_t q0, int64_t kend, int64_t rows, int64_t d,
-                     float alpha) {
+                     int64_t ldc, int64_t q0, int64_t kend, int64_t rows, int64_t d, float alpha) {
   if (q0 > 0) gemm_strided(a, lda, b, ldb, c, ldc, q0, d, rows, true, false, alpha, 1.0f);
   gemm_strided(a + q0, lda, b, ldb, c + q0 * ldc, ldc, kend - q0, d, rows, true, false, alpha,
                0.0f);

@@ -130,9 +130,8 @@ TEST(CpuRows, NormSoftmaxRopeAndSumRowsHaveTheScalarBits) {
       ASSERT_EQ(bits(s[j]), bits(e)) << j;
       lane[j < n / 8 * 8 ? j % 8 : 0] += e;
     }
-    EXPECT_EQ(bits(ms.sum),
-              bits(((lane[0] + lane[1]) + (lane[2] + lane[3])) +
-                   ((lane[4] + lane[5]) + (lane[6] + lane[7]))));
+    EXPECT_EQ(bits(ms.sum), bits(((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+                                 ((lane[4] + lane[5]) + (lane[6] + lane[7]))));
     std::vector<float> p = x, dp = g0;
     cpu::softmax_backward_row_f32(p.data(), dp.data(), valid, n, 1.5f, 0.125f);
     for (int64_t j = 0; j < n; ++j) {

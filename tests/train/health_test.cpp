@@ -129,17 +129,18 @@ TEST(GradHealth, NanInOneExpertOnOneRankStopsNamingRankLayerExpertTensor) {
 TEST(GradHealth, OneRankReportsTheInjectedElementInFp32AndBf16) {
   for (const char* dtype : {"f32", "bf16"}) {
     SCOPED_TRACE(dtype);
-    const Injection inj{0, 2, "layers.1.experts.3",
-                        "model.layers.1.block_sparse_moe.experts.3.w2.weight", 11, -kInf};
+    const Injection inj{
+        0,  2,    "layers.1.experts.3", "model.layers.1.block_sparse_moe.experts.3.w2.weight",
+        11, -kInf};
     int hits = 0;
     std::mutex mu;
     TrainOptions opt;
     opt.grad_hook = inject(inj, &hits, &mu);
     opt.metrics_path = ::testing::TempDir() + "health_one_rank_" + dtype + ".jsonl";
-    const TrainResult r = train(tiny_moe({"parallel.world_size=1", "parallel.ep_size=1",
-                                          "zero.stage=3", std::string("train.dtype=") + dtype,
-                                          "train.on_nonfinite=skip", "train.steps=3"}),
-                                opt);
+    const TrainResult r = train(
+        tiny_moe({"parallel.world_size=1", "parallel.ep_size=1", "zero.stage=3",
+                  std::string("train.dtype=") + dtype, "train.on_nonfinite=skip", "train.steps=3"}),
+        opt);
     EXPECT_EQ(hits, 1);
     ASSERT_EQ(r.steps.size(), 3u);
     for (size_t s = 0; s < 3; ++s)
