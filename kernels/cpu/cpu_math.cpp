@@ -207,29 +207,16 @@ MOEZERO_CPU_CLONES float sum_squares_f32(const float* x, int64_t n) {
 }
 
 MOEZERO_CPU_CLONES RowMaxSum softmax_prefix_row_f32(float* x, int64_t valid, int64_t total) {
-  using I32x8 = int32_t __attribute__((vector_size(32)));
-  constexpr float kNegInf = -__builtin_inff();
-  const I32x8 lanes = {0, 1, 2, 3, 4, 5, 6, 7};
-  const F32x8 neg = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
-  // Loops run to `end`: valid rounded up to whole 8-lane groups (masked), or the whole row.
+  // The exp and sum loops run to `end`: valid rounded up to whole 8-lane groups (masked), or the
+  // whole row.
   const int64_t end = std::min(total, (valid + 7) / 8 * 8);
-  F32x8 lane = neg;
-  int64_t i = 0;
-  for (; i + 8 <= end; i += 8) {
-    F32x8 v;
-    load8(x + i, v);
-    v = (lanes + static_cast<int32_t>(i)) < static_cast<int32_t>(valid) ? v : neg;
-    lane = lane < v ? v : lane;  // per lane, as max_f32
-  }
-  for (; i < valid; ++i) lane[0] = lane[0] < x[i] ? x[i] : lane[0];
-  float mx = lane[0];
-  for (int l = 1; l < 8; ++l) mx = mx < lane[l] ? lane[l] : mx;
+  const float mx = max_f32(x, valid);
   for (int64_t j = 0; j < end; ++j) x[j] = j < valid ? exp_f32(x[j] - mx) : 0.0f;
   for (int64_t j = end; j < total; ++j) x[j] = 0.0f;
   // The sum over [0, end) in the documented lane order is the sum over [0, total): the rest
   // is zeros, and end is a multiple of 8 unless it is total.
   F32x8 acc = {};
-  i = 0;
+  int64_t i = 0;
   for (; i + 8 <= end; i += 8) {
     F32x8 v;
     load8(x + i, v);

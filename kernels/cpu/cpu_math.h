@@ -73,10 +73,11 @@ bool all_finite_f32(const float* x, int64_t n);
 // ...; the tail goes to lane 0; lanes summed as ((0+1)+(2+3))+((4+5)+(6+7)).
 float sum_squares_f32(const float* x, int64_t n);
 // Causal softmax of a score row of `total` elements, keys [0, valid) visible (1 <= valid): x[j]
-// = exp(x[j] - max) for j < valid, 0 beyond; returns the max and the sum (8 fixed lanes, lane l
-// taking elements l, l + 8, ...; the remainder past a multiple of 8 to lane 0). Not yet divided
-// by the sum: attention scales its output rows instead (D elements a row, not total). Every
-// loop runs the full row (masked), so a row of a multiple of 8 elements has no scalar tail.
+// = exp(x[j] - max) for j < valid, 0 beyond; returns the max (max_f32 of the visible keys) and
+// the sum (8 fixed lanes, lane l taking elements l, l + 8, ...; the remainder past a multiple of
+// 8 to lane 0). Not yet divided by the sum: attention scales its output rows instead (D elements
+// a row, not total). The exp and sum run masked to whole 8-lane groups, so a row of a multiple
+// of 8 elements has no scalar tail there.
 struct RowMaxSum {
   float max, sum;
 };
