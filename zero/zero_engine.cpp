@@ -483,8 +483,8 @@ void ZeroEngine::Impl::end_passes() {
 Tensor ZeroEngine::Impl::grad(int g, Stream& compute) {
   GroupState& st = group(g);
   if (st.grad_direct) return st.grad_acc.view();
-  if (!st.grad_full && st.n == 1 && !options.shard_single_rank && !st.grads_deferred &&
-      micro_batch == 0 && options.compute_dtype == DType::F32) {
+  if (!st.grad_full && reduced_alone(st) && !st.grads_deferred && micro_batch == 0 &&
+      options.compute_dtype == DType::F32) {
     // One rank, fp32, first micro-batch: the accumulator is zero (filled at the last step), so
     // accumulating into it gives the bits of 0 + grad_full, with no buffer, fill or axpy.
     st.grad_direct = true;
@@ -568,9 +568,9 @@ void ZeroEngine::Impl::check_gradient(int g, Stream& compute) {
   // accumulator will hold exactly this gradient: one rank and one micro-batch, with the
   // gradient accumulated in place (fp32) or copied into the zero accumulator (flush_bucket: in
   // bf16, rounded: NaN and infinities keep their places; an fp32 value that overflows bf16
-  // becomes an infinity the optimizer would see, and is reported as one).
-  const bool one_copy = st.n == 1 && !options.shard_single_rank && !st.grads_deferred;
-  if ((st.grad_direct || one_copy) && options.micro_batches_per_step == 1) {
+  // becomes an infinity the optimizer would see, and is reported as one). grad_direct is the
+  // fp32 case.
+  if (reduced_alone(st) && !st.grads_deferred && options.micro_batches_per_step == 1) {
     checks.push_back({g, micro_batch, true});
     return;
   }
@@ -605,7 +605,7 @@ void ZeroEngine::Impl::flush_bucket(Bucket& b) {
   Communicator* comm = first.comms.reduce;
 
   const bool acc_zero = micro_batch == 0 && !first.grads_deferred;  // since the last step
-  if (n == 1 && !options.shard_single_rank && (dt == DType::F32 || acc_zero)) {
+  if (reduced_alone(first) && (dt == DType::F32 || acc_zero)) {
     // One rank: the sum over the group is this gradient; no bucket copy, no collective. The
     // same bits as the paths below: their copies are exact and the accumulation is this axpy
     // (fp32), or, into a zero accumulator, 0 + round(grad) = round(grad) (bf16).

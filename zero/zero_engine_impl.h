@@ -91,6 +91,10 @@ struct ZeroEngine::Impl {
   bool offer_to_cache(int g);  // admits a gathered expert to the shard cache (true: kept)
   void end_passes();
   Tensor grad(int g, Stream& compute);
+  // A group whose gradient one rank reduces alone (flush_bucket's copy, no collective).
+  bool reduced_alone(const zero_detail::GroupState& st) const {
+    return st.n == 1 && !options.shard_single_rank;
+  }
   void grad_ready(int g, Stream& compute);
   void accumulate_local(int g, Stream& compute);  // stage 1, not the last micro-batch
   void enqueue_reduction(int g);                  // grad_full joins its communicator's bucket
