@@ -134,6 +134,17 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
   return lane_sum(acc);
 }
 
+// acc += x[i] over the same 8 fixed lanes (the tail past a multiple of 8 to lane 0).
+inline void add_lanes(const float* x, int64_t n, F32x8& acc) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    F32x8 v;
+    load8(x + i, v);
+    acc += v;
+  }
+  for (; i < n; ++i) acc[0] += x[i];
+}
+
 // acc += x[i]^2 over the same 8 fixed lanes (the tail of a row shorter than a group of 8 goes to
 // lane 0). Rows fed one after another keep each element's lane when all but the last have a
 // length that is a multiple of 8.

@@ -51,13 +51,7 @@ MOEZERO_CPU_CLONES float sum_exp_f32(const float* x, int64_t n, float shift) {
 MOEZERO_CPU_CLONES float exp_inplace_f32(float* x, int64_t n, float shift) {
   for (int64_t j = 0; j < n; ++j) x[j] = exp_f32(x[j] - shift);
   F32x8 acc = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    F32x8 v;
-    load8(x + i, v);
-    acc += v;
-  }
-  for (; i < n; ++i) acc[0] += x[i];
+  add_lanes(x, n, acc);
   return lane_sum(acc);
 }
 
@@ -216,13 +210,7 @@ MOEZERO_CPU_CLONES RowMaxSum softmax_prefix_row_f32(float* x, int64_t valid, int
   // The sum over [0, end) in the documented lane order is the sum over [0, total): the rest
   // is zeros, and end is a multiple of 8 unless it is total.
   F32x8 acc = {};
-  int64_t i = 0;
-  for (; i + 8 <= end; i += 8) {
-    F32x8 v;
-    load8(x + i, v);
-    acc += v;
-  }
-  for (; i < end; ++i) acc[0] += x[i];
+  add_lanes(x, end, acc);
   return {mx, lane_sum(acc)};
 }
 
