@@ -7,7 +7,8 @@ tokens/s of both (median of the steps after warm-up), their ratio, and moezero's
 as a fraction of the single-core GEMM rate this script measures itself: per GEMM shape of the
 bench config's forward and backward, the best of torch.mm (one thread), oneDNN's dnnl_sgemm and
 the linked CBLAS (build/bin/gemm_rate, one thread, with --torch-env's settings), then the median
-over the shapes.
+over the shapes. Beside it, for reference, the same rate with each call's operands cycled through
+--cold-mb MB (128: beyond the core's caches, where a training step finds its weights).
 
 Run with Debian's python3-torch: /usr/bin/python3 benchmarks/cpu_vs_torch.py [--core 1]
 PyTorch gets one thread (torch.set_num_threads(1)); its BLAS setting is inherited from the
@@ -143,6 +144,10 @@ def main():
     ap.add_argument("--two-cores", default="",
                     help="also run moezero (world 1) pinned to these two cores, e.g. 0,1, in each "
                          "rep, and print its scaling over --core")
+    ap.add_argument("--cold-mb", type=int, default=128,
+                    help="also measure the GEMM shapes with operands cycled through this many MB "
+                         "(gemm_rate --footprint: beyond the caches, as in a training step) and "
+                         "print the model-FLOP rate against that too; 0 skips it")
     ap.add_argument("--no-torch", action="store_true",
                     help="moezero only (with --two-cores: just the scaling)")
     a = ap.parse_args()
@@ -199,7 +204,7 @@ def main():
                                                     json.dumps(shapes)], env=torch_env))["gflops"]}
     libs = json.loads(pinned(a.core, [a.gemm_rate] + [f"{m},{n},{k}" for m, n, k in shapes],
                              env=torch_env))
-    rates.update({k: v for k, v in libs.items() if k != "shapes"})
+    rates.update({k: v for k, v in libs.items() if k not in ("shapes", "footprint_mb")})
     best = [max(r[i] for r in rates.values()) for i in range(len(shapes))]
     gemm = statistics.median(best)
     fpt, formula = flops_per_token(m)
@@ -215,6 +220,18 @@ def main():
           f"{gemm:.1f} GFLOP/s;"
           f" moezero model-FLOP rate {mzm * fpt / 1e9:.1f} GFLOP/s = "
           f"{100 * mzm * fpt / 1e9 / gemm:.0f}% of it")
+    if a.cold_mb > 0:
+        # The same shapes with each call's operands beyond the caches (gemm_rate --footprint):
+        # where a training step finds its weights and most activations. A reference point
+        # printed beside the target's denominator, not a replacement for it.
+        cold = json.loads(pinned(a.core, [a.gemm_rate, "--footprint", str(a.cold_mb)] +
+                                 [f"{m},{n},{k}" for m, n, k in shapes], env=torch_env))
+        cold_best = [max(cold[lib][i] for lib in cold if lib not in ("shapes", "footprint_mb"))
+                     for i in range(len(shapes))]
+        cg = statistics.median(cold_best)
+        print(f"the same GEMMs with operands cycled through {a.cold_mb} MB (gemm_rate --footprint; "
+              f"per shape " + " ".join(f"{b:.0f}" for b in cold_best) + f"): {cg:.1f} GFLOP/s; "
+              f"model-FLOP rate = {100 * mzm * fpt / 1e9 / cg:.0f}% of that")
 
 
 if __name__ == "__main__":
