@@ -1,7 +1,8 @@
 // tools/train_cmd.cpp — `moezero train --config FILE [--set section.key=value ...]
-// [--metrics FILE] [--trace FILE] [--resume DIR] [--stop-at STEP] [--export-hf DIR] [--quiet]`:
-// checks the config before anything runs, prints what will run, then a progress line per
-// train.log_every steps and a summary.
+// [--metrics FILE] [--trace FILE] [--resume DIR] [--stop-at STEP] [--export-hf DIR] [--quiet]
+// [--gemm-profile]`: checks the config before anything runs, prints what will run, then a
+// progress line per train.log_every steps and a summary (and, with --gemm-profile, the CPU
+// GEMMs' in-run rate: kernels/backend.h cpu_gemm_profile_report).
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -39,6 +40,7 @@ struct TrainArgs {
   int64_t stop_at = 0;
   std::vector<std::string> overrides;
   bool quiet = false;
+  bool gemm_profile = false;
   std::string export_dir;
   moe::HfExportOptions export_opt;
 };
@@ -64,6 +66,8 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
       a.trace_path = value("--trace");
     else if (args[i] == "--quiet")
       a.quiet = true;
+    else if (args[i] == "--gemm-profile")
+      a.gemm_profile = true;
     else if (args[i] == "--export-hf")
       a.export_dir = value("--export-hf");
     else if (args[i] == "--export-dtype") {
@@ -208,12 +212,20 @@ int train(const std::vector<std::string>& args) {
   // SIGTERM / SIGINT: every rank finishes the step, a checkpoint is saved, exit kExitStopped.
   moe::install_stop_handlers();
   opt.stop_flag = &moe::stop_signal_flag();
+  MOEZERO_REQUIRE(!a.gemm_profile || cfg.parallel.backend == BackendKind::Cpu,
+                  "train: --gemm-profile times the CPU backend's GEMMs; this run's backend is not "
+                  "the CPU (parallel.backend)");
+  if (a.gemm_profile) cpu_gemm_profile_enable(true);
   const auto t0 = std::chrono::steady_clock::now();
   moe::TrainResult r = moe::train(cfg, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (lead && !r.steps.empty())
     std::printf("done: %zu steps in %.1f s, loss %.4f -> %.4f\n", r.steps.size(), secs,
                 r.steps.front().loss, r.steps.back().loss);
+  if (a.gemm_profile) {
+    if (lead) std::printf("%s", cpu_gemm_profile_report().c_str());
+    cpu_gemm_profile_enable(false);
+  }
   if (r.stop_signal != 0) return report_stop(r, cfg, args, lead, mpi.has_value());
   if (lead && !a.export_dir.empty()) export_trained(cfg, r, a, mpi.has_value());
   const std::string trace_file = a.trace_path.empty() ? cfg.profile.trace : a.trace_path;

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -218,6 +219,45 @@ TEST(CpuGemmThreads, Bf16GemmIsNativeOnBf16MachinesAndDeterministic) {
       worst = std::max(worst, double(std::fabs(one[i] - f32[i])));
     EXPECT_LT(worst, 1e-4) << "tb " << tb << ": bf16 matmul vs fp32 GEMM of the same values";
   }
+}
+
+// `moezero train --gemm-profile`: every tile call is counted under its shape and layout while
+// the profile is on, nothing while it is off, and enabling again starts from zero.
+TEST(CpuGemmThreads, GemmProfileCountsEveryTileByShape) {
+  const int64_t m = 1024, n = 128, k = 128;  // tiles of 512 x 128: two per call
+  const auto [tm, tn] = cpu::gemm_tile_shape(m, n, k);
+  ASSERT_EQ(tm, 512);
+  ASSERT_EQ(tn, 128);
+  const auto a = random_matrix(static_cast<size_t>(m * k), 5);
+  const auto b = random_matrix(static_cast<size_t>(k * n), 6);
+  std::vector<float> c(static_cast<size_t>(m * n));
+  auto run = [&](bool tb, int times) {
+    const cpu::F32Gemm g{a.data(), b.data(), c.data(), m, n, k, false, tb, 1.0f, 0.0f};
+    for (int i = 0; i < times; ++i) cpu::run_f32_gemms({&g, 1});
+  };
+  // A line of the report: its label, then this many tiles.
+  auto has = [](const std::string& rep, const std::string& label, int tiles) {
+    return std::regex_search(rep, std::regex("\\n +" + label + " +" + std::to_string(tiles) +
+                                             " tiles +[0-9.]+ s +[0-9.]+ GFLOP/s\\n"));
+  };
+  run(false, 1);  // before the profile: not counted
+  cpu_gemm_profile_enable(true);
+  run(false, 3);
+  run(true, 2);
+  const std::string rep = cpu_gemm_profile_report();
+  EXPECT_TRUE(has(rep, "all", 10)) << rep;
+  EXPECT_TRUE(has(rep, "A N, B N", 6)) << rep;
+  EXPECT_TRUE(has(rep, "A N, B T", 4)) << rep;
+  EXPECT_TRUE(has(rep, "512 x 128 x 128 NN", 6)) << rep;
+  EXPECT_TRUE(has(rep, "512 x 128 x 128 NT", 4)) << rep;
+  EXPECT_EQ(rep.find(" 0.0 GFLOP/s"), std::string::npos) << "a tile with no time: " << rep;
+  cpu_gemm_profile_enable(false);
+  run(false, 2);
+  EXPECT_TRUE(has(cpu_gemm_profile_report(), "all", 0)) << cpu_gemm_profile_report();
+  cpu_gemm_profile_enable(true);  // starts from zero
+  run(true, 1);
+  EXPECT_TRUE(has(cpu_gemm_profile_report(), "all", 2)) << cpu_gemm_profile_report();
+  cpu_gemm_profile_enable(false);
 }
 
 }  // namespace

@@ -138,7 +138,9 @@ TEST_P(OptimTest, AdamwMultiIsBitIdenticalToOneAdamwPerTensor) {
       EXPECT_EQ(download(multi[i].p), download(o.p));
       EXPECT_EQ(download(multi[i].m), download(o.m));
       EXPECT_EQ(download(multi[i].v), download(o.v));
-      if (es[i].has_copy) EXPECT_EQ(download(multi[i].copy), download(o.copy));
+      if (es[i].has_copy) {
+        EXPECT_EQ(download(multi[i].copy), download(o.copy));
+      }
     }
   }
 }

@@ -128,7 +128,7 @@ class RouterTest : public ::testing::TestWithParam<DeviceKind> {
   }
 
   static Problem problem(bool normalize, int k, float cap, float aux, float z) {
-    Problem p{.n = 24, .c = 16, .cfg = {}, .noise = {}};
+    Problem p{.n = 24, .c = 16, .cfg = {}, .noise = {}, .bias = {}};
     p.cfg = RouterConfig{.num_experts = 6,
                          .top_k = k,
                          .normalize_top_k = normalize,

@@ -169,7 +169,9 @@ TEST(ZeroEngine, OneRankGroupsSkipTheGatherPathWithTheSameBits) {
         EXPECT_EQ(a.norms, b.norms) << what;
         EXPECT_EQ(a.counters.gathers, 0u) << what;
         EXPECT_EQ(a.counters.reduce_scattered_bytes, 0u) << what;
-        if (stage == 3) EXPECT_GT(b.counters.gathers, 0u) << what;
+        if (stage == 3) {
+          EXPECT_GT(b.counters.gathers, 0u) << what;
+        }
         EXPECT_GT(b.counters.reduce_scattered_bytes, 0u) << what;
         // Resident parameters: no transient full buffers.
         EXPECT_LE(a.mid.total_peak_bytes, b.mid.total_peak_bytes) << what;
