@@ -8,7 +8,8 @@ as a fraction of the single-core GEMM rate this script measures itself: per GEMM
 bench config's forward and backward, the best of torch.mm (one thread), oneDNN's dnnl_sgemm and
 the linked CBLAS (build/bin/gemm_rate, one thread, with --torch-env's settings), then the median
 over the shapes. Beside it, for reference, the same rate with each call's operands cycled through
---cold-mb MB (128: beyond the core's caches, where a training step finds its weights).
+--cold-mb MB (128: beyond the core's caches, where a training step finds its weights), and with
+--gemm-profile the rate moezero's GEMM tiles reach inside the training run (`train --gemm-profile`).
 
 Run with Debian's python3-torch: /usr/bin/python3 benchmarks/cpu_vs_torch.py [--core 1]
 PyTorch gets one thread (torch.set_num_threads(1)); its BLAS setting is inherited from the
@@ -148,6 +149,9 @@ def main():
                     help="also measure the GEMM shapes with operands cycled through this many MB "
                          "(gemm_rate --footprint: beyond the caches, as in a training step) and "
                          "print the model-FLOP rate against that too; 0 skips it")
+    ap.add_argument("--gemm-profile", action="store_true",
+                    help="after the repeats, run moezero once more with `train --gemm-profile` "
+                         "and print its GEMMs' in-run rates")
     ap.add_argument("--no-torch", action="store_true",
                     help="moezero only (with --two-cores: just the scaling)")
     a = ap.parse_args()
@@ -183,6 +187,11 @@ def main():
             pt.append(statistics.median(res["rates"][a.warmup:]))
             line += f", PyTorch {pt[-1]:.0f} tokens/s"
         print(line)
+    profile = ""
+    if a.gemm_profile:  # one more run, its GEMM tiles timed (not part of the medians above)
+        profile = pinned(a.core, [a.moezero, "train", "--config", cfg_path, "--set",
+                                  f"train.dtype={a.dtype}", "--quiet", "--gemm-profile"])
+        profile = profile[profile.find("gemm profile"):].rstrip()
     os.unlink(cfg_path)
     if mzb:
         print(f"moezero bf16 {statistics.median(mzb):.0f} tokens/s = "
@@ -192,6 +201,9 @@ def main():
         print(f"moezero world 1 ({a.dtype}) on cores {a.two_cores}: "
               f"{statistics.median(mz2):.0f} tokens/s, {statistics.median(mz2) / statistics.median(mz):.2f}x "
               f"one core ({statistics.median(mz):.0f} tokens/s)")
+    if profile:
+        print(f"one more run with --gemm-profile ({a.dtype}, core {a.core}, {a.steps} steps):")
+        print(profile)
     if a.no_torch:
         print(f"{header[0].strip() if header else 'cpu: ?'}")
         print(f"moezero {statistics.median(mz):.0f} tokens/s ({a.dtype}, core {a.core})")
