@@ -62,8 +62,10 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--footprint") {
       char* end = nullptr;
       footprint_mb = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : -1;
-      if (i + 1 >= argc || *end != '\0' || footprint_mb < 0 || footprint_mb > 4096) {
-        std::fprintf(stderr, "gemm_rate: --footprint needs a whole number of MB in 0..4096, got '%s'\n",
+      if (i + 1 >= argc || end == argv[i + 1] || *end != '\0' || footprint_mb < 0 ||
+          footprint_mb > 4096) {
+        std::fprintf(stderr,
+                     "gemm_rate: --footprint needs a whole number of MB in 0..4096, got '%s'\n",
                      i + 1 < argc ? argv[i + 1] : "");
         return 2;
       }

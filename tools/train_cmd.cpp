@@ -224,9 +224,10 @@ int train(const std::vector<std::string>& args) {
                 r.steps.front().loss, r.steps.back().loss);
   if (a.gemm_profile) {
     if (lead)
-      std::printf("%s  (the run took %.3f s of wall time, setup included; tile times are summed "
-                  "over threads)\n",
-                  cpu_gemm_profile_report().c_str(), secs);
+      std::printf(
+          "%s  (the run took %.3f s of wall time, setup included; tile times are summed "
+          "over threads)\n",
+          cpu_gemm_profile_report().c_str(), secs);
     cpu_gemm_profile_enable(false);
   }
   if (r.stop_signal != 0) return report_stop(r, cfg, args, lead, mpi.has_value());

@@ -633,8 +633,7 @@ std::string cpu_gemm_profile_report(size_t top) {
   using Entry = cpu::GemmProfile::Entry;
   Entry all;
   std::map<std::string, Entry> layouts;  // "NN", "NT", "TN", "TT" (+ " bf16")
-  std::vector<std::pair<cpu::GemmProfile::Key, Entry>> shapes(prof.tiles.begin(),
-                                                               prof.tiles.end());
+  std::vector<std::pair<cpu::GemmProfile::Key, Entry>> shapes(prof.tiles.begin(), prof.tiles.end());
   auto add = [](Entry& to, const Entry& e) {
     to.calls += e.calls;
     to.seconds += e.seconds;
@@ -654,12 +653,13 @@ std::string cpu_gemm_profile_report(size_t top) {
   };
   std::string out = "gemm profile (CPU GEMM tiles, every thread, wall time per tile call):\n";
   out += line("all", all);
-  for (const auto& [name, e] : layouts) out += line("A " + name.substr(0, 1) + ", B " +
-                                                    name.substr(1), e);
+  for (const auto& [name, e] : layouts)
+    out += line("A " + name.substr(0, 1) + ", B " + name.substr(1), e);
   std::sort(shapes.begin(), shapes.end(),
             [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
   if (shapes.size() > top) shapes.resize(top);
-  out += "  the " + std::to_string(shapes.size()) + " tile shapes (m x n x k, op) with the most time:\n";
+  out += "  the " + std::to_string(shapes.size()) +
+         " tile shapes (m x n x k, op) with the most time:\n";
   for (const auto& [key, e] : shapes) {
     const auto& [m, n, k, ta, tb, b16] = key;
     out += line("  " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) +
