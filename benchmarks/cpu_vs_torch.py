@@ -123,6 +123,11 @@ print(json.dumps({"gflops": out}))
 '''
 
 
+def library_rates(gemm_rate_json):
+    """gemm_rate's per-library rate lists (its other keys describe the run)."""
+    return {k: v for k, v in gemm_rate_json.items() if k not in ("shapes", "footprint_mb")}
+
+
 def pinned(core, cmd, env=None):
     return subprocess.run(["taskset", "-c", str(core)] + cmd, capture_output=True, text=True,
                           env=env, check=True).stdout
@@ -191,6 +196,8 @@ def main():
     if a.gemm_profile:  # one more run, its GEMM tiles timed (not part of the medians above)
         profile = pinned(a.core, [a.moezero, "train", "--config", cfg_path, "--set",
                                   f"train.dtype={a.dtype}", "--quiet", "--gemm-profile"])
+        if "gemm profile" not in profile:
+            sys.exit(f"cpu_vs_torch: `train --gemm-profile` printed no profile:\n{profile}")
         profile = profile[profile.find("gemm profile"):].rstrip()
     os.unlink(cfg_path)
     if mzb:
@@ -216,7 +223,7 @@ def main():
                                                     json.dumps(shapes)], env=torch_env))["gflops"]}
     libs = json.loads(pinned(a.core, [a.gemm_rate] + [f"{m},{n},{k}" for m, n, k in shapes],
                              env=torch_env))
-    rates.update({k: v for k, v in libs.items() if k not in ("shapes", "footprint_mb")})
+    rates.update(library_rates(libs))
     best = [max(r[i] for r in rates.values()) for i in range(len(shapes))]
     gemm = statistics.median(best)
     fpt, formula = flops_per_token(m)
@@ -238,8 +245,7 @@ def main():
         # printed beside the target's denominator, not a replacement for it.
         cold = json.loads(pinned(a.core, [a.gemm_rate, "--footprint", str(a.cold_mb)] +
                                  [f"{m},{n},{k}" for m, n, k in shapes], env=torch_env))
-        cold_best = [max(cold[lib][i] for lib in cold if lib not in ("shapes", "footprint_mb"))
-                     for i in range(len(shapes))]
+        cold_best = [max(r[i] for r in library_rates(cold).values()) for i in range(len(shapes))]
         cg = statistics.median(cold_best)
         print(f"the same GEMMs with operands cycled through {a.cold_mb} MB (gemm_rate --footprint; "
               f"per shape " + " ".join(f"{b:.0f}" for b in cold_best) + f"): {cg:.1f} GFLOP/s; "

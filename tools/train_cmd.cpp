@@ -188,6 +188,9 @@ int train(const std::vector<std::string>& args) {
   TrainArgs a = parse_train_args(args);
   const Config cfg = load_config(a.config_path, a.overrides);
   if (!a.export_dir.empty()) moe::hf_architecture(cfg);  // refuse before training, not after
+  MOEZERO_REQUIRE(!a.gemm_profile || cfg.parallel.backend == BackendKind::Cpu,
+                  "train: --gemm-profile times the CPU backend's GEMMs; this run's backend is not "
+                  "the CPU (parallel.backend)");
 
   // Under mpirun every process runs this; rank 0's prints for the job.
   const auto mpi = comm::mpi_process();
@@ -212,9 +215,6 @@ int train(const std::vector<std::string>& args) {
   // SIGTERM / SIGINT: every rank finishes the step, a checkpoint is saved, exit kExitStopped.
   moe::install_stop_handlers();
   opt.stop_flag = &moe::stop_signal_flag();
-  MOEZERO_REQUIRE(!a.gemm_profile || cfg.parallel.backend == BackendKind::Cpu,
-                  "train: --gemm-profile times the CPU backend's GEMMs; this run's backend is not "
-                  "the CPU (parallel.backend)");
   if (a.gemm_profile) cpu_gemm_profile_enable(true);
   const auto t0 = std::chrono::steady_clock::now();
   moe::TrainResult r = moe::train(cfg, opt);

@@ -631,18 +631,20 @@ std::string cpu_gemm_profile_report(size_t top) {
   cpu::GemmProfile& prof = cpu::gemm_profile();
   std::lock_guard lock(prof.mu);
   using Entry = cpu::GemmProfile::Entry;
-  Entry all;
-  std::map<std::string, Entry> layouts;  // "NN", "NT", "TN", "TT" (+ " bf16")
-  std::vector<std::pair<cpu::GemmProfile::Key, Entry>> shapes(prof.tiles.begin(), prof.tiles.end());
-  auto add = [](Entry& to, const Entry& e) {
-    to.calls += e.calls;
-    to.seconds += e.seconds;
-    to.flops += e.flops;
+  // "NT" (A as is, B transposed), "+ bf16" for native bf16 operands
+  auto op = [](bool ta, bool tb, bool b16) {
+    return std::string(ta ? "T" : "N") + (tb ? "T" : "N") + (b16 ? " bf16" : "");
   };
+  Entry all;
+  std::map<std::string, Entry> layouts;  // by op()
+  std::vector<std::pair<cpu::GemmProfile::Key, Entry>> shapes(prof.tiles.begin(), prof.tiles.end());
   for (const auto& [key, e] : shapes) {
     const auto& [m, n, k, ta, tb, b16] = key;
-    add(all, e);
-    add(layouts[std::string(ta ? "T" : "N") + (tb ? "T" : "N") + (b16 ? " bf16" : "")], e);
+    for (Entry* to : {&all, &layouts[op(ta, tb, b16)]}) {
+      to->calls += e.calls;
+      to->seconds += e.seconds;
+      to->flops += e.flops;
+    }
   }
   auto line = [](const std::string& what, const Entry& e) {
     char buf[160];
@@ -663,7 +665,7 @@ std::string cpu_gemm_profile_report(size_t top) {
   for (const auto& [key, e] : shapes) {
     const auto& [m, n, k, ta, tb, b16] = key;
     out += line("  " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) +
-                    " " + (ta ? "T" : "N") + (tb ? "T" : "N") + (b16 ? " bf16" : ""),
+                    " " + op(ta, tb, b16),
                 e);
   }
   return out;
