@@ -1,5 +1,5 @@
 // Config parsing: defaults, every kind of bad input rejected with the key path and reason,
-// --set overrides, byte counts with units, the JSON round trip, and the README documenting
+// --set overrides, byte counts with units, the JSON round trip, and docs/config.md documenting
 // every key.
 #include "core/config.h"
 
@@ -178,16 +178,16 @@ TEST(Config, LoadNamesUnreadableFile) {
   }
 }
 
-TEST(Config, ReadmeDocumentsEveryKey) {
-  std::ifstream in(MOEZERO_SOURCE_DIR "/README.md");
-  ASSERT_TRUE(in) << "README.md not found";
+TEST(Config, DocsDocumentEveryKey) {
+  std::ifstream in(MOEZERO_SOURCE_DIR "/docs/config.md");
+  ASSERT_TRUE(in) << "docs/config.md not found";
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string readme = ss.str();
+  const std::string doc = ss.str();
   for (const auto& k : config_reference())
-    EXPECT_NE(readme.find("`" + k.path + "`"), std::string::npos)
-        << "README.md does not document config key " << k.path
-        << " (run `moezero config --doc` for the table)";
+    EXPECT_NE(doc.find("`" + k.path + "`"), std::string::npos)
+        << "docs/config.md does not document config key " << k.path
+        << " (run `moezero config --doc` for its row)";
 }
 
 }  // namespace
