@@ -58,7 +58,9 @@ def bench_cells(row):
     exposed_max = num(row, "exposed_comm_ms_max", ".0f")
     counts = " / ".join(num(row, f, ".1f")
                         for f in ("prefetch_hits", "prefetch_misses", "exact_prefetches"))
-    mib = lambda f: "-" if row.get(f) is None else num(row, f, ".1f", MIB) + " MiB"
+    def mib(field):
+        return "-" if row.get(field) is None else num(row, field, ".1f", MIB) + " MiB"
+
     return [row["strategy"], num(row, "tokens_per_s", ".0f"), num(row, "utilisation", ".3f"),
             num(row, "step_ms", ".0f"), f"{exposed} ({exposed_max})", num(row, "comm_ms", ".0f"),
             mib("gathered_expert_bytes"), mib("gathered_dense_bytes"),

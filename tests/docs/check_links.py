@@ -6,8 +6,9 @@
 For every markdown link [text](target) outside code (fenced blocks and `inline code`) whose
 target is not a URL: the file must exist, relative to the page, inside ROOT; a `#fragment` on a
 markdown page must name one of its headings (GitHub's anchors: lower case, punctuation dropped,
-spaces to hyphens). Prints one line per broken link (page:line: target: why) and exits 1, else
-prints how many links it checked and exits 0.
+spaces to hyphens). Every docs/ page must also open with what it is for: a `# Title` line, a
+blank line, then a line of prose (not a heading, a table, a list or code). Prints one line per
+problem (page:line: what) and exits 1, else prints how many links it checked and exits 0.
 """
 
 import os
@@ -73,6 +74,19 @@ def check_page(root, page):
     return problems, count
 
 
+def opening_problem(root, page):
+    """Why a docs/ page does not open with a title and a line on what it is for, or None."""
+    with open(page, encoding="utf-8") as f:
+        head = f.read().split("\n")[:3]
+    rel_page = os.path.relpath(page, root)
+    if len(head) < 3 or not head[0].startswith("# "):
+        return f"{rel_page}:1: does not start with a '# Title' line"
+    first = head[2].lstrip()
+    if head[1].strip() or not first or first.startswith(("#", "|", "- ", "* ", "```")):
+        return f"{rel_page}:3: the title is not followed by a line on what the page is for"
+    return None
+
+
 def main(argv):
     if len(argv) != 1:
         print("usage: check_links.py ROOT", file=sys.stderr)
@@ -90,10 +104,12 @@ def main(argv):
         p, c = check_page(root, page)
         problems += p
         count += c
+        if page != pages[0] and opening_problem(root, page):
+            problems.append(opening_problem(root, page))
     for p in problems:
         print(p)
     if problems:
-        print(f"docs_links: {len(problems)} broken link(s) in {len(pages)} page(s)")
+        print(f"docs_links: {len(problems)} problem(s) in {len(pages)} page(s)")
         return 1
     print(f"docs_links: {count} relative links in {len(pages)} pages, all resolve")
     return 0
