@@ -8,6 +8,7 @@
 
 #include "core/communicator.h"
 #include "core/config.h"
+#include "moe/gather_strategy.h"
 #include "prefetch/frequency_model.h"
 #include "prefetch/prefetch_policy.h"
 
@@ -118,9 +119,9 @@ struct MoeRuntime {
   // The cost policy's link model: from config and the EDP group's size, so identical on every
   // rank of the group (never a rank's own clock).
   prefetch::PrefetchCosts prefetch_costs;
-  // How the local experts are gathered (zero.moe_gather). Leaf and Fsdp gather the block as
-  // one coalesced collective and ignore `frequency`'s plans and `prefetch` for experts.
-  MoeGather gather = MoeGather::Experts;
+  // How the local experts are gathered (zero.moe_gather; moe/gather_strategy.h): chosen once.
+  // Only a strategy whose prefetch is Routed uses `frequency`'s plans and `prefetch` for experts.
+  const GatherStrategy* gather = &gather_strategy(MoeGather::Experts);
   // zero.reshard_after_forward (gather == Experts only): false keeps an active expert acquired
   // in forward until its backward (ParamProvider::may_hold decides within the live limit).
   bool reshard_after_forward = true;
