@@ -7,7 +7,7 @@
 //   unit   Count: an integer (bytes or events); Ms: milliseconds, a double.
 //   source Engine: the step's delta of the ZeroEngine counter of the same name
 //          (EngineCounters, zero/zero_engine.h); Moe: the MoeStats field of the same name
-//          (moe/moe_runtime.h), already per step; Timing: the StepTiming field of the same
+//          (moe/moe_stats.h), already per step; Timing: the StepTiming field of the same
 //          name (core/trace.h: comm_ms is the union of the rank's collective intervals,
 //          exposed_comm_ms the part of it the compute stream waits through; exposed <= comm).
 // The allocator's peaks (peak_bytes by tag, peak_total_bytes) are not counters (they are

@@ -43,64 +43,6 @@ std::vector<GroupSpec> LocalExperts::param_groups() const {
   return groups;
 }
 
-LocalExperts::RunOrder LocalExperts::run_order(const ModuleContext& ctx, ParamProvider& params,
-                                               const std::vector<char>& active,
-                                               ParamProvider::FetchReason reason) const {
-  std::vector<int> ids;
-  for (int j = 0; j < experts_per_rank_; ++j)
-    if (active[static_cast<size_t>(j)]) ids.push_back(j);
-  std::vector<int> groups;  // agreed order; resident or in flight (predicted) ones are left out
-  for (int j : ids) groups.push_back(group(j));
-  params.prefetch_set(groups, ctx.s(), reason);  // coalesced
-  // Cached experts first, in id order: acquiring them updates the shard cache's recency, which
-  // must advance identically on every rank. Then the rest in the order their gathers were
-  // issued, which is the order they complete in (one FIFO gather stream): compute never waits
-  // for an expert whose gather queues behind one it could run now (a predicted prefetch of
-  // expert 5 before the on-demand gather of expert 0 runs 5 first). Ties (one coalesced
-  // gather) in id order. Known without a host query, and the same on every rank.
-  RunOrder order;
-  std::vector<std::pair<uint64_t, int>> in_flight;
-  for (int j : ids) {
-    const int g = group(j);
-    if (params.needs_fetch(g))
-      order.then.push_back(j);  // over the live limit: id order
-    else if (params.cached(g))
-      order.first.push_back(j);
-    else
-      in_flight.emplace_back(params.fetch_ticket(g), j);
-  }
-  std::sort(in_flight.begin(), in_flight.end());
-  for (const auto& [ticket, j] : in_flight) order.first.push_back(j);
-  return order;
-}
-
-template <typename Run, typename Finish>
-void LocalExperts::execute(const RunOrder& order, const std::vector<uint64_t>& first_keys,
-                           Run&& run, Finish&& finish) {
-  for (size_t i = 0; i < order.first.size();) {  // in the order parameters are ready
-    size_t end = i + 1;
-    while (end < order.first.size() && first_keys[end] == first_keys[i]) ++end;
-    run(std::vector<int>(order.first.begin() + static_cast<std::ptrdiff_t>(i),
-                         order.first.begin() + static_cast<std::ptrdiff_t>(end)));
-    i = end;
-  }
-  std::vector<int> first_ids = order.first;
-  std::sort(first_ids.begin(), first_ids.end());
-  for (int j : first_ids) finish(j);  // id order: the cache and the gradient buckets agree
-  for (int j : order.then) {          // on-demand gathers, one at a time, id order
-    run(std::vector<int>{j});
-    finish(j);
-  }
-}
-
-template <typename Held>
-std::vector<uint64_t> LocalExperts::wave_keys(const RunOrder& order, const ParamProvider& params,
-                                              Held&& is_held) const {
-  std::vector<uint64_t> keys;
-  for (int j : order.first) keys.push_back(is_held(j) ? 0 : params.fetch_ticket(group(j)));
-  return keys;
-}
-
 int LocalExperts::span(const ModuleContext& ctx, const DispatchState& rows, int j,
                        TracePass pass) const {
   if (!rt_.trace || !rt_.trace->tracing()) return -1;
@@ -249,43 +191,13 @@ TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& para
                                    const DispatchState& rows, const std::vector<char>& active,
                                    const Tensor& x, TensorBuffer& gate, TensorBuffer& up,
                                    std::vector<Tensor>& held) const {
-  Stream& s = ctx.s();
   const int64_t R = rows.received, C = cfg_.d_model, F = cfg_.expert_width();
   gate = ctx.alloc_act(Shape{R, F}, "moe.gate");
   up = ctx.alloc_act(Shape{R, F}, "moe.up");
   TensorBuffer act = ctx.alloc_act(Shape{R, F}, "moe.act");
   TensorBuffer y = ctx.alloc_act(Shape{R, C}, "moe.yr");
-  if (rt_.gather != MoeGather::Experts) {
-    std::vector<Tensor> w = acquire_block(ctx, params);
-    std::vector<ExpertParams> ex;
-    for (int j = 0; j < experts_per_rank_; ++j)
-      if (active[static_cast<size_t>(j)])
-        ex.push_back({j, &params.layout(group(j)), w[static_cast<size_t>(j)], Tensor()});
+  rt_.gather->forward(ctx, params, *this, active, held, [&](const std::vector<ExpertParams>& ex) {
     forward_experts(ctx, rows, ex, x, gate, up, act, y);
-    if (rt_.gather == MoeGather::Fsdp)
-      held = std::move(w);  // not resharded after forward
-    else
-      release_block(ctx, params);
-    act.reset();
-    return y;
-  }
-  const RunOrder order = run_order(ctx, params, active, ParamProvider::FetchReason::Needed);
-  const bool keep = !rt_.reshard_after_forward;
-  held.assign(keep ? static_cast<size_t>(experts_per_rank_) : 0, Tensor());
-  auto run = [&](const std::vector<int>& wave) {
-    std::vector<ExpertParams> ex;
-    for (int j : wave) {
-      const Tensor w = params.acquire(group(j), s);  // waits for this wave's gathers only
-      ex.push_back({j, &params.layout(group(j)), w, Tensor()});
-      if (keep) held[static_cast<size_t>(j)] = w;
-    }
-    forward_experts(ctx, rows, ex, x, gate, up, act, y);
-  };
-  // Finished in an order that is the same on every rank; may_hold reads agreed state only.
-  execute(order, wave_keys(order, params, [](int) { return false; }), run, [&](int j) {
-    if (keep && params.may_hold(group(j))) return;  // kept until this expert's backward
-    if (keep) held[static_cast<size_t>(j)] = Tensor();
-    params.release(group(j), s);
   });
   act.reset();
   return y;
@@ -317,67 +229,15 @@ TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& par
                                     const DispatchState& rows, const std::vector<char>& active,
                                     const Tensor& x, const Tensor& gate, const Tensor& up,
                                     const Tensor& dy, std::vector<Tensor>& held) const {
-  Stream& s = ctx.s();
   const int64_t R = rows.received, C = cfg_.d_model, F = cfg_.expert_width();
   TensorBuffer dx = ctx.alloc_act(Shape{R, C}, "moe.dxr");
   TensorBuffer act = ctx.alloc_act(Shape{R, F}, "moe.act");
   TensorBuffer dact = ctx.alloc_act(Shape{R, F}, "moe.dact");
   TensorBuffer dgate = ctx.alloc_act(Shape{R, F}, "moe.dgate");
   TensorBuffer dup = ctx.alloc_act(Shape{R, F}, "moe.dup");
-  if (rt_.gather != MoeGather::Experts) {
-    // fsdp: forward's parameters; leaf: gathered again (prefetched by prepare_backward).
-    std::vector<Tensor> w =
-        rt_.gather == MoeGather::Fsdp ? std::move(held) : acquire_block(ctx, params);
-    held.clear();
-    MOEZERO_CHECK(w.size() == static_cast<size_t>(experts_per_rank_), "layer ", layer_,
-                  ": backward without the experts held since forward");
-    std::vector<ExpertParams> ex;
-    for (int j = 0; j < experts_per_rank_; ++j)
-      if (active[static_cast<size_t>(j)])
-        ex.push_back(
-            {j, &params.layout(group(j)), w[static_cast<size_t>(j)], params.grad(group(j), s)});
+  rt_.gather->backward(ctx, params, *this, active, held, [&](const std::vector<ExpertParams>& ex) {
     backward_experts(ctx, rows, ex, x, gate, up, dy, act, dact, dgate, dup, dx);
-    for (int j = 0; j < experts_per_rank_; ++j)  // id order, as the per-expert path
-      if (active[static_cast<size_t>(j)]) params.grad_ready(group(j), s);
-    release_block(ctx, params);
-    return dx;
-  }
-  // Backward prefetch is exact: the routing is known, so every needed expert's gather starts
-  // now, in the order they will run (cached ones are resident already; the provider keeps
-  // within its live-parameter limit).
-  const auto is_held = [&](int j) {
-    return static_cast<size_t>(j) < held.size() && held[static_cast<size_t>(j)].defined();
-  };
-  std::vector<char> rest = active;  // the active experts not held since forward
-  std::vector<int> kept;
-  for (int j = 0; j < experts_per_rank_; ++j)
-    if (active[static_cast<size_t>(j)] && is_held(j)) {
-      rest[static_cast<size_t>(j)] = 0;
-      kept.push_back(j);
-    }
-  RunOrder order = run_order(ctx, params, rest, ParamProvider::FetchReason::Exact);
-  order.first.insert(order.first.begin(), kept.begin(), kept.end());  // ready now, id order
-  execute(
-      order, wave_keys(order, params, is_held),
-      [&](const std::vector<int>& wave) {
-        std::vector<ExpertParams> ex;
-        for (int j : wave) {
-          Tensor w;
-          if (is_held(j)) {
-            params.use_held(group(j));  // no gather, no cache lookup
-            w = held[static_cast<size_t>(j)];
-          } else {
-            w = params.acquire(group(j), s);
-          }
-          ex.push_back({j, &params.layout(group(j)), w, params.grad(group(j), s)});
-        }
-        backward_experts(ctx, rows, ex, x, gate, up, dy, act, dact, dgate, dup, dx);
-      },
-      [&](int j) {
-        params.grad_ready(group(j), s);
-        params.release(group(j), s);
-      });
-  held.clear();
+  });
   return dx;
 }
 

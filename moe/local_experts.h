@@ -8,16 +8,9 @@
 // backward, its gradient reduced. The order of those calls is what keeps the collectives of all
 // ranks matched and the shard cache in agreement; see RunOrder.
 //
-// zero.moe_gather leaf/fsdp (MoeRuntime::gather): the incumbents' way instead. Every local
-// expert, active or not, is gathered as one coalesced collective (ParamProvider::prefetch_block)
-// and acquired in id order; only the active ones are computed. Leaf releases them after each
-// pass (forward and backward gather again); fsdp keeps forward's parameters (`held`) until the
-// backward of the same micro-batch releases them. Routing, compute and reductions are the same.
-//
-// moe_gather=experts with zero.reshard_after_forward=false: forward keeps each active expert it
-// acquired (`held`, slot j) instead of releasing it, while ParamProvider::may_hold allows (the
-// live limit); backward runs the held ones without a gather (ParamProvider::use_held), among the
-// first ones, and releases every expert after its gradient, in the same order as before.
+// Which experts are gathered, when, and when they are released is the gather strategy's
+// (MoeRuntime::gather, zero.moe_gather: moe/gather_strategy.h); this class computes the waves of
+// experts the strategy hands it, and names their parameter groups.
 //
 // Expert group j (provider index first_group + j): "layers.l.experts.e", e = ep_rank·Epr + j,
 // {...experts.e.w1.weight (F, C) (gate), w2 (C, F) (down), w3 (F, C) (up)} (GroupKind::Expert).
@@ -29,6 +22,7 @@
 #include "core/config.h"
 #include "core/param_group.h"
 #include "layers/module.h"
+#include "moe/gather_strategy.h"
 #include "moe/moe_runtime.h"
 #include "moe/token_dispatcher.h"
 
@@ -46,14 +40,18 @@ class LocalExperts {
   int count() const { return experts_per_rank_; }                          // Epr
   int group(int j) const { return first_group_ + j; }                      // provider index
   int expert(int j) const { return rt_.ep_rank * experts_per_rank_ + j; }  // global id
+  int layer() const { return layer_; }                                     // decoder layer
+  // zero.reshard_after_forward (the experts strategy): false keeps an active expert acquired in
+  // forward until its backward while ParamProvider::may_hold allows.
+  bool reshard_after_forward() const { return rt_.reshard_after_forward; }
   std::vector<GroupSpec> param_groups() const;
 
   // [in] x (R, C): the received rows, laid out as `rows` says; [in] active (Epr): agreed;
   // [out] gate, up (R, F): pre-activations, allocated here (kept for backward);
   // returns y (R, C) `=` the expert outputs (rows of inactive experts: unwritten; there are none).
-  // [in,out] held (Epr or empty): fsdp: forward fills it with the acquired experts, backward
-  // takes and releases them; experts with reshard_after_forward=false: slot j holds expert j
-  // when it was kept (undefined Tensor otherwise); empty otherwise.
+  // [in,out] held (Epr or empty), the gather strategy's: fsdp: forward fills it with the acquired
+  // experts, backward takes and releases them; experts with reshard_after_forward=false: slot j
+  // holds expert j when it was kept (undefined Tensor otherwise); empty otherwise.
   TensorBuffer forward(const ModuleContext& ctx, ParamProvider& params, const DispatchState& rows,
                        const std::vector<char>& active, const Tensor& x, TensorBuffer& gate,
                        TensorBuffer& up, std::vector<Tensor>& held) const;
@@ -64,6 +62,10 @@ class LocalExperts {
                         const Tensor& up, const Tensor& dy, std::vector<Tensor>& held) const;
   // The provider groups of all local experts (a block, for prefetch_block).
   std::vector<int> block_groups() const;
+  // Every local expert, one coalesced gather (a no-op when prefetched), acquired in id order;
+  // release_block releases them all (the block strategies, moe/gather_block.h).
+  std::vector<Tensor> acquire_block(const ModuleContext& ctx, ParamProvider& params) const;
+  void release_block(const ModuleContext& ctx, ParamProvider& params) const;
 
  private:
   // One expert's compute over its row blocks; [in] w, gw: its parameters and gradient.
@@ -81,11 +83,7 @@ class LocalExperts {
   // backward_expert and weight gradients accumulate their row blocks in the same order, so the
   // results are bit-identical to running the experts one by one. While tracing, the experts
   // run one by one (forward_expert / backward_expert) so that each keeps its trace span.
-  struct ExpertParams {
-    int j = 0;
-    const GroupLayout* layout = nullptr;
-    Tensor w, gw;  // gw: backward only
-  };
+  using ExpertParams = ExpertWeights;  // one wave's experts (moe/gather_strategy.h)
   void forward_experts(const ModuleContext& ctx, const DispatchState& rows,
                        const std::vector<ExpertParams>& ex, const Tensor& x, const Tensor& gate,
                        const Tensor& up, const Tensor& act, const Tensor& y) const;
@@ -93,38 +91,6 @@ class LocalExperts {
                         const std::vector<ExpertParams>& ex, const Tensor& x, const Tensor& gate,
                         const Tensor& up, const Tensor& dy, const Tensor& act, const Tensor& dact,
                         const Tensor& dgate, const Tensor& dup, const Tensor& dx) const;
-  // leaf/fsdp: every local expert, one coalesced gather (a no-op when prefetched), acquired in
-  // id order.
-  std::vector<Tensor> acquire_block(const ModuleContext& ctx, ParamProvider& params) const;
-  void release_block(const ModuleContext& ctx, ParamProvider& params) const;
-  // The active local experts in the order to run them, in two phases. Gathers are started
-  // for all of them in id order (the agreed order). Phase 1 (`first`): those whose gather was
-  // started or that are resident: cached ones first in id order (acquiring them updates the
-  // cache's recency, which must agree across ranks), then the others in the order their
-  // gathers were issued (= complete: ParamProvider::fetch_ticket); all are then released (and, in
-  // backward, reduced) in id order, so the shard cache and the gradient buckets see the same
-  // sequence on every rank. Phase 2 (`then`): those the live-parameter limit kept from prefetching;
-  // each is acquired (an on-demand gather, a collective), run and released in id order, one at a
-  // time, so the limit holds.
-  struct RunOrder {
-    std::vector<int> first, then;
-  };
-  // [in] reason: Needed in forward (after the router: on demand), Exact in backward (the
-  // exact backward prefetch: the routing is known when the layer's backward starts).
-  RunOrder run_order(const ModuleContext& ctx, ParamProvider& params,
-                     const std::vector<char>& active, ParamProvider::FetchReason reason) const;
-  // run(wave) for phase 1 in run order, one wave per run of consecutive experts with equal
-  // keys (first_keys[i] for order.first[i]: experts ready at the same time, e.g. resident ones
-  // or one coalesced gather), then finish(j) in id order; then run({j}), finish(j) for each of
-  // phase 2.
-  template <typename Run, typename Finish>
-  static void execute(const RunOrder& order, const std::vector<uint64_t>& first_keys, Run&& run,
-                      Finish&& finish);
-  // The wave keys of order.first: 0 for experts resident now (or held: is_held), else their
-  // gather's ticket (ParamProvider::fetch_ticket), read before any of them is acquired.
-  template <typename Held>
-  std::vector<uint64_t> wave_keys(const RunOrder& order, const ParamProvider& params,
-                                  Held&& is_held) const;
   // A trace span for local expert j's compute (its rows of this micro-batch) while tracing;
   // -1 otherwise.
   int span(const ModuleContext& ctx, const DispatchState& rows, int j, TracePass pass) const;

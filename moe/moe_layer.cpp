@@ -95,12 +95,7 @@ std::vector<GroupSpec> MoeFeedForward::param_groups() const {
 void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Prepare when) {
   planned_.clear();
   plan_p_.clear();
-  if (rt_.gather != MoeGather::Experts) {  // leaf, fsdp: the whole block, one module ahead
-    if (when == Prepare::JustInTime)
-      params.prefetch_block(experts_.block_groups(), ctx.s(),
-                            ParamProvider::FetchReason::Predicted);
-    return;
-  }
+  if (rt_.gather->prefetch_forward(ctx, params, experts_, when) != ExpertPrefetch::Routed) return;
   if (!rt_.frequency || rt_.prefetch.policy == PrefetchPolicy::None ||
       rt_.prefetch.lookahead_layers == 0)
     return;
@@ -133,9 +128,7 @@ void MoeFeedForward::prepare_backward(const ModuleContext& ctx, ParamProvider& p
   const auto* sv = dynamic_cast<const MoeSaved*>(&saved);
   MOEZERO_CHECK(sv != nullptr, "MoeFeedForward::prepare_backward of layer ", layer_,
                 ": saved state is not a MoeFeedForward's");
-  if (rt_.gather == MoeGather::Leaf)  // the block again, one module ahead of its backward
-    params.prefetch_block(experts_.block_groups(), ctx.s(), ParamProvider::FetchReason::Predicted);
-  if (rt_.gather != MoeGather::Experts) return;  // fsdp: still held since forward
+  if (rt_.gather->prefetch_backward(ctx, params, experts_) != ExpertPrefetch::Routed) return;
   if (rt_.prefetch.policy == PrefetchPolicy::None) return;
   std::vector<int> local(static_cast<size_t>(experts_.count()));
   for (int j = 0; j < experts_.count(); ++j) local[static_cast<size_t>(j)] = j;

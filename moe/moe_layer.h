@@ -56,8 +56,8 @@ class MoeFeedForward final : public FeedForward {
   std::vector<GroupSpec> param_groups() const override;
   // Routing-aware prefetch: gathers the local experts the frequency model predicts for this
   // layer (prefetch.policy), within prefetch.budget_bytes, before the attention block runs.
-  // zero.moe_gather leaf/fsdp: the coalesced gather of every local expert instead, issued
-  // there (one module ahead); prepare_backward issues it again for leaf.
+  // Only when the gather strategy's prefetch is Routed (zero.moe_gather=experts); otherwise the
+  // strategy prefetches (leaf, fsdp: the coalesced block, one module ahead).
   void prepare(const ModuleContext& ctx, ParamProvider& params, Prepare when) override;
   // Exact backward prefetch: the forward's active experts, in the order backward runs them.
   void prepare_backward(const ModuleContext& ctx, ParamProvider& params,

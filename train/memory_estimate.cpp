@@ -16,6 +16,7 @@
 #include "hf/hf_export.h"
 #include "kernels/backend.h"
 #include "model/transformer.h"
+#include "moe/gather_strategy.h"
 
 namespace moezero::moe {
 
@@ -145,7 +146,7 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
       stage <= 1 ? padded_total * 4 : std::min(padded_total * 4, 4 * largest_padded * 4);
   e.gathered = std::min(sharded_full, live) + grad_full +
                2 * std::min<uint64_t>(cfg.zero.reduce_bucket_size, largest_padded * b);
-  if (m.num_experts > 0 && cfg.zero.moe_gather == MoeGather::Experts)
+  if (m.num_experts > 0 && moe::gather_strategy(cfg.zero.moe_gather).uses_shard_cache())
     e.cache = std::min<uint64_t>(cfg.shard_cache.capacity_bytes, expert_full);  // never more
                                                                                 // than every expert
   // Dense groups kept gathered between micro-batches (zero.keep_dense_bytes), counted with the

@@ -16,6 +16,7 @@
 #include "core/ops.h"
 #include "core/process_groups.h"
 #include "model/transformer.h"
+#include "moe/gather_strategy.h"
 #include "moe/routing_trace.h"
 #include "prefetch/frequency_model.h"
 #include "prefetch/shard_cache.h"
@@ -259,7 +260,7 @@ void RankSession::build_model() {
       cfg_.prefetch.link_gbps > 0.0 ? cfg_.prefetch.link_gbps : cfg_.comm_emulation.link_gbps;
   rt_.prefetch_costs =
       prefetch::link_costs(gbps, cfg_.comm_emulation.latency_us, comms_.edp_gather->size());
-  rt_.gather = cfg_.zero.moe_gather;
+  rt_.gather = &moe::gather_strategy(cfg_.zero.moe_gather);
   rt_.reshard_after_forward = cfg_.zero.reshard_after_forward;
   model_ = std::make_unique<Transformer>(cfg_.model, &rt_);
 }
@@ -291,8 +292,7 @@ void RankSession::build_engine() {
         return GroupComms{comms_.gather.get(), comms_.reduce.get()};
       },
       *comms_.misc, zo,
-      cfg_.shard_cache.capacity_bytes > 0 && moe_layers_ > 0 &&
-              cfg_.zero.moe_gather == MoeGather::Experts  // leaf, fsdp: nothing kept
+      cfg_.shard_cache.capacity_bytes > 0 && moe_layers_ > 0 && rt_.gather->uses_shard_cache()
           ? std::make_unique<prefetch::ShardCache>(cfg_.shard_cache)
           : nullptr);
   // A collective: names of every rank's groups.
@@ -500,7 +500,7 @@ std::optional<double> RankSession::evaluate(int64_t step) {
     eval_rt_.replay = nullptr;  // evaluation routes by the router
     eval_rt_.frequency = nullptr;
     eval_rt_.trace = nullptr;
-    if (eval_rt_.gather == MoeGather::Fsdp) eval_rt_.gather = MoeGather::Leaf;
+    eval_rt_.gather = &moe::gather_strategy(rt_.gather->evaluation_strategy());
     eval_rt_.reshard_after_forward = true;
     eval_model_ = std::make_unique<Transformer>(cfg_.model, &eval_rt_);
   }

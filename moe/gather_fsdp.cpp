@@ -1,0 +1,27 @@
+// moe/gather_fsdp.cpp — zero.moe_gather=fsdp (moe/gather_strategy.h): FSDP2 with the MoE block
+// not resharded after forward. Forward gathers the block (prefetched one module ahead) and keeps
+// it until the block's backward of the same micro-batch, which frees it.
+#include "moe/gather_block.h"
+
+namespace moezero::moe {
+
+namespace {
+
+class FsdpGather final : public BlockGather {
+ public:
+  FsdpGather() : BlockGather(AfterForward::Hold) {}
+  std::string_view name() const override { return "fsdp"; }
+  // Forward only: nothing to hold the block for, so it is gathered and freed as leaf does.
+  std::string_view evaluation_strategy() const override { return "leaf"; }
+  // Nothing to fetch: the block is still held since forward.
+  ExpertPrefetch prefetch_backward(const ModuleContext&, ParamProvider&,
+                                   const LocalExperts&) const override {
+    return ExpertPrefetch::Own;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<GatherStrategy> make_fsdp_gather() { return std::make_unique<FsdpGather>(); }
+
+}  // namespace moezero::moe
