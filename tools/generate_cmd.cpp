@@ -134,7 +134,7 @@ GenerateArgs parse_generate_args(const std::vector<std::string>& args) {
   moe::Sampling& s = g.sampling;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_REQUIRE(i + 1 < args.size(), "generate: ", flag, " needs a value");
+      MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "generate: ", flag, " needs a value");
       return args[++i];
     };
     const std::string& a = args[i];
@@ -163,7 +163,7 @@ GenerateArgs parse_generate_args(const std::vector<std::string>& args) {
     else if (a == "--ids")
       g.print_ids = true;
     else
-      MOEZERO_USER_ERROR("generate: unknown option '", a, "' (see `moezero help`)");
+      MOEZERO_USAGE_ERROR("generate: unknown option '", a, "'");
   }
   MOEZERO_REQUIRE(g.checkpoint.empty() != g.hf_dir.empty(),
                   "generate: give exactly one of --checkpoint DIR and --model HF_DIR");

@@ -41,7 +41,7 @@ int export_model(const std::vector<std::string>& args) {
   moe::HfExportOptions opt;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_REQUIRE(i + 1 < args.size(), "export: ", flag, " needs a value");
+      MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "export: ", flag, " needs a value");
       return args[++i];
     };
     if (args[i] == "--checkpoint")
@@ -51,10 +51,10 @@ int export_model(const std::vector<std::string>& args) {
     else if (args[i] == "--dtype")
       opt.dtype = parse_export_dtype(value("--dtype"));
     else
-      MOEZERO_USER_ERROR("export: unknown option '", args[i], "' (see `moezero help`)");
+      MOEZERO_USAGE_ERROR("export: unknown option '", args[i], "'");
   }
-  MOEZERO_REQUIRE(!checkpoint.empty(), "export: --checkpoint DIR is required");
-  MOEZERO_REQUIRE(!out.empty(), "export: --out HF_DIR is required");
+  MOEZERO_USAGE_REQUIRE(!checkpoint.empty(), "export: --checkpoint DIR is required");
+  MOEZERO_USAGE_REQUIRE(!out.empty(), "export: --out HF_DIR is required");
   export_checkpoint(checkpoint, out, opt);
   return 0;
 }
@@ -79,7 +79,7 @@ int score(const std::vector<std::string>& args) {
   moe::ScoreOptions opt;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_REQUIRE(i + 1 < args.size(), "score: ", flag, " needs a value");
+      MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "score: ", flag, " needs a value");
       return args[++i];
     };
     if (args[i] == "--model")
@@ -93,10 +93,10 @@ int score(const std::vector<std::string>& args) {
     else if (args[i] == "--logits-out")
       logits_out = value("--logits-out");
     else
-      MOEZERO_USER_ERROR("score: unknown option '", args[i], "' (see `moezero help`)");
+      MOEZERO_USAGE_ERROR("score: unknown option '", args[i], "'");
   }
-  MOEZERO_REQUIRE(!model.empty(), "score: --model HF_DIR is required");
-  MOEZERO_REQUIRE(!text.empty(), "score: --text FILE is required");
+  MOEZERO_USAGE_REQUIRE(!model.empty(), "score: --model HF_DIR is required");
+  MOEZERO_USAGE_REQUIRE(!text.empty(), "score: --text FILE is required");
   opt.keep_first_logits = !logits_out.empty();
   const moe::ScoreResult r = moe::score_hf_dir(model, text, opt);
   if (!logits_out.empty()) {  // window 0's logits, (T, V) f32, for comparisons (tests/hf)

@@ -62,7 +62,7 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
   PlanArgs a;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_REQUIRE(i + 1 < args.size(), "plan: ", flag, " needs a value");
+      MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "plan: ", flag, " needs a value");
       return args[++i];
     };
     const std::string& f = args[i];
@@ -114,13 +114,14 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
     } else if (f == "--json") {
       a.json_path = value("--json");
     } else {
-      MOEZERO_USER_ERROR("plan: unknown option '", f, "' (see `moezero help`)");
+      MOEZERO_USAGE_ERROR("plan: unknown option '", f, "'");
     }
   }
-  MOEZERO_REQUIRE(!a.config_path.empty(), "plan: --config FILE is required");
-  MOEZERO_REQUIRE(a.nodes > 0, "plan: --cluster NODESxGPUS is required");
-  MOEZERO_REQUIRE(a.routing_trace.empty() || !a.synthetic_given,
-                  "plan: --routing-trace and --zipf/--drift/--coactivation/--rank-noise exclude each other");
+  MOEZERO_USAGE_REQUIRE(!a.config_path.empty(), "plan: --config FILE is required");
+  MOEZERO_USAGE_REQUIRE(a.nodes > 0, "plan: --cluster NODESxGPUS is required");
+  MOEZERO_REQUIRE(
+      a.routing_trace.empty() || !a.synthetic_given,
+      "plan: --routing-trace and --zipf/--drift/--coactivation/--rank-noise exclude each other");
   if (a.strategies.empty()) a.strategies = bench::default_strategy_names();
   return a;
 }

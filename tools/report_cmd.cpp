@@ -30,7 +30,7 @@ int report(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](const char* flag) -> std::string {
-      MOEZERO_REQUIRE(i + 1 < args.size(), flag, " needs a file name");
+      MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), flag, " needs a file name");
       return args[++i];
     };
     if (a == "--html")
@@ -40,14 +40,15 @@ int report(const std::vector<std::string>& args) {
     else if (a == "--quiet")
       quiet = true;
     else if (a.rfind("--", 0) == 0)
-      MOEZERO_USER_ERROR("unknown option '", a, "' (expected --html FILE, --json FILE, --quiet)");
+      MOEZERO_USAGE_ERROR("unknown option '", a, "' (expected --html FILE, --json FILE, --quiet)");
     else if (input.empty())
       input = a;
     else
-      MOEZERO_USER_ERROR("one input file expected, got '", input, "' and '", a, "'");
+      MOEZERO_USAGE_ERROR("one input file expected, got '", input, "' and '", a, "'");
   }
-  MOEZERO_REQUIRE(!input.empty(),
-                  "usage: moezero report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]");
+  MOEZERO_USAGE_REQUIRE(
+      !input.empty(),
+      "usage: moezero report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]");
   if (report::is_routing_trace(input)) {  // profile.routing_trace: its own summary
     const report::RoutingReport r = report::read_routing_report(input);
     if (!quiet) report::write_routing_text(std::cout, r);

@@ -49,7 +49,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
   TrainArgs a;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_REQUIRE(i + 1 < args.size(), "train: ", flag, " needs a value");
+      MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "train: ", flag, " needs a value");
       return args[++i];
     };
     if (args[i] == "--config")
@@ -76,9 +76,9 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
                       d, "'");
       a.export_opt.dtype = d == "f32" ? moe::SafetensorsDType::F32 : moe::SafetensorsDType::BF16;
     } else
-      MOEZERO_USER_ERROR("train: unknown option '", args[i], "' (see `moezero help`)");
+      MOEZERO_USAGE_ERROR("train: unknown option '", args[i], "'");
   }
-  MOEZERO_REQUIRE(!a.config_path.empty(), "train: --config FILE is required");
+  MOEZERO_USAGE_REQUIRE(!a.config_path.empty(), "train: --config FILE is required");
   return a;
 }
 
