@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "hf/hf_config_reader.h"
 #include "hf/hf_qwen2_moe.h"
 #include "model/transformer.h"
@@ -135,16 +136,10 @@ namespace {
 
 void write_text_atomic(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) MOEZERO_THROW(path.string(), ": cannot write");
-    out << text;
-    out.flush();
-    if (!out) MOEZERO_THROW(path.string(), ": write failed");
-  }
+  write_output_file(tmp.string(), text, "export");
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) MOEZERO_THROW(path.string(), ": cannot rename into place: ", ec.message());
+  if (ec) MOEZERO_USER_ERROR(path.string(), ": cannot rename into place: ", ec.message());
 }
 
 }  // namespace

@@ -38,6 +38,50 @@ help)  # item 5: every subcommand's -h/--help prints its usage, exit 0; usage er
   run 2 "$bin" nosuchcommand
   run 2 "$bin"
   ;;
+save_dir)  # item 1: a bad train.save_dir is refused before the first step, not at the first save
+  run 1 "$bin" train --config "$tiny" --set train.save_dir=/proc/x --set train.steps=500
+  has "error: train.save_dir: cannot create '/proc/x'"
+  grep -q "^step " <<<"$out" && fail "steps ran before the save_dir was checked"
+  no_source_path
+  echo "a file" >"$tmp/file"
+  run 1 "$bin" train --config "$tiny" --set train.save_dir="$tmp/file/ck" --set train.steps=500
+  has "error: train.save_dir: cannot create '.*file/ck'"
+  run 0 "$bin" train --config "$tiny" --set train.save_dir="$tmp/new/ck" --set train.steps=1 --quiet
+  [[ -f $tmp/new/ck/latest ]] || fail "no checkpoint in a save_dir created up front"
+  ls -A "$tmp/new/ck" | grep -q write_test && fail "the write probe was left in save_dir"
+  ;;
+output_full)  # item 2: every output file is written checked; a failed write exits non-zero
+  run 1 "$bin" train --config "$tiny" --set train.steps=2 --metrics /dev/full --quiet
+  has "error: the metrics file: cannot write '/dev/full': No space left on device"
+  run 0 "$bin" train --config "$tiny" --set train.steps=2 --set train.save_dir="$tmp/ck" \
+    --metrics "$tmp/m.jsonl" --quiet
+  for flag in --json --html; do
+    run 1 "$bin" report "$tmp/m.jsonl" "$flag" /dev/full --quiet
+    has "error: $flag: cannot write '/dev/full': No space left on device"
+  done
+  # export onto a full disk: the weights' temporary file is /dev/full
+  mkdir -p "$tmp/hf" && ln -s /dev/full "$tmp/hf/model.safetensors.tmp"
+  run 1 "$bin" export --checkpoint "$tmp/ck" --out "$tmp/hf"
+  has "error: safetensors: cannot write '.*model.safetensors.tmp': No space left on device"
+  no_source_path
+  [[ -e $tmp/hf/model.safetensors ]] && fail "a model.safetensors was left after a failed export"
+  ;;
+metrics_resume)  # item 4: a resumed run's metrics hold each step once, and report reads them
+  args=(--config "$tiny" --set train.steps=6 --set train.save_every=2
+        --set train.save_dir="$tmp/ck" --metrics "$tmp/m.jsonl")
+  run 0 "$bin" train "${args[@]}" --quiet
+  # as after a kill -9 at step 6 whose save did not land: resume from step 4's checkpoint
+  run 0 "$bin" train "${args[@]}" --resume "$tmp/ck/step_00000004"
+  has "metrics: dropped 2 line\(s\) after step 4 from .*m.jsonl"
+  [[ $(wc -l <"$tmp/m.jsonl") -eq 6 ]] || fail "expected 6 metrics lines, got $(wc -l <"$tmp/m.jsonl")"
+  run 0 "$bin" report "$tmp/m.jsonl"
+  has "metrics, 6 steps 1-6"
+  # a file that repeats steps (written before this fix): the last record of each is kept
+  cat "$tmp/m.jsonl" "$tmp/m.jsonl" >"$tmp/twice.jsonl"
+  run 0 "$bin" report "$tmp/twice.jsonl"
+  has "repeats 6 step\(s\) \(a resumed run\): the last record of each is kept"
+  has "metrics, 6 steps 1-6"
+  ;;
 *) fail "unknown case" ;;
 esac
 echo PASS
