@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/json_duplicates.h"
 #include "core/step_list.h"
 
 namespace moezero {
@@ -633,6 +634,9 @@ Config parse_config(const std::string& json_text, const std::string& source,
   } catch (const json::exception& e) {  // parse_error, out_of_range (a number like 1e400)
     MOEZERO_USER_ERROR(source, ": not valid JSON: ", e.what());
   }
+  if (const auto dup = find_duplicate_key(json_text))  // JSON would keep only the last one
+    MOEZERO_USER_ERROR(source, ": key '", dup->path, "' appears twice (lines ", dup->first_line,
+                       " and ", dup->second_line, "): merge them into one");
   if (root.is_null()) root = json::object();
   if (!root.is_object()) MOEZERO_USER_ERROR(source, ": the top level must be a JSON object");
   for (const auto& o : overrides) apply_override(root, o, "--set");

@@ -50,6 +50,15 @@ save_dir)  # item 1: a bad train.save_dir is refused before the first step, not 
   [[ -f $tmp/new/ck/latest ]] || fail "no checkpoint in a save_dir created up front"
   ls -A "$tmp/new/ck" | grep -q write_test && fail "the write probe was left in save_dir"
   ;;
+duplicate_keys)  # item 3: a key given twice is refused with its path and both lines
+  printf '{"model": {"d_model": 64}, "model": {"n_layers": 1}}' >"$tmp/dup.json"
+  run 1 "$bin" train --config "$tmp/dup.json"
+  has "dup.json: key 'model' appears twice \(lines 1 and 1\)"
+  printf '{\n  "train": {\n    "steps": 2,\n    "steps": 3\n  }\n}\n' >"$tmp/dup2.json"
+  run 1 "$bin" config "$tmp/dup2.json"
+  has "key 'train.steps' appears twice \(lines 3 and 4\)"
+  no_source_path
+  ;;
 output_full)  # item 2: every output file is written checked; a failed write exits non-zero
   run 1 "$bin" train --config "$tiny" --set train.steps=2 --metrics /dev/full --quiet
   has "error: the metrics file: cannot write '/dev/full': No space left on device"
