@@ -106,6 +106,15 @@ TEST(Config, RejectsDuplicateKeysWithPathAndLines) {
   EXPECT_EQ(in_array->second_line, 2);
 }
 
+// A number where a file name belongs is a mistake in a file; through --set it is the text.
+TEST(Config, StringKeysRefuseNumbersInFilesButNotInOverrides) {
+  expect_rejected(R"({"train": {"metrics_file": 42}})",
+                  {"train.metrics_file", "expected a string, got an integer"});
+  EXPECT_EQ(parse_config("{}", "cfg.json", {"train.metrics_file=42"}).train.metrics_file, "42");
+  EXPECT_EQ(parse_config("{}", "cfg.json", {"profile.steps=5"}).profile.steps, "5");
+  EXPECT_EQ(parse_config(R"({"profile": {"steps": 5}})", "cfg.json").profile.steps, "5");
+}
+
 TEST(Config, RejectsWrongTypesAndValues) {
   expect_rejected(R"({"train": {"lr": "fast"}})", {"train.lr", "expected a number", "string"});
   expect_rejected(R"({"train": {"lr": -0.1}})", {"train.lr", "must be > 0", "-0.1"});

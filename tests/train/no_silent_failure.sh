@@ -59,6 +59,28 @@ duplicate_keys)  # item 3: a key given twice is refused with its path and both l
   has "key 'train.steps' appears twice \(lines 3 and 4\)"
   no_source_path
   ;;
+wrong_inputs)  # item 6: wrong inputs that used to pass are refused naming the key or file
+  printf '{"train": {"metrics_file": 42, "steps": 1}}' >"$tmp/num.json"
+  run 1 "$bin" train --config "$tmp/num.json"
+  has "train.metrics_file: expected a string, got an integer"
+  [[ -e 42 || -e $tmp/42 ]] && fail "a metrics file named 42 was written"
+  mkdir -p "$tmp/corpus_dir"
+  run 1 "$bin" train --config "$tiny" --set data.path="$tmp/corpus_dir"
+  has "data.path: '.*corpus_dir' is a directory, not a file"
+  grep -q "underflow" <<<"$out" && fail "raw stream error"
+  run 1 "$bin" train --config "$tiny" --set train.steps=0
+  has "train.steps is 0: there is nothing to train"
+  # a tokenizer that gives one id to two tokens
+  python3 - "$src/tests/hf/data/multilingual_tokenizer.json" "$tmp/tok.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["model"]["vocab"]["&"] = 7
+json.dump(j, open(sys.argv[2], "w"))
+PY
+  run 1 "$bin" train --config "$tiny" --set data.tokenizer="$tmp/tok.json" --set model.vocab_size=512
+  has "tok.json': model.vocab / added_tokens: id 7 is given to both"
+  no_source_path
+  ;;
 output_full)  # item 2: every output file is written checked; a failed write exits non-zero
   run 1 "$bin" train --config "$tiny" --set train.steps=2 --metrics /dev/full --quiet
   has "error: the metrics file: cannot write '/dev/full': No space left on device"
