@@ -36,7 +36,8 @@ int export_model(const std::vector<std::string>& args);
 void export_checkpoint(const std::string& checkpoint, const std::string& out,
                        const moe::HfExportOptions& options);
 
-// `moezero score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]`.
+// `moezero score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]
+//  [--tokenizer FILE | --bytes]`.
 int score(const std::vector<std::string>& args);
 // `moezero generate --checkpoint DIR | --model HF_DIR [--prompt TEXT] [--max-new-tokens N]
 //  [--temperature T] [--top-k K] [--top-p P] [--seed S]`: prints the prompt and what the model

@@ -189,6 +189,7 @@ std::string ids_json(const std::vector<int32_t>& prompt, const std::vector<int32
 int generate(const std::vector<std::string>& args) {
   const GenerateArgs g = parse_generate_args(args);
   const LoadedModel m = load(g.checkpoint, g.hf_dir);
+  moe::require_finite_params(m.groups, "generate", g.checkpoint.empty() ? g.hf_dir : g.checkpoint);
   std::string tokenizer = g.tokenizer;
   if (tokenizer.empty())
     tokenizer = find_tokenizer(g.checkpoint.empty() ? g.hf_dir : g.checkpoint, m.tokenizer);

@@ -42,7 +42,10 @@ constexpr CommandUsage kCommands[] = {
      "      and the run's tokenizer.json with its transformers tokenizer/generation configs)\n"},
     {"score",
      "  score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]\n"
-     "      mean next-token cross-entropy (nats) of an exported model on a byte file, as JSON\n"},
+     "        [--tokenizer FILE | --bytes]\n"
+     "      mean next-token cross-entropy (nats) of an exported model on a text file, as JSON;\n"
+     "      tokens from the directory's tokenizer.json (or --tokenizer), else (or --bytes) the\n"
+     "      file's bytes; stderr says which\n"},
     {"generate",
      "  generate --checkpoint DIR | --model HF_DIR [--prompt TEXT] [--max-new-tokens N]\n"
      "        [--temperature T] [--top-k K] [--top-p P] [--seed S] [--tokenizer FILE]\n"

@@ -81,6 +81,61 @@ PY
   has "tok.json': model.vocab / added_tokens: id 7 is given to both"
   no_source_path
   ;;
+nonfinite)  # item 7: NaN weights are refused by generate and score, not turned into text or null
+  run 0 "$bin" train --config "$tiny" --set train.steps=1 --quiet --export-hf "$tmp/hf" \
+    --export-dtype f32
+  printf 'the cat sat on the mat and the dog sat on the log. %.0s' {1..20} >"$tmp/text.txt"
+  run 0 "$bin" score --model "$tmp/hf" --text "$tmp/text.txt" --seq-len 16
+  has '"loss": [0-9]'
+  python3 - "$tmp/hf/model.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+name = sorted(k for k in header if k != "__metadata__")[0]
+start = 8 + n + header[name]["data_offsets"][0]
+data[start:start + 4] = struct.pack("<f", float("nan"))
+open(path, "wb").write(data)
+PY
+  run 1 "$bin" score --model "$tmp/hf" --text "$tmp/text.txt" --seq-len 16
+  has "score: the parameters of .*hf are not finite: group '.*' holds 1 NaN or infinite value"
+  grep -q '"loss": null' <<<"$out" && fail "score printed a null loss"
+  run 1 "$bin" generate --model "$tmp/hf" --prompt "the cat" --max-new-tokens 4
+  has "generate: the parameters of .*hf are not finite"
+  no_source_path
+  ;;
+score_tokenizer)  # item 8: score reads the directory's tokenizer.json, as generate does
+  tok=$src/tests/hf/data/multilingual_tokenizer.json text=$src/tests/hf/data/multilingual.txt
+  run 0 "$bin" train --config "$tiny" --set train.steps=1 --set model.vocab_size=420 \
+    --set data.tokenizer="$tok" --quiet --export-hf "$tmp/hf"
+  [[ -f $tmp/hf/tokenizer.json ]] || fail "the export has no tokenizer.json"
+  run 0 "$bin" score --model "$tmp/hf" --text "$text" --seq-len 16
+  has "score: tokens from .*hf/tokenizer.json"
+  with_tok=$(grep -oE '"tokens": [0-9]+' <<<"$out" | grep -oE '[0-9]+')
+  run 0 "$bin" score --model "$tmp/hf" --text "$text" --seq-len 16 --bytes
+  has "score: tokens are the text's bytes"
+  bytes=$(grep -oE '"tokens": [0-9]+' <<<"$out" | grep -oE '[0-9]+')
+  ((with_tok < bytes)) || fail "BPE should give fewer tokens than bytes ($with_tok vs $bytes)"
+  run 0 "$bin" score --model "$tmp/hf" --text "$text" --seq-len 16 --tokenizer "$tok"
+  has "\"tokens\": $with_tok,"
+  run 2 "$bin" score --model "$tmp/hf" --text "$text" --bytes --tokenizer "$tok"
+  # a directory without a tokenizer.json: bytes, and stderr says so
+  run 0 "$bin" train --config "$tiny" --set train.steps=1 --quiet --export-hf "$tmp/hf_bytes"
+  run 0 "$bin" score --model "$tmp/hf_bytes" --text "$text" --seq-len 16
+  has "score: tokens are the text's bytes \(no tokenizer.json in .*hf_bytes\)"
+  ;;
+generate_newline)  # item 9: generate's output (text or --ids) ends with a newline
+  run 0 "$bin" train --config "$tiny" --set train.steps=1 --quiet --set train.save_dir="$tmp/ck"
+  "$bin" generate --checkpoint "$tmp/ck" --prompt "the cat" --max-new-tokens 8 >"$tmp/text.out" ||
+    fail "generate failed"
+  "$bin" generate --checkpoint "$tmp/ck" --prompt "the cat" --max-new-tokens 8 --ids \
+    >"$tmp/ids.out" || fail "generate --ids failed"
+  for f in text ids; do
+    [[ $(tail -c 1 "$tmp/$f.out" | od -An -c | tr -d ' ') == '\n' ]] ||
+      fail "generate's $f output does not end with a newline"
+  done
+  ;;
 output_full)  # item 2: every output file is written checked; a failed write exits non-zero
   run 1 "$bin" train --config "$tiny" --set train.steps=2 --metrics /dev/full --quiet
   has "error: the metrics file: cannot write '/dev/full': No space left on device"
