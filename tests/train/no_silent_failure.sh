@@ -136,6 +136,22 @@ generate_newline)  # item 9: generate's output (text or --ids) ends with a newli
       fail "generate's $f output does not end with a newline"
   done
   ;;
+run_sh)  # item 11: scripts/run.sh builds the moezero target only (scripts/test.sh the rest)
+  # cmake and the program are stubs that log their arguments: the script's calls are checked.
+  mkdir -p "$tmp/stub" "$tmp/build/bin"
+  printf '#!/bin/sh\necho "cmake $*" >>"%s/log"\n' "$tmp" >"$tmp/stub/cmake"
+  printf '#!/bin/sh\necho "moezero $*" >>"%s/log"\n' "$tmp" >"$tmp/build/bin/moezero"
+  touch "$tmp/build/CMakeCache.txt"
+  chmod +x "$tmp/stub/cmake" "$tmp/build/bin/moezero"
+  PATH="$tmp/stub:$PATH" MOEZERO_BUILD_DIR="$tmp/build" MOEZERO_JOBS=2 \
+    run 0 bash "$src/scripts/run.sh"
+  out=$(cat "$tmp/log")
+  echo "$out"
+  has "^cmake --build $tmp/build -j2 --target moezero$"
+  [[ $(grep -c "^cmake --build" <<<"$out") -eq 1 ]] || fail "more than one build call"
+  has "^moezero train --config examples/configs/tiny.json"
+  has "^moezero generate --checkpoint $tmp/build/tiny_checkpoint"
+  ;;
 output_full)  # item 2: every output file is written checked; a failed write exits non-zero
   run 1 "$bin" train --config "$tiny" --set train.steps=2 --metrics /dev/full --quiet
   has "error: the metrics file: cannot write '/dev/full': No space left on device"
