@@ -152,6 +152,30 @@ run_sh)  # item 11: scripts/run.sh builds the moezero target only (scripts/test.
   has "^moezero train --config examples/configs/tiny.json"
   has "^moezero generate --checkpoint $tmp/build/tiny_checkpoint"
   ;;
+plan_refuses)  # issue 28 item 5: plan refuses what it cannot plan, naming the input
+  plan=("$bin" plan --config "$tiny")
+  run 1 "${plan[@]}" --cluster 1x2 --inter-node carrier_pigeon
+  has "plan: --inter-node unknown link 'carrier_pigeon' \(known: .*eth_100g"
+  run 1 "${plan[@]}" --cluster 1x2 --intra-node eth_100g
+  has "plan: --intra-node 'eth_100g' is a link between nodes, not inside a node"
+  run 1 "${plan[@]}" --cluster 4294967297x8
+  has "plan: --cluster 4294967297x8 is beyond 2\^20 GPUs"
+  run 1 "${plan[@]}" --cluster 0x8
+  has "plan: --cluster NODES needs an integer >= 1, got '0'"
+  run 1 "${plan[@]}" --cluster 100000x8
+  has "plan: --cluster 100000x8 \(800000 GPUs\) cannot be planned with this config: .*parallel.world_size: must be in"
+  run 1 "${plan[@]}" --cluster 1x2 --strategies compute
+  has "plan: no strategy ran for .*tiny.json on --cluster 1x2 \(--strategies lists only compute\)"
+  run 1 "${plan[@]}" --cluster 1x2 --strategies compute,z2 --set model.d_model=16384 \
+    --set model.d_ff=65536 --set model.n_heads=16 --set model.n_kv_heads=16 --set model.n_layers=16
+  has "plan: no strategy ran for .*tiny.json on --cluster 1x2 \(z2: out of memory on sim:[0-9]"
+  [[ $(grep -c "error:" <<<"$out") -eq 1 ]] || fail "expected one error line"
+  # a config for GPUs plans on a machine without one: the simulated GPUs replace its backend
+  run 0 "${plan[@]}" --cluster 1x2 --strategies compute,z2 --set parallel.backend=cuda
+  has "the config's parallel.backend \"cuda\" is replaced by the simulated GPUs"
+  has "recommended: z2"
+  no_source_path
+  ;;
 output_full)  # item 2: every output file is written checked; a failed write exits non-zero
   run 1 "$bin" train --config "$tiny" --set train.steps=2 --metrics /dev/full --quiet
   has "error: the metrics file: cannot write '/dev/full': No space left on device"
