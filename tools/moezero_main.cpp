@@ -1,5 +1,8 @@
 // tools/moezero_main.cpp — the moezero program: dispatches subcommands and turns every
 // error into one clear line on stderr and a non-zero exit.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -131,7 +134,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    return dispatch(cmd, args);
+    const int rc = dispatch(cmd, args);
+    // What the command printed is its output too (`generate > file`, `report > file`): a write
+    // that failed (a full disk, /dev/full) fails the command.
+    std::cout.flush();
+    if (std::fflush(stdout) != 0 || !std::cout)
+      MOEZERO_USER_ERROR("cannot write the output (stdout): ", std::strerror(errno));
+    return rc;
   } catch (const moezero::cli::UsageError& e) {
     std::cerr << "moezero " << cmd << ": error: " << e.what() << " (see `moezero " << cmd
               << " --help`)\n";

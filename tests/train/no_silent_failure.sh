@@ -191,6 +191,11 @@ output_full)  # item 2: every output file is written checked; a failed write exi
   has "error: safetensors: cannot write '.*model.safetensors.tmp': No space left on device"
   no_source_path
   [[ -e $tmp/hf/model.safetensors ]] && fail "a model.safetensors was left after a failed export"
+  # what a command prints is its output too
+  run 1 bash -c "\"\$0\" config --defaults >/dev/full" "$bin"
+  has "moezero config: error: cannot write the output \(stdout\): No space left on device"
+  run 1 bash -c "\"\$0\" generate --checkpoint \"\$1\" --max-new-tokens 4 >/dev/full" "$bin" "$tmp/ck"
+  has "moezero generate: error: cannot write the output \(stdout\)"
   ;;
 metrics_resume)  # item 4: a resumed run's metrics hold each step once, and report reads them
   args=(--config "$tiny" --set train.steps=6 --set train.save_every=2
