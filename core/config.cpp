@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/json_duplicates.h"
 #include "core/step_list.h"
 
 namespace moezero {
@@ -182,8 +183,11 @@ class Reader {
       return d;
     } else {
       static_assert(std::is_same_v<T, std::string>);
-      // A whole number is taken as its text: `--set profile.steps=5` means "5".
-      if (j.is_number_integer()) return j.dump();
+      // A step list may be written as one whole number: "steps": 5 means "5". Any other string
+      // key refuses a number (`"metrics_file": 42` is a mistake, not a file named 42); --set
+      // gives string keys their text (apply_override).
+      if (j.is_number_integer() && section_ == "profile" && std::string(key) == "steps")
+        return j.dump();
       if (!j.is_string()) fail(key, "expected a string, got " + json_type_name(j));
       return j.get<std::string>();
     }
@@ -583,6 +587,9 @@ void apply_override(json& root, const std::string& item, const std::string& sour
                        "'");
   json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) value = text;  // not JSON: a plain string
+  if (!value.is_string())  // a string key takes the text as it is: metrics_file=42 is "42"
+    for (const ConfigKeyDoc& k : config_reference())
+      if (k.path == path && k.type == "string") value = text;
   std::string section = path.substr(0, dot), key = path.substr(dot + 1);
   if (!root.contains(section)) root[section] = json::object();
   if (!root[section].is_object())
@@ -633,6 +640,9 @@ Config parse_config(const std::string& json_text, const std::string& source,
   } catch (const json::exception& e) {  // parse_error, out_of_range (a number like 1e400)
     MOEZERO_USER_ERROR(source, ": not valid JSON: ", e.what());
   }
+  if (const auto dup = find_duplicate_key(json_text))  // JSON would keep only the last one
+    MOEZERO_USER_ERROR(source, ": key '", dup->path, "' appears twice (lines ", dup->first_line,
+                       " and ", dup->second_line, "): merge them into one");
   if (root.is_null()) root = json::object();
   if (!root.is_object()) MOEZERO_USER_ERROR(source, ": the top level must be a JSON object");
   for (const auto& o : overrides) apply_override(root, o, "--set");

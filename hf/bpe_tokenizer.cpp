@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <climits>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_duplicates.h"
 
 namespace moezero::moe {
 
@@ -68,9 +70,13 @@ BpeTokenizer::BpeTokenizer(const std::string& path)
     : path_(path), regex_(std::make_unique<Regex>()) {
   std::ifstream in(path);
   if (!in) MOEZERO_USER_ERROR("tokenizer '", path, "': cannot read");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
     MOEZERO_USER_ERROR("tokenizer '", path, "': not valid JSON");
+  if (const auto dup = find_duplicate_key(text))  // JSON would keep only the last one
+    MOEZERO_USER_ERROR("tokenizer '", path, "': key '", dup->path, "' appears twice (lines ",
+                       dup->first_line, " and ", dup->second_line, ")");
   // A field of the wrong type or a missing one (nlohmann's type_error / out_of_range) is refused
   // as the user's error, naming the file (hostile inputs of fuzz/corpus/tokenizer/).
   try {
@@ -119,14 +125,23 @@ void BpeTokenizer::load(const nlohmann::json& j) {
       refuse(key, "id " + v.dump() + " is not an integer in [0, 2^31)");
     return static_cast<int32_t>(v.get<int64_t>());
   };
-  auto set_id = [&](int32_t id, std::string bytes) {
+  std::vector<std::string> id_token;  // who holds each id, for the duplicate check
+  auto set_id = [&](int32_t id, std::string bytes, const std::string& token) {
     if (id < 0) refuse("model.vocab", "negative id");
     if (size_t(id) >= max_tokens)
       refuse("model.vocab / added_tokens", "id " + std::to_string(id) + " is not below the " +
                                                std::to_string(max_tokens) +
                                                " tokens the file lists (ids must be dense)");
-    if (size_t(id) >= id_bytes_.size()) id_bytes_.resize(size_t(id) + 1);
+    if (size_t(id) >= id_bytes_.size()) {
+      id_bytes_.resize(size_t(id) + 1);
+      id_token.resize(size_t(id) + 1);
+    }
+    // One id, one token (an added token may repeat its own vocab entry).
+    if (!id_token[size_t(id)].empty() && id_bytes_[size_t(id)] != bytes)
+      refuse("model.vocab / added_tokens", "id " + std::to_string(id) + " is given to both '" +
+                                               id_token[size_t(id)] + "' and '" + token + "'");
     id_bytes_[size_t(id)] = std::move(bytes);
+    id_token[size_t(id)] = token;
   };
   for (const auto& [token, id] : m.at("vocab").items()) {
     vocab_[token] = id_of(id, "model.vocab");
@@ -135,7 +150,7 @@ void BpeTokenizer::load(const nlohmann::json& j) {
       auto it = char_byte.find(c);
       bytes += it != char_byte.end() ? std::string(1, static_cast<char>(it->second)) : c;
     }
-    set_id(vocab_[token], std::move(bytes));
+    set_id(vocab_[token], std::move(bytes), token);
   }
   int rank = 0;
   for (const nlohmann::json& mg : m.at("merges")) {
@@ -143,22 +158,34 @@ void BpeTokenizer::load(const nlohmann::json& j) {
     if (mg.is_string()) {  // "a b"
       const std::string s = mg.get<std::string>();
       const size_t sp = s.find(' ');
-      if (sp == std::string::npos) refuse("model.merges", "entry '" + s + "' is not 'a b'");
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+        refuse("model.merges", "entry '" + s + "' is not 'a b' (two symbols, one space)");
       a = s.substr(0, sp);
       b = s.substr(sp + 1);
     } else {  // ["a", "b"]
+      if (!mg.is_array() || mg.size() != 2)
+        refuse("model.merges", "entry " + mg.dump() + " is not a pair [\"a\", \"b\"]");
       a = mg.at(0).get<std::string>();
       b = mg.at(1).get<std::string>();
     }
+    // Both symbols and what they merge into are tokens (what `tokenizers` requires).
+    for (const std::string& sym : {a, b, a + b})
+      if (!vocab_.count(sym))
+        refuse("model.merges", "entry '" + a + " " + b + "': '" + sym + "' is not in model.vocab");
     merge_rank_.emplace(std::make_pair(a, b), rank++);
   }
   for (const nlohmann::json& t : j.value("added_tokens", nlohmann::json::array())) {
     const std::string content = t.at("content").get<std::string>();
     const int32_t id = id_of(t.at("id"), "added_tokens.id");
     added_.emplace_back(content, id);
-    set_id(id, content);
+    set_id(id, content, content);
     if (content == "<|endoftext|>") eot_ = id;
   }
+  // Every byte is a symbol of the vocabulary: else a text with that byte cannot be encoded.
+  for (int b = 0; b < 256; ++b)
+    if (!vocab_.count(byte_char_[b]))
+      refuse("model.vocab", "lacks the byte-level symbol '" + byte_char_[b] + "' of byte " +
+                                std::to_string(b) + " (every byte must be a token)");
   std::stable_sort(added_.begin(), added_.end(),
                    [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
 }

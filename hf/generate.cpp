@@ -301,6 +301,12 @@ std::vector<int32_t> generate(KvGenerator& gen, const std::vector<int32_t>& prom
   for (int32_t t : prompt) logits = &gen.feed(t);
   std::vector<int32_t> out;
   while (int64_t(out.size()) < max_new_tokens) {
+    // A NaN or infinite logit samples nonsense (argmax of NaNs is token 0): refused instead.
+    for (size_t v = 0; v < logits->size(); ++v)
+      if (!std::isfinite((*logits)[v]))
+        MOEZERO_USER_ERROR("generate: the model's output at position ", gen.position(),
+                           " is not finite (logit of token ", v, " is ", (*logits)[v],
+                           "): the weights or the computation overflow");
     const int32_t next = sample_token(*logits, s, rng);
     out.push_back(next);
     if (next == eos || gen.position() >= ctx) break;

@@ -3,6 +3,7 @@
 #include "hf/hf_export.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -11,6 +12,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "hf/hf_config_reader.h"
 #include "hf/hf_qwen2_moe.h"
 #include "model/transformer.h"
@@ -21,6 +23,19 @@ namespace moezero::moe {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using nlohmann::ordered_json;
+
+void require_finite_params(const std::vector<GroupValues>& groups, const std::string& who,
+                           const std::string& source) {
+  for (const GroupValues& g : groups) {
+    int64_t bad = 0, first = -1;
+    for (size_t i = 0; i < g.data.size(); ++i)
+      if (!std::isfinite(g.data[i]) && bad++ == 0) first = static_cast<int64_t>(i);
+    if (bad > 0)
+      MOEZERO_USER_ERROR(who, ": the parameters of ", source, " are not finite: group '", g.name,
+                         "' holds ", bad, " NaN or infinite value(s) (the first at element ", first,
+                         "); the weights are broken (a run that diverged?)");
+  }
+}
 
 const char* hf_architecture_name(HfArchitecture a) {
   switch (a) {
@@ -135,16 +150,10 @@ namespace {
 
 void write_text_atomic(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) MOEZERO_THROW(path.string(), ": cannot write");
-    out << text;
-    out.flush();
-    if (!out) MOEZERO_THROW(path.string(), ": write failed");
-  }
+  write_output_file(tmp.string(), text, "export");
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) MOEZERO_THROW(path.string(), ": cannot rename into place: ", ec.message());
+  if (ec) MOEZERO_USER_ERROR(path.string(), ": cannot rename into place: ", ec.message());
 }
 
 }  // namespace

@@ -41,6 +41,12 @@ struct GroupValues {
   std::vector<float> data;
 };
 
+// Refuses parameters that hold a NaN or an infinity (a run that diverged, a damaged file):
+// inference from them gives no text and no loss, only nonsense. `who` starts the message
+// ("generate", "score"), `source` names where the parameters came from.
+void require_finite_params(const std::vector<GroupValues>& groups, const std::string& who,
+                           const std::string& source);
+
 enum class HfArchitecture : uint8_t { Mixtral, Llama, Qwen2Moe };
 // "MixtralForCausalLM", "LlamaForCausalLM", "Qwen2MoeForCausalLM"
 const char* hf_architecture_name(HfArchitecture a);

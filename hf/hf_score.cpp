@@ -10,6 +10,7 @@
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "hf/bpe_tokenizer.h"
 #include "model/transformer.h"
 #include "moe/moe_runtime.h"
 #include "zero/zero_engine.h"
@@ -18,20 +19,21 @@ namespace moezero::moe {
 
 namespace {
 
-// The number of whole (T + 1)-byte windows in `text`, checking that there is at least one
-// and that every byte they use is a token of the model's vocabulary.
-int64_t count_windows(const std::vector<uint8_t>& text, int64_t T, int64_t vocab_size,
-                      const std::string& text_name) {
+// The number of whole (T + 1)-token windows in `text`, checking that there is at least one
+// and that every token they use is below the model's vocab_size. `unit`: "byte" or "token".
+int64_t count_windows(const std::vector<int32_t>& text, int64_t T, int64_t vocab_size,
+                      const std::string& text_name, const char* unit) {
   const auto windows = static_cast<int64_t>(text.size()) / (T + 1);
   if (windows == 0)
-    MOEZERO_THROW("score: ", text_name, " has ", text.size(), " bytes, fewer than one window of ",
-                  "T + 1 = ", T + 1, " bytes (T = --seq-len)");
+    MOEZERO_USER_ERROR("score: ", text_name, " has ", text.size(), " ", unit,
+                       "s, fewer than one window of T + 1 = ", T + 1, " ", unit,
+                       "s (T = --seq-len)");
   const int64_t used = windows * (T + 1);
   for (int64_t i = 0; i < used; ++i)
     if (text[static_cast<size_t>(i)] >= vocab_size)
-      MOEZERO_THROW("score: ", text_name, " has byte ", int(text[static_cast<size_t>(i)]),
-                    " at offset ", i, ", outside the model's vocab_size (", vocab_size,
-                    "): tokens are bytes");
+      MOEZERO_USER_ERROR("score: ", text_name, " has ", unit, " ", text[static_cast<size_t>(i)],
+                         " at offset ", i, ", outside the model's vocab_size (", vocab_size, ")",
+                         std::string(unit) == "byte" ? ": tokens are bytes" : "");
   return windows;
 }
 
@@ -59,12 +61,12 @@ void load_group_values(ZeroEngine& engine, const std::vector<GroupValues>& group
 }
 
 // Inputs and next-byte targets of windows [w0, w0 + B), each T tokens, row-major [B, T].
-void fill_window_batch(const std::vector<uint8_t>& text, int64_t w0, int64_t B, int64_t T,
+void fill_window_batch(const std::vector<int32_t>& text, int64_t w0, int64_t B, int64_t T,
                        std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
   tok.resize(static_cast<size_t>(B * T));
   tgt.resize(static_cast<size_t>(B * T));
   for (int64_t b = 0; b < B; ++b) {
-    const uint8_t* win = text.data() + (w0 + b) * (T + 1);
+    const int32_t* win = text.data() + (w0 + b) * (T + 1);
     for (int64_t t = 0; t < T; ++t) {
       tok[static_cast<size_t>(b * T + t)] = win[t];
       tgt[static_cast<size_t>(b * T + t)] = win[t + 1];
@@ -75,7 +77,7 @@ void fill_window_batch(const std::vector<uint8_t>& text, int64_t w0, int64_t B, 
 // Runs the forward pass over every window, batch_windows at a time, and returns the summed
 // loss over all targets; keeps the first window's logits in `result` when asked.
 double sum_window_losses(Device& dev, Stream& cs, Transformer& net, ZeroEngine& engine,
-                         const std::vector<uint8_t>& text, int64_t windows, int64_t T,
+                         const std::vector<int32_t>& text, int64_t windows, int64_t T,
                          int64_t vocab_size, const ScoreOptions& options, ScoreResult& result) {
   double loss_sum = 0.0;
   std::vector<int32_t> tok, tgt;
@@ -105,15 +107,23 @@ double sum_window_losses(Device& dev, Stream& cs, Transformer& net, ZeroEngine& 
 
 }  // namespace
 
-ScoreResult score_bytes(const ModelConfig& model_in, const MoeConfig& moe_in,
+ScoreResult score_bytes(const ModelConfig& model, const MoeConfig& moe,
                         const std::vector<GroupValues>& groups, const std::vector<uint8_t>& text,
                         const ScoreOptions& options, const std::string& text_name) {
+  const std::vector<int32_t> tokens(text.begin(), text.end());
+  return score_tokens(model, moe, groups, tokens, options, text_name, "byte");
+}
+
+ScoreResult score_tokens(const ModelConfig& model_in, const MoeConfig& moe_in,
+                         const std::vector<GroupValues>& groups, const std::vector<int32_t>& text,
+                         const ScoreOptions& options, const std::string& text_name,
+                         const char* unit) {
   ModelConfig model = model_in;
   const int64_t T = options.seq_len > 0 ? options.seq_len : model.seq_len;
   MOEZERO_REQUIRE(T >= 1, "score: the sequence length must be >= 1, got ", T);
   MOEZERO_REQUIRE(options.batch_windows >= 1, "score: batch_windows must be >= 1");
   model.seq_len = std::max(model.seq_len, T);  // RoPE has no table: any length is well defined
-  const int64_t windows = count_windows(text, T, model.vocab_size, text_name);
+  const int64_t windows = count_windows(text, T, model.vocab_size, text_name, unit);
   const MoeConfig moe = inference_moe(moe_in);
 
   ScoreResult result;
@@ -148,6 +158,9 @@ ScoreResult score_bytes(const ModelConfig& model_in, const MoeConfig& moe_in,
     dev.synchronize();
   });
   result.loss = loss_sum / static_cast<double>(result.tokens);
+  if (!std::isfinite(result.loss))
+    MOEZERO_USER_ERROR("score: the loss on ", text_name, " is not finite (", result.loss,
+                       "): the model's outputs overflow");
   return result;
 }
 
@@ -155,11 +168,21 @@ ScoreResult score_hf_dir(const std::string& model_dir, const std::string& text_p
                          const ScoreOptions& options) {
   const HfModel hf = read_hf_dir(model_dir);
   const std::vector<GroupValues> groups = hf_group_values(hf);
+  require_finite_params(groups, "score", model_dir);
   std::ifstream in(text_path, std::ios::binary);
-  if (!in) MOEZERO_THROW("score: cannot read the text file '", text_path, "'");
-  const std::vector<uint8_t> text((std::istreambuf_iterator<char>(in)),
-                                  std::istreambuf_iterator<char>());
-  return score_bytes(hf.model, hf.moe, groups, text, options, text_path);
+  if (!in) MOEZERO_USER_ERROR("score: cannot read the text file '", text_path, "'");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (options.tokenizer.empty()) {
+    std::vector<int32_t> as_ints;
+    as_ints.reserve(text.size());
+    for (char c : text) as_ints.push_back(static_cast<uint8_t>(c));
+    return score_tokens(hf.model, hf.moe, groups, as_ints, options, text_path, "byte");
+  }
+  const BpeTokenizer tok(options.tokenizer);
+  MOEZERO_REQUIRE(tok.vocab_size() <= hf.model.vocab_size, "score: the tokenizer '",
+                  options.tokenizer, "' has ", tok.vocab_size(),
+                  " token ids, more than the model's vocab_size (", hf.model.vocab_size, ")");
+  return score_tokens(hf.model, hf.moe, groups, tok.encode(text), options, text_path, "token");
 }
 
 std::string score_json(const ScoreResult& r) {

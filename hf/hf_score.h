@@ -1,7 +1,9 @@
-// hf/hf_score.h — evaluation of a model on a byte file: the mean next-token cross-entropy
-// (nats) over the file's consecutive, non-overlapping windows of T + 1 bytes from offset 0
-// (window w covers bytes [w (T+1), (w+1)(T+1)); its T targets are bytes 1..T of the window;
-// a final shorter window is dropped). Tokens are bytes, so every byte must be < vocab_size.
+// hf/hf_score.h — evaluation of a model on a text file: the mean next-token cross-entropy
+// (nats) over the file's consecutive, non-overlapping windows of T + 1 tokens from offset 0
+// (window w covers tokens [w (T+1), (w+1)(T+1)); its T targets are tokens 1..T of the window;
+// a final shorter window is dropped). Tokens are the file's bytes, or the ids a tokenizer.json
+// gives (ScoreOptions::tokenizer); every token must be < vocab_size. Non-finite parameters
+// or a non-finite loss are refused (no "loss": null).
 //
 // The model runs forward only, on the CPU, one rank, fp32, with nothing of training in it: no
 // router jitter, no capacity drops, no aux or z loss in the number. This is the inference
@@ -21,6 +23,7 @@ struct ScoreOptions {
   int64_t seq_len = 0;        // T; 0: the model's seq_len (config.json's max_position_embeddings)
   int64_t batch_windows = 8;  // windows per forward pass
   bool keep_first_logits = false;  // fill ScoreResult::first_logits
+  std::string tokenizer;           // score_hf_dir: a tokenizer.json for the text; empty: bytes
 };
 
 struct ScoreResult {
@@ -38,7 +41,14 @@ ScoreResult score_bytes(const ModelConfig& model, const MoeConfig& moe,
                         const std::vector<GroupValues>& groups, const std::vector<uint8_t>& text,
                         const ScoreOptions& options, const std::string& text_name = "<text>");
 
-// `moezero score`: reads the exported directory and the text file, then score_bytes.
+// The same on token ids; `unit` ("byte", "token") words the messages.
+ScoreResult score_tokens(const ModelConfig& model, const MoeConfig& moe,
+                         const std::vector<GroupValues>& groups, const std::vector<int32_t>& text,
+                         const ScoreOptions& options, const std::string& text_name,
+                         const char* unit);
+
+// `moezero score`: reads the exported directory and the text file (tokenized with
+// options.tokenizer when set), then score_tokens.
 ScoreResult score_hf_dir(const std::string& model_dir, const std::string& text_path,
                          const ScoreOptions& options);
 

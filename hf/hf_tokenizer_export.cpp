@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "hf/bpe_tokenizer.h"
 
 namespace moezero::moe {
@@ -16,11 +17,7 @@ using ordered_json = nlohmann::ordered_json;
 namespace {
 
 void write_json(const fs::path& path, const ordered_json& j) {
-  std::ofstream out(path, std::ios::trunc);
-  if (!out) MOEZERO_THROW("export: ", path.string(), ": cannot write");
-  out << j.dump(2) << "\n";
-  out.flush();
-  if (!out) MOEZERO_THROW("export: ", path.string(), ": write failed");
+  write_output_file(path.string(), j.dump(2) + "\n", "export");
 }
 
 }  // namespace

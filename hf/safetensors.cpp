@@ -14,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace moezero::moe {
 
@@ -271,12 +272,11 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
                        SafetensorsDType dtype, const std::map<std::string, std::string>& metadata) {
   const std::string header = safetensors_header(tensors, dtype, metadata);
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) MOEZERO_THROW(path, ": cannot write (opening ", tmp, " failed)");
+  try {
+    OutputFile out(tmp, /*append=*/false, "safetensors");
     const uint64_t n = header.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    out.write({reinterpret_cast<const char*>(&n), 8});
+    out.write(header);
     std::vector<bf16> buf;
     for (const SafetensorsTensor& t : tensors) {
       size_t numel = 1;
@@ -284,24 +284,22 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
       MOEZERO_REQUIRE(numel == 0 || t.data != nullptr, "safetensors: tensor '", t.name,
                       "' has no data");
       if (dtype == SafetensorsDType::F32) {
-        out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(numel * 4));
+        out.write({reinterpret_cast<const char*>(t.data), numel * 4});
       } else {
         buf.resize(numel);
         for (size_t i = 0; i < numel; ++i) buf[i] = float_to_bf16(t.data[i]);
-        out.write(reinterpret_cast<const char*>(buf.data()),
-                  static_cast<std::streamsize>(numel * 2));
+        out.write({reinterpret_cast<const char*>(buf.data()), numel * 2});
       }
     }
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      MOEZERO_THROW(path, ": write failed (disk full?)");
-    }
+    out.close();
+  } catch (const Error&) {  // no partial file left behind; the error names the file and why
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw;
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) MOEZERO_THROW(path, ": cannot rename ", tmp, " into place: ", ec.message());
+  if (ec) MOEZERO_USER_ERROR(path, ": cannot rename ", tmp, " into place: ", ec.message());
 }
 
 }  // namespace moezero::moe

@@ -245,20 +245,32 @@ StepRecord parse_step(const json& sj, const std::string& where) {
   at.fail("counters differ from " + first.where + " ranks[0]");
 }
 
-// Shapes that must not change between steps of one run; duplicate steps are refused (a file
-// appended to twice would otherwise be counted twice).
+// A step that appears more than once (a run resumed from a checkpoint older than its last
+// logged step, appending to the same file) counts once: its last record, the one the run went
+// on from. Returns how many records were dropped.
+size_t keep_last_of_repeated(std::vector<StepRecord>& steps) {
+  std::map<int64_t, size_t> last;
+  for (size_t i = 0; i < steps.size(); ++i) last[steps[i].step] = i;
+  if (last.size() == steps.size()) return 0;
+  std::vector<StepRecord> kept;
+  kept.reserve(last.size());
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (last.at(steps[i].step) == i) kept.push_back(std::move(steps[i]));
+  const size_t dropped = steps.size() - kept.size();
+  steps = std::move(kept);
+  return dropped;
+}
+
+// Shapes that must not change between steps of one run; of a repeated step the last record
+// is kept (keep_last_of_repeated).
 void check_consistent(std::vector<StepRecord>& steps, const std::string& path) {
   if (steps.empty())
     MOEZERO_USER_ERROR(path,
                        ": no steps found (a metrics file needs one JSON object per line, a trace ",
                        "its \"step_metrics\" events)");
   const StepRecord& first = steps.front();
-  std::map<int64_t, const StepRecord*> seen;
   for (const StepRecord& s : steps) {
     const At at{s.where, ""};
-    if (auto [it, fresh] = seen.emplace(s.step, &s); !fresh)
-      at.field("step").fail("step " + std::to_string(s.step) + " appears twice (also at " +
-                            it->second->where + ")");
     if (s.ranks.size() != first.ranks.size())
       at.field("ranks").fail("has " + std::to_string(s.ranks.size()) + " ranks, " + first.where +
                              " has " + std::to_string(first.ranks.size()));
@@ -336,6 +348,7 @@ RunInput parse_trace(const json& doc, const std::string& path) {
       in.steps.push_back(parse_step(member(ev, "args", at), where + " (step_metrics)"));
     }
   }
+  in.repeated_steps_dropped = keep_last_of_repeated(in.steps);
   check_consistent(in.steps, path);
   return in;
 }
@@ -383,6 +396,7 @@ RunInput parse_run(const std::string& text, const std::string& path) {
     first = false;
     in.steps.push_back(parse_step(j, where));
   }
+  in.repeated_steps_dropped = keep_last_of_repeated(in.steps);
   check_consistent(in.steps, path);
   return in;
 }

@@ -10,7 +10,8 @@
 // Every error names the file and the line (metrics) or traceEvents[i] (trace) and the field
 // that is wrong: bad JSON, a missing or mistyped field, inconsistent lengths (an expert array
 // whose length differs from tokens_per_expert, a layer count or rank count that changes
-// between steps), a step number that appears twice.
+// between steps). Of a step number that appears more than once (a resumed run appending to the
+// metrics of the run it continues) the last record is kept.
 // Fields that newer trainers added are optional: a file written before them still reads, and
 // what it lacks is absent (never zero pretending to be measured). A rank counter of
 // MOEZERO_RANK_STEP_COUNTERS may be absent, but then from every rank of every step (a record
@@ -105,7 +106,8 @@ const char* input_kind_name(InputKind k);  // "metrics", "trace"
 struct RunInput {
   std::string path;
   InputKind kind = InputKind::Metrics;
-  std::vector<StepRecord> steps;  // sorted by step
+  std::vector<StepRecord> steps;      // sorted by step, one record per step
+  size_t repeated_steps_dropped = 0;  // earlier records of a repeated step, not in `steps`
   std::vector<CollectiveSpan> collectives;
 };
 

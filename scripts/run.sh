@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The main job of the README: installs what is missing, builds, trains the tiny model of
+# The main job of the README: installs what is missing, builds the moezero program (only the
+# `moezero` target and what it links: scripts/test.sh builds the tests, benchmarks and the
+# rest into the same build directory), trains the tiny model of
 # examples/configs/tiny.json on the CPU (ranks as threads, ZeRO-3) with a validation loss on 5%
 # held-out text every 50 steps, saves a checkpoint and prints a short sample of what the model
 # writes (`moezero generate`). Arguments replace the defaults and go to `moezero train`, e.g.
@@ -7,8 +9,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
-bash scripts/build.sh
-BIN="${MOEZERO_BUILD_DIR:-build}/bin/moezero"
+BUILD_DIR=${MOEZERO_BUILD_DIR:-build}
+export PATH="$PATH:/usr/local/cuda/bin"
+if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then  # as scripts/build.sh configures it
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+cmake --build "$BUILD_DIR" -j"${MOEZERO_JOBS:-$(nproc)}" --target moezero
+BIN="$BUILD_DIR/bin/moezero"
 if [[ $# -gt 0 ]]; then
   exec "$BIN" train "$@"
 fi

@@ -5,9 +5,17 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "hf/hf_export.h"
 
 namespace moezero::cli {
+
+// A command line that does not parse (an unknown option, a flag without its value, a missing
+// required argument): main prints it with a pointer to `moezero CMD --help` and exits 2.
+class UsageError : public UserError {
+ public:
+  using UserError::UserError;
+};
 
 // `moezero selfcheck [--ranks N] [--backend cpu|cuda|all]`: runs a few kernels against
 // float64 references and the collectives on N ranks-as-threads, prints one line per check.
@@ -28,7 +36,8 @@ int export_model(const std::vector<std::string>& args);
 void export_checkpoint(const std::string& checkpoint, const std::string& out,
                        const moe::HfExportOptions& options);
 
-// `moezero score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]`.
+// `moezero score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]
+//  [--tokenizer FILE | --bytes]`.
 int score(const std::vector<std::string>& args);
 // `moezero generate --checkpoint DIR | --model HF_DIR [--prompt TEXT] [--max-new-tokens N]
 //  [--temperature T] [--top-k K] [--top-p P] [--seed S]`: prints the prompt and what the model
@@ -45,3 +54,11 @@ int bench(const std::vector<std::string>& args);
 int plan(const std::vector<std::string>& args);
 
 }  // namespace moezero::cli
+
+#define MOEZERO_USAGE_ERROR(...) MOEZERO_THROW_AS(::moezero::cli::UsageError, __VA_ARGS__)
+#define MOEZERO_USAGE_REQUIRE(cond, ...) \
+  do {                                   \
+    if (!(cond)) [[unlikely]] {          \
+      MOEZERO_USAGE_ERROR(__VA_ARGS__);  \
+    }                                    \
+  } while (0)

@@ -21,11 +21,13 @@ int config(const std::vector<std::string>& args) {
     std::cout << config_to_json(Config{}) << "\n";
     return 0;
   }
+  MOEZERO_USAGE_REQUIRE(args[0].rfind("--", 0) != 0, "config: unknown option '", args[0],
+                        "' (expected --doc, --defaults or a config file)");
   std::string file = args[0];
   std::vector<std::string> overrides;
   for (size_t i = 1; i < args.size(); ++i) {
-    MOEZERO_REQUIRE(args[i] == "--set" && i + 1 < args.size(),
-                    "config: expected --set key=value, got '", args[i], "'");
+    MOEZERO_USAGE_REQUIRE(args[i] == "--set" && i + 1 < args.size(),
+                          "config: expected --set key=value, got '", args[i], "'");
     overrides.push_back(args[++i]);
   }
   std::cout << config_to_json(load_config(file, overrides)) << "\n";

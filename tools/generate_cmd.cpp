@@ -134,7 +134,7 @@ GenerateArgs parse_generate_args(const std::vector<std::string>& args) {
   moe::Sampling& s = g.sampling;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_REQUIRE(i + 1 < args.size(), "generate: ", flag, " needs a value");
+      MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "generate: ", flag, " needs a value");
       return args[++i];
     };
     const std::string& a = args[i];
@@ -163,7 +163,7 @@ GenerateArgs parse_generate_args(const std::vector<std::string>& args) {
     else if (a == "--ids")
       g.print_ids = true;
     else
-      MOEZERO_USER_ERROR("generate: unknown option '", a, "' (see `moezero help`)");
+      MOEZERO_USAGE_ERROR("generate: unknown option '", a, "'");
   }
   MOEZERO_REQUIRE(g.checkpoint.empty() != g.hf_dir.empty(),
                   "generate: give exactly one of --checkpoint DIR and --model HF_DIR");
@@ -189,6 +189,7 @@ std::string ids_json(const std::vector<int32_t>& prompt, const std::vector<int32
 int generate(const std::vector<std::string>& args) {
   const GenerateArgs g = parse_generate_args(args);
   const LoadedModel m = load(g.checkpoint, g.hf_dir);
+  moe::require_finite_params(m.groups, "generate", g.checkpoint.empty() ? g.hf_dir : g.checkpoint);
   std::string tokenizer = g.tokenizer;
   if (tokenizer.empty())
     tokenizer = find_tokenizer(g.checkpoint.empty() ? g.hf_dir : g.checkpoint, m.tokenizer);

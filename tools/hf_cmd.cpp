@@ -1,5 +1,5 @@
 // tools/hf_cmd.cpp — `moezero export` (a checkpoint as a Hugging Face directory) and
-// `moezero score` (mean next-token cross-entropy of an exported model on a byte file).
+// `moezero score` (mean next-token cross-entropy of an exported model on a text file).
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -41,7 +41,7 @@ int export_model(const std::vector<std::string>& args) {
   moe::HfExportOptions opt;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_REQUIRE(i + 1 < args.size(), "export: ", flag, " needs a value");
+      MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "export: ", flag, " needs a value");
       return args[++i];
     };
     if (args[i] == "--checkpoint")
@@ -51,10 +51,10 @@ int export_model(const std::vector<std::string>& args) {
     else if (args[i] == "--dtype")
       opt.dtype = parse_export_dtype(value("--dtype"));
     else
-      MOEZERO_USER_ERROR("export: unknown option '", args[i], "' (see `moezero help`)");
+      MOEZERO_USAGE_ERROR("export: unknown option '", args[i], "'");
   }
-  MOEZERO_REQUIRE(!checkpoint.empty(), "export: --checkpoint DIR is required");
-  MOEZERO_REQUIRE(!out.empty(), "export: --out HF_DIR is required");
+  MOEZERO_USAGE_REQUIRE(!checkpoint.empty(), "export: --checkpoint DIR is required");
+  MOEZERO_USAGE_REQUIRE(!out.empty(), "export: --out HF_DIR is required");
   export_checkpoint(checkpoint, out, opt);
   return 0;
 }
@@ -76,10 +76,11 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out,
 
 int score(const std::vector<std::string>& args) {
   std::string model, text, logits_out;
+  bool bytes = false;  // --bytes: the text's bytes even when the directory has a tokenizer
   moe::ScoreOptions opt;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_REQUIRE(i + 1 < args.size(), "score: ", flag, " needs a value");
+      MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "score: ", flag, " needs a value");
       return args[++i];
     };
     if (args[i] == "--model")
@@ -92,11 +93,19 @@ int score(const std::vector<std::string>& args) {
       opt.batch_windows = parse_positive("--batch", value("--batch"));
     else if (args[i] == "--logits-out")
       logits_out = value("--logits-out");
+    else if (args[i] == "--tokenizer")
+      opt.tokenizer = value("--tokenizer");
+    else if (args[i] == "--bytes")
+      bytes = true;
     else
-      MOEZERO_USER_ERROR("score: unknown option '", args[i], "' (see `moezero help`)");
+      MOEZERO_USAGE_ERROR("score: unknown option '", args[i], "'");
   }
-  MOEZERO_REQUIRE(!model.empty(), "score: --model HF_DIR is required");
-  MOEZERO_REQUIRE(!text.empty(), "score: --text FILE is required");
+  MOEZERO_USAGE_REQUIRE(!model.empty(), "score: --model HF_DIR is required");
+  MOEZERO_USAGE_REQUIRE(!text.empty(), "score: --text FILE is required");
+  MOEZERO_USAGE_REQUIRE(!bytes || opt.tokenizer.empty(),
+                        "score: --bytes and --tokenizer exclude each other");
+  // Tokens as the model was trained on: the directory's tokenizer.json, as generate reads it.
+  if (opt.tokenizer.empty() && !bytes) opt.tokenizer = find_tokenizer(model, "");
   opt.keep_first_logits = !logits_out.empty();
   const moe::ScoreResult r = moe::score_hf_dir(model, text, opt);
   if (!logits_out.empty()) {  // window 0's logits, (T, V) f32, for comparisons (tests/hf)
@@ -104,7 +113,12 @@ int score(const std::vector<std::string>& args) {
     moe::write_safetensors(logits_out, {{"logits", {r.seq_len, vocab}, r.first_logits.data()}},
                            moe::SafetensorsDType::F32, {{"format", "pt"}});
   }
-  std::cout << moe::score_json(r) << std::endl;
+  std::cout << moe::score_json(r) << std::endl;  // stdout: the JSON alone
+  std::cerr << "score: tokens "
+            << (opt.tokenizer.empty() ? std::string("are the text's bytes") +
+                                            (bytes ? "" : " (no tokenizer.json in " + model + ")")
+                                      : "from " + opt.tokenizer)
+            << "\n";
   return 0;
 }
 

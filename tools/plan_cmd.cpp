@@ -35,7 +35,7 @@ using ::moezero::bench::Row;
 using ::moezero::bench::Value;
 
 struct PlanArgs {
-  std::string config_path, json_path, routing_trace;
+  std::string config_path, json_path, routing_trace, cluster;
   int nodes = 0, gpus_per_node = 0;
   std::string gpu = "h100", inter = "eth_100g", intra = "nvlink4";
   double zipf = 1.0, drift = 0.0, coactivation = 0.0, rank_noise = 0.1;
@@ -58,11 +58,26 @@ double parse_real(const std::string& v, const char* what) {
   return x;
 }
 
+// A link named on the command line exists and is of its tier (checked before anything runs:
+// an unknown one used to leave every strategy "not run" and exit 0).
+void check_link(const std::string& name, const char* flag, bool intra) {
+  comm::LinkProfile link;
+  try {
+    link = comm::link_profile(name);
+  } catch (const Error& e) {
+    MOEZERO_USER_ERROR("plan: ", flag, " ", e.message(),
+                       intra ? "" : ", or 'config' (the config's comm_emulation)");
+  }
+  MOEZERO_REQUIRE(link.intra_node == intra, "plan: ", flag, " '", name, "' is a link ",
+                  link.intra_node ? "inside a node" : "between nodes", ", not ",
+                  intra ? "inside a node" : "between nodes");
+}
+
 PlanArgs parse_plan_args(const std::vector<std::string>& args) {
   PlanArgs a;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_REQUIRE(i + 1 < args.size(), "plan: ", flag, " needs a value");
+      MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "plan: ", flag, " needs a value");
       return args[++i];
     };
     const std::string& f = args[i];
@@ -73,11 +88,14 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
       const size_t x = c.find('x');
       MOEZERO_REQUIRE(x != std::string::npos, "plan: --cluster needs NODESxGPUS (e.g. 8x8), got '",
                       c, "'");
-      a.nodes = static_cast<int>(bench::parse_count(c.substr(0, x), "plan: --cluster NODES", 1));
-      a.gpus_per_node =
-          static_cast<int>(bench::parse_count(c.substr(x + 1), "plan: --cluster GPUS", 1));
-      MOEZERO_REQUIRE(int64_t(a.nodes) * a.gpus_per_node <= (1 << 20), "plan: --cluster ", c,
-                      " is beyond 2^20 GPUs");
+      // Each part checked before it is narrowed: 4294967297x8 is not 1x8.
+      const int64_t nodes = bench::parse_count(c.substr(0, x), "plan: --cluster NODES", 1);
+      const int64_t gpus = bench::parse_count(c.substr(x + 1), "plan: --cluster GPUS", 1);
+      MOEZERO_REQUIRE(nodes <= (1 << 20) && gpus <= (1 << 20) && nodes * gpus <= (1 << 20),
+                      "plan: --cluster ", c, " is beyond 2^20 GPUs");
+      a.cluster = c;
+      a.nodes = static_cast<int>(nodes);
+      a.gpus_per_node = static_cast<int>(gpus);
     } else if (f == "--gpu") {
       a.gpu = value("--gpu");
     } else if (f == "--inter-node") {
@@ -114,14 +132,17 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
     } else if (f == "--json") {
       a.json_path = value("--json");
     } else {
-      MOEZERO_USER_ERROR("plan: unknown option '", f, "' (see `moezero help`)");
+      MOEZERO_USAGE_ERROR("plan: unknown option '", f, "'");
     }
   }
-  MOEZERO_REQUIRE(!a.config_path.empty(), "plan: --config FILE is required");
-  MOEZERO_REQUIRE(a.nodes > 0, "plan: --cluster NODESxGPUS is required");
-  MOEZERO_REQUIRE(a.routing_trace.empty() || !a.synthetic_given,
-                  "plan: --routing-trace and --zipf/--drift/--coactivation/--rank-noise exclude each other");
+  MOEZERO_USAGE_REQUIRE(!a.config_path.empty(), "plan: --config FILE is required");
+  MOEZERO_USAGE_REQUIRE(a.nodes > 0, "plan: --cluster NODESxGPUS is required");
+  MOEZERO_REQUIRE(
+      a.routing_trace.empty() || !a.synthetic_given,
+      "plan: --routing-trace and --zipf/--drift/--coactivation/--rank-noise exclude each other");
   if (a.strategies.empty()) a.strategies = bench::default_strategy_names();
+  check_link(a.intra, "--intra-node", true);
+  if (a.inter != "config") check_link(a.inter, "--inter-node", false);
   return a;
 }
 
@@ -133,6 +154,7 @@ Config strategy_config(const PlanArgs& a, const bench::Strategy& s, int world) {
   o.push_back("parallel.world_size=" + std::to_string(world));
   o.push_back("train.steps=" + std::to_string(a.warmup + a.steps));
   Config c = load_config(a.config_path, o);
+  c.parallel.backend = BackendKind::Cpu;  // the simulated GPUs run it (the header says so)
   c.train.metrics_file.clear();
   c.train.save_dir.clear();
   c.profile.trace.clear();
@@ -235,14 +257,47 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
   return out;
 }
 
+// The config with the cluster's world size. The user's own errors (file, --set) are reported
+// as they are; one that only the cluster's size causes names --cluster, which the user gave,
+// not parallel.world_size, which the user did not set.
+Config load_base_config(const PlanArgs& a, int world) {
+  (void)load_config(a.config_path, a.overrides);
+  std::vector<std::string> o = a.overrides;
+  o.push_back("parallel.world_size=" + std::to_string(world));
+  try {
+    return load_config(a.config_path, o);
+  } catch (const Error& e) {
+    MOEZERO_USER_ERROR("plan: --cluster ", a.cluster, " (", world,
+                       " GPUs) cannot be planned with this config: ", e.message());
+  }
+}
+
+// A plan with no answer fails: no strategy ran at all (each one's reason is printed above),
+// or none fits the GPU's memory.
+void require_an_answer(const PlanArgs& a, const std::vector<Outcome>& outcomes, bool fits,
+                       const sim::GpuProfile& gpu) {
+  const Outcome* ran = nullptr;
+  for (const Outcome& o : outcomes)
+    if (o.name != "compute" && o.summary) ran = &o;
+  if (!ran) {
+    std::string first;
+    for (const Outcome& o : outcomes)
+      if (o.name != "compute" && first.empty()) first = o.name + ": " + o.failure;
+    MOEZERO_USER_ERROR(
+        "plan: no strategy ran for ", a.config_path, " on --cluster ", a.cluster,
+        first.empty() ? std::string(" (--strategies lists only compute)") : " (" + first + ")");
+  }
+  MOEZERO_REQUIRE(fits, "plan: no strategy of ", a.config_path, " fits within ",
+                  format_bytes(gpu.memory_bytes), " per GPU of --gpu ", gpu.name, " on --cluster ",
+                  a.cluster, " (the peaks are in the table)");
+}
+
 }  // namespace
 
 int plan(const std::vector<std::string>& args) {
   const PlanArgs a = parse_plan_args(args);
   const int world = a.nodes * a.gpus_per_node;
-  std::vector<std::string> base_overrides = a.overrides;  // the user's errors are fatal
-  base_overrides.push_back("parallel.world_size=" + std::to_string(world));
-  const Config base = load_config(a.config_path, base_overrides);
+  const Config base = load_base_config(a, world);
   const sim::GpuProfile gpu = sim::gpu_profile(a.gpu);
   std::printf(
       "moezero plan: %s on %d x %d %s (%s inside a node, %s between nodes), %s routing, "
@@ -250,6 +305,8 @@ int plan(const std::vector<std::string>& args) {
       a.config_path.c_str(), a.nodes, a.gpus_per_node, gpu.name.c_str(), a.intra.c_str(),
       a.inter.c_str(), a.routing_trace.empty() ? "synthetic" : a.routing_trace.c_str(),
       (long long)a.warmup + 1, (long long)(a.warmup + a.steps));
+  if (base.parallel.backend != BackendKind::Cpu)
+    std::printf("  (the config's parallel.backend \"cuda\" is replaced by the simulated GPUs)\n");
   std::vector<Outcome> outcomes;
   for (const std::string& name : a.strategies) {
     outcomes.push_back(run_strategy(a, name, base, gpu));
@@ -307,12 +364,12 @@ int plan(const std::vector<std::string>& args) {
     std::printf("\nrecommended: %s (%.1f ms per step, peak %s of %s per GPU)\n", best->name.c_str(),
                 *best_row->values[at("step_ms")], format_bytes(best->peak_total).c_str(),
                 format_bytes(gpu.memory_bytes).c_str());
-  else
-    std::printf("\nno strategy ran within %s per GPU\n", format_bytes(gpu.memory_bytes).c_str());
   if (!a.json_path.empty()) {
     bench::write_json(rows, a.json_path, "plan");
     std::printf("json: %s\n", a.json_path.c_str());
   }
+  std::fflush(stdout);
+  require_an_answer(a, outcomes, best != nullptr, gpu);
   return 0;
 }
 

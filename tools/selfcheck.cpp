@@ -46,7 +46,7 @@ int selfcheck(const std::vector<std::string>& args) {
   std::string backend = "all";
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_REQUIRE(i + 1 < args.size(), "selfcheck: ", flag, " needs a value");
+      MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "selfcheck: ", flag, " needs a value");
       return args[++i];
     };
     if (args[i] == "--ranks") {
@@ -63,7 +63,7 @@ int selfcheck(const std::vector<std::string>& args) {
       MOEZERO_REQUIRE(backend == "cpu" || backend == "cuda" || backend == "all",
                       "selfcheck: --backend must be cpu, cuda or all, got '", backend, "'");
     } else {
-      MOEZERO_USER_ERROR("selfcheck: unknown option '", args[i], "'");
+      MOEZERO_USAGE_ERROR("selfcheck: unknown option '", args[i], "'");
     }
   }
   Report r;

@@ -49,7 +49,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
   TrainArgs a;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_REQUIRE(i + 1 < args.size(), "train: ", flag, " needs a value");
+      MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "train: ", flag, " needs a value");
       return args[++i];
     };
     if (args[i] == "--config")
@@ -76,9 +76,9 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
                       d, "'");
       a.export_opt.dtype = d == "f32" ? moe::SafetensorsDType::F32 : moe::SafetensorsDType::BF16;
     } else
-      MOEZERO_USER_ERROR("train: unknown option '", args[i], "' (see `moezero help`)");
+      MOEZERO_USAGE_ERROR("train: unknown option '", args[i], "'");
   }
-  MOEZERO_REQUIRE(!a.config_path.empty(), "train: --config FILE is required");
+  MOEZERO_USAGE_REQUIRE(!a.config_path.empty(), "train: --config FILE is required");
   return a;
 }
 
@@ -188,6 +188,10 @@ int train(const std::vector<std::string>& args) {
   TrainArgs a = parse_train_args(args);
   const Config cfg = load_config(a.config_path, a.overrides);
   if (!a.export_dir.empty()) moe::hf_architecture(cfg);  // refuse before training, not after
+  // No step to run is a mistake unless the point is to export the initial parameters.
+  MOEZERO_REQUIRE(cfg.train.steps > 0 || !a.export_dir.empty(),
+                  "train.steps is 0: there is nothing to train (set train.steps > 0; with "
+                  "--export-hf, steps 0 exports the initial parameters)");
   MOEZERO_REQUIRE(!a.gemm_profile || cfg.parallel.backend == BackendKind::Cpu,
                   "train: --gemm-profile times the CPU backend's GEMMs; this run's backend is not "
                   "the CPU (parallel.backend)");
@@ -210,6 +214,8 @@ int train(const std::vector<std::string>& args) {
   opt.resume_from = a.resume;
   opt.stop_at_step = a.stop_at;
   if (!a.resume.empty()) std::printf("  resume   %s\n", a.resume.c_str());
+  if (lead && cfg.train.steps == 0)
+    std::printf("  train.steps is 0: no step runs; the initial parameters are exported\n");
   opt.collect_params = !a.export_dir.empty() && !mpi;
   opt.trace_path = a.trace_path;
   // SIGTERM / SIGINT: every rank finishes the step, a checkpoint is saved, exit kExitStopped.

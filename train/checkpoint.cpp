@@ -55,13 +55,21 @@ std::vector<std::string> all_gather_strings(const RankState& s, const std::strin
   return moezero::all_gather_strings(*s.device, *s.stream, *s.world, mine);
 }
 
+// What a failed save leaves: the previous checkpoint when there is one.
+std::string what_is_kept(const RankState& s) {
+  std::error_code ec;
+  return fs::exists(fs::path(s.config->train.save_dir) / "latest", ec)
+             ? "the previous checkpoint and 'latest' are intact"
+             : "no earlier checkpoint exists in train.save_dir";
+}
+
 // Every rank throws the same Error when any rank's `error` is not empty.
 void agree(const RankState& s, const std::string& error, int64_t step, const char* phase) {
   const auto errors = all_gather_strings(s, error);
   for (size_t r = 0; r < errors.size(); ++r)
     if (!errors[r].empty())
       MOEZERO_USER_ERROR("checkpoint save of step ", step, " failed on rank ", r, " (", phase,
-                         "): ", errors[r], "; the previous checkpoint and 'latest' are intact");
+                         "): ", errors[r], "; ", what_is_kept(s));
 }
 
 // Writes this rank's file into `dir`; returns its index entry (JSON).
@@ -270,8 +278,7 @@ void save(const RankState& s, int64_t step, const SaveFault& fault) {
   for (size_t r = 0; r < indices.size(); ++r)
     if (!indices[r].empty() && indices[r][0] == '!')
       MOEZERO_USER_ERROR("checkpoint save of step ", step, " failed on rank ", r,
-                         " (writing its rank file): ", indices[r].substr(1),
-                         "; the previous checkpoint and 'latest' are intact");
+                         " (writing its rank file): ", indices[r].substr(1), "; ", what_is_kept(s));
   agree(s, lead ? capture([&] { commit_checkpoint(s, root, tmp, step, indices); }) : std::string(),
         step, "writing the manifest");
 }

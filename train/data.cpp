@@ -151,6 +151,18 @@ TokenData::TokenData(const DataConfig& data, int64_t vocab_size, int64_t seq_len
                        seq_len + 1, data.format == DataFormat::Tokens ? " in any one shard" : "");
 }
 
+namespace {
+// A data file that is a directory is refused by name (a read would fail with a raw
+// "basic_filebuf::underflow ... Is a directory").
+void refuse_directory(const std::string& path, const std::string& key) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    MOEZERO_USER_ERROR(key, ": '", path,
+                       "' is a directory, not a file (name the file, or a glob of "
+                       "token shards with data.format \"tokens\")");
+}
+}  // namespace
+
 // Appends the pieces of `pattern` (one piece per file) and checks every token < vocab_size.
 void TokenData::load(const std::string& pattern, const std::string& key, DataFormat format,
                      int64_t vocab_size, std::vector<Piece>& pieces, std::string& name) {
@@ -161,6 +173,7 @@ void TokenData::load(const std::string& pattern, const std::string& key, DataFor
       bytes.assign(c.begin(), c.end());
       name = "<built-in corpus>";
     } else {
+      refuse_directory(pattern, key);
       std::ifstream in(pattern, std::ios::binary);
       if (!in) MOEZERO_USER_ERROR(key, ": cannot read '", pattern, "'");
       bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -181,6 +194,7 @@ void TokenData::load(const std::string& pattern, const std::string& key, DataFor
   name = files.size() == 1 ? "'" + files[0] + "'"
                            : "'" + pattern + "' (" + std::to_string(files.size()) + " shards)";
   for (const std::string& f : files) {
+    refuse_directory(f, key);
     std::unique_ptr<TokenShard> shard;
     try {
       shard = std::make_unique<TokenShard>(f);

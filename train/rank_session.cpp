@@ -571,7 +571,10 @@ void RankSession::log_step(int64_t step, const StepOutcome& o, StepExchange ex,
   if (cfg_.profile.grad_norms) s.grad_norms = health_->norms(o.result);
   s.nonfinite = o.nonfinite;
   const std::string line = step_json(s);
-  if (run_.metrics) *run_.metrics << line << "\n" << std::flush;
+  if (run_.metrics) {  // flushed per step: a crash keeps every finished step's line
+    run_.metrics->write(line + "\n");
+    run_.metrics->flush();
+  }
   if (recorder_->last_step_traced()) recorder_->step_metrics(line);
   const TrainOptions& options = run_.options;
   if (options.progress && (s.step % tc_.log_every == 0 || s.step == first_step_ + 1 ||

@@ -17,6 +17,7 @@
 
 #include "comm/world.h"
 #include "core/config.h"
+#include "core/output_file.h"
 #include "core/trace.h"
 #include "train/data.h"
 #include "train/trainer.h"
@@ -40,7 +41,7 @@ struct TrainRun {
   const std::map<std::string, std::vector<float>>& init_values;
   TraceSink* trace_sink = nullptr;  // null: no trace
   const StepList& trace_steps;
-  std::ostream* metrics = nullptr;  // rank 0 writes a line per step here (null: none)
+  OutputFile* metrics = nullptr;  // rank 0 writes a line per step here (null: none)
   RankResults& results;
 };
 

@@ -3,7 +3,10 @@
 // assembles the result; also the LR schedule and the metrics line of a step.
 #include "train/trainer.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -13,10 +16,12 @@
 #include "comm/mpi_launch.h"
 #include "comm/world.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/trace.h"
 #include "hf/hf_export.h"
 #include "kernels/backend.h"
 #include "model/transformer.h"
+#include "train/checkpoint_io.h"
 #include "train/data.h"
 #include "train/memory_estimate.h"
 #include "train/rank_session.h"
@@ -103,15 +108,58 @@ void check_run(const Config& cfg, const TrainOptions& options,
                        "drop one of them");
 }
 
+// train.save_dir is created and checked writable before the first step: a bad one found only
+// at the first save (with save_every 0: the end of the run) would waste the run.
+void check_save_dir(const std::string& dir) {
+  if (dir.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) MOEZERO_USER_ERROR("train.save_dir: cannot create '", dir, "': ", ec.message());
+  if (!fs::is_directory(dir, ec))
+    MOEZERO_USER_ERROR("train.save_dir: '", dir, "' is not a directory");
+  const fs::path probe = fs::path(dir) / (".write_test_" + std::to_string(::getpid()));
+  write_output_file(probe.string(), "checkpoint directory write test\n", "train.save_dir");
+  fs::remove(probe, ec);
+}
+
+// A resumed run continues the metrics of the run it resumes: lines after the checkpoint's step
+// (steps the crashed or stopped run did past its last save, and a torn last line) are dropped,
+// so that each step appears once. Returns how many lines were dropped.
+size_t keep_metrics_through(const std::string& path, int64_t step) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return 0;  // no file yet: the resumed run starts it
+  std::string kept, line;
+  size_t dropped = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+        j["step"].get<int64_t>() <= step)
+      kept += line + "\n";
+    else if (!line.empty())
+      ++dropped;
+  }
+  in.close();
+  if (dropped > 0) write_output_file(path, kept, "the metrics file");
+  return dropped;
+}
+
 // Opens the metrics file on the process that writes it (MPI: rank 0's); closed otherwise.
 void open_metrics(const Config& cfg, const TrainOptions& options,
-                  const std::optional<comm::MpiProcess>& mpi, std::ofstream& metrics) {
+                  const std::optional<comm::MpiProcess>& mpi, OutputFile& metrics) {
   const std::string metrics_path =
       options.metrics_path.empty() ? cfg.train.metrics_file : options.metrics_path;
   if (metrics_path.empty() || (mpi && mpi->rank != 0)) return;
+  if (!options.resume_from.empty()) {
+    const int64_t step =
+        checkpoint::io::read_manifest(checkpoint::io::resolve_step_dir(options.resume_from)).step;
+    const size_t dropped = keep_metrics_through(metrics_path, step);
+    if (dropped > 0 && options.progress)
+      *options.progress << "metrics: dropped " << dropped << " line(s) after step " << step
+                        << " from " << metrics_path << " (the resumed run writes them again)\n";
+  }
   // A resumed run appends to the metrics of the run it continues.
-  metrics.open(metrics_path, options.resume_from.empty() ? std::ios::trunc : std::ios::app);
-  if (!metrics) MOEZERO_USER_ERROR("cannot write the metrics file '", metrics_path, "'");
+  metrics = OutputFile(metrics_path, /*append=*/!options.resume_from.empty(), "the metrics file");
 }
 
 // train.init_from: an exported directory's parameters, by group name (checked once, here).
@@ -198,8 +246,9 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
     MOEZERO_THROW(
         "train.eval_every: the held-out data (", data->val_source(), ") holds ", data->val_tokens(),
         " tokens, fewer than one sequence of model.seq_len + 1 = ", cfg.model.seq_len + 1);
+  check_save_dir(cfg.train.save_dir);
   if (!mpi || mpi->rank == 0) keep_tokenizer(cfg.data, cfg.train.save_dir);
-  std::ofstream metrics;
+  OutputFile metrics;
   open_metrics(cfg, options, mpi, metrics);
   const std::map<std::string, std::vector<float>> init_values = read_init_values(cfg);
   const StepList trace_steps = StepList::parse(cfg.profile.steps, "profile.steps");
@@ -216,6 +265,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
                      .metrics = metrics.is_open() ? &metrics : nullptr,
                      .results = results};
   run_ranks(cfg, mpi, run, trace_sink.get());
+  metrics.close();  // checked: a metrics file that could not be written fails the run
 
   TrainResult& result = results.result;
   if (options.collect_params)  // every group of the model, in execution order

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_duplicates.h"
 
 namespace moezero {
 namespace {
@@ -78,6 +79,40 @@ TEST(Config, RejectsUnknownKeysWithPathAndHint) {
   expect_rejected(R"({"train": {"lrr": 0.1}})",
                   {"cfg.json", "unknown key 'train.lrr'", "did you mean 'train.lr'"});
   expect_rejected(R"({"trian": {}})", {"unknown section 'trian'"});
+}
+
+// JSON keeps only the last of two equal keys: a config with one is refused, naming the key's
+// path and both lines (issue 29: a second "model" section silently dropped the first).
+TEST(Config, RejectsDuplicateKeysWithPathAndLines) {
+  expect_rejected(R"({"model": {"d_model": 64}, "model": {"n_layers": 1}})",
+                  {"cfg.json", "key 'model' appears twice (lines 1 and 1)"});
+  expect_rejected(
+      "{\n  \"train\": {\n    \"lr\": 0.1,\n    // a comment \"lr\": 1\n"
+      "    \"steps\": 3,\n    \"lr\": 0.2\n  }\n}",
+      {"key 'train.lr' appears twice (lines 3 and 6)"});
+  expect_rejected(
+      "{\"profile\": {\"steps\": \"1\"}, /* \"x\" */\n\"data\": {\"path\": "
+      "\"a\\\"b\"},\n\"data\": {}}",
+      {"key 'data' appears twice (lines 2 and 3)"});
+  // The same key in different objects, in strings and in comments is fine.
+  EXPECT_NO_THROW(parse_config(R"({"model": {"d_model": 64}, "train": {"steps": 2},
+      "data": {"path": "model"} /* "model": 1 */})",
+                               "cfg.json"));
+  EXPECT_FALSE(find_duplicate_key(R"([{"a": 1}, {"a": 2}, [{"b": 1, "c": {"b": 2}}]])"));
+  const auto in_array = find_duplicate_key("[{\"a\": 1},\n {\"a\": 2, \"a\": 3}]");
+  ASSERT_TRUE(in_array);
+  EXPECT_EQ(in_array->path, "[1].a");
+  EXPECT_EQ(in_array->first_line, 2);
+  EXPECT_EQ(in_array->second_line, 2);
+}
+
+// A number where a file name belongs is a mistake in a file; through --set it is the text.
+TEST(Config, StringKeysRefuseNumbersInFilesButNotInOverrides) {
+  expect_rejected(R"({"train": {"metrics_file": 42}})",
+                  {"train.metrics_file", "expected a string, got an integer"});
+  EXPECT_EQ(parse_config("{}", "cfg.json", {"train.metrics_file=42"}).train.metrics_file, "42");
+  EXPECT_EQ(parse_config("{}", "cfg.json", {"profile.steps=5"}).profile.steps, "5");
+  EXPECT_EQ(parse_config(R"({"profile": {"steps": 5}})", "cfg.json").profile.steps, "5");
 }
 
 TEST(Config, RejectsWrongTypesAndValues) {

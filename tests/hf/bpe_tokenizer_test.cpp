@@ -68,6 +68,40 @@ TEST(BpeTokenizer, RefusesWhatItCannotEncode) {
   nlohmann::json norm = j;
   norm["normalizer"] = {{"type", "NFC"}};
   EXPECT_NE(error_of(norm).find("normalizer: must be null"), std::string::npos);
+  // Wrong inputs that `tokenizers` refuses too (issue 29): one id for two tokens, a merge of
+  // three symbols or of a symbol the vocabulary lacks, a byte without its symbol.
+  nlohmann::json dup_id = j;
+  dup_id["model"]["vocab"]["&"] = 7;
+  EXPECT_NE(error_of(dup_id).find("model.vocab / added_tokens: id 7 is given to both"),
+            std::string::npos)
+      << error_of(dup_id);
+  nlohmann::json three = j;
+  three["model"]["merges"][0] = "a b c";
+  EXPECT_NE(error_of(three).find("model.merges: entry 'a b c' is not 'a b'"), std::string::npos)
+      << error_of(three);
+  nlohmann::json unknown = j;
+  unknown["model"]["merges"][0] = "a zq";
+  EXPECT_NE(error_of(unknown).find("model.merges: entry 'a zq': 'zq' is not in model.vocab"),
+            std::string::npos)
+      << error_of(unknown);
+  nlohmann::json no_byte = j;
+  no_byte["model"]["vocab"].erase("&");
+  EXPECT_NE(error_of(no_byte).find("model.vocab: lacks the byte-level symbol '&' of byte 38"),
+            std::string::npos)
+      << error_of(no_byte);
+  {  // a token listed twice (JSON keeps the last one)
+    std::string text = j.dump();
+    const std::string vocab_key = "\"vocab\":{";
+    text.insert(text.find(vocab_key) + vocab_key.size(), "\"&\":7,");
+    std::ofstream(dir + "dup_key.json") << text;
+    try {
+      BpeTokenizer t(dir + "dup_key.json");
+      ADD_FAILURE() << "a token listed twice was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("key 'model.vocab.&' appears twice"), std::string::npos)
+          << e.what();
+    }
+  }
   std::ofstream(dir + "broken.json") << "{\"model\": ";
   EXPECT_THROW(BpeTokenizer(dir + "broken.json"), Error);
   EXPECT_THROW(BpeTokenizer(dir + "missing.json"), Error);

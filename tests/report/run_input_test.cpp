@@ -143,8 +143,19 @@ TEST(RunInput, InconsistentLengthsAreNamed) {
   json old = good_step(2);
   old.erase("moe_layers");
   EXPECT_HAS(error_of(lines({good_step(1), old})), "m.jsonl:2: moe_layers: absent here");
-  EXPECT_HAS(error_of(lines({good_step(1), good_step(1)})),
-             "m.jsonl:2: step: step 1 appears twice (also at m.jsonl:1)");
+}
+
+// A resumed run appending to the same metrics file repeats the steps after its checkpoint:
+// each counts once, its last record.
+TEST(RunInput, RepeatedStepKeepsTheLastRecord) {
+  json again = good_step(2);
+  again["loss"] = 1.25;
+  const RunInput in =
+      parse_run(lines({good_step(1), good_step(2), good_step(3), again}), "m.jsonl");
+  ASSERT_EQ(in.steps.size(), 3u);
+  EXPECT_EQ(in.repeated_steps_dropped, 1u);
+  EXPECT_EQ(in.steps[1].step, 2);
+  EXPECT_EQ(in.steps[1].where, "m.jsonl:4");
 }
 
 TEST(RunInput, TraceErrorsNameTheEvent) {

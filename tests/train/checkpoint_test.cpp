@@ -227,6 +227,7 @@ TEST(Checkpoint, InterruptedSaveLeavesThePreviousCheckpointIntact) {
   const std::string err = error_of([&] { train(ckpt_config(b), opt); });
   EXPECT_NE(err.find("checkpoint save of step 4 failed on rank 1"), std::string::npos) << err;
   EXPECT_NE(err.find("injected fault"), std::string::npos) << err;
+  EXPECT_NE(err.find("the previous checkpoint and 'latest' are intact"), std::string::npos) << err;
   EXPECT_EQ(latest_of(b), "step_00000002");
   EXPECT_FALSE(fs::exists(b + "/step_00000004"));
   EXPECT_EQ(checkpoint::load_full_params(b).step, 2);
@@ -241,6 +242,18 @@ TEST(Checkpoint, InterruptedSaveLeavesThePreviousCheckpointIntact) {
   const std::string err0 = error_of([&] { train(ckpt_config(b), opt); });
   EXPECT_NE(err0.find("failed on rank 0"), std::string::npos) << err0;
   EXPECT_EQ(latest_of(b), "step_00000006");
+}
+
+// A first save that fails does not claim an earlier checkpoint that does not exist.
+TEST(Checkpoint, FailedFirstSaveSaysNoCheckpointExists) {
+  const std::string d = fresh_dir("first_save_fails");
+  TrainOptions opt;
+  opt.stop_at_step = 2;
+  opt.save_fault = {1, 1000};
+  const std::string err = error_of([&] { train(ckpt_config(d), opt); });
+  EXPECT_NE(err.find("checkpoint save of step 2 failed on rank 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("no earlier checkpoint exists in train.save_dir"), std::string::npos) << err;
+  EXPECT_EQ(err.find("intact"), std::string::npos) << err;
 }
 
 // Saving a step that already has a complete directory (a resume from an older checkpoint)
