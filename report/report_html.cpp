@@ -1,5 +1,7 @@
 // report/report_html.cpp — the HTML form of the report: one page, inline CSS and SVG only (no
 // script, no network, no external font), readable when printed or opened from a file.
+// The sections of the page; the charts are in report_charts.cpp, the heatmap, colours and
+// style sheet in html_parts.cpp, the text helpers in html_format.cpp.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -7,177 +9,21 @@
 #include <sstream>
 #include <vector>
 
+#include "report/html_format.h"
 #include "report/html_parts.h"
+#include "report/report_charts.h"
 #include "report/report_render.h"
 
 namespace moezero::report {
 
-namespace {
-
-struct Rgb {
-  double r, g, b;
-};
-
-Rgb hex_rgb(unsigned v) {
-  return {double((v >> 16) & 255), double((v >> 8) & 255), double(v & 255)};
-}
-
-std::string rgb_hex(const Rgb& c) {
-  char buf[8];
-  auto q = [](double x) { return static_cast<int>(std::lround(std::clamp(x, 0.0, 255.0))); };
-  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", q(c.r), q(c.g), q(c.b));
-  return buf;
-}
-
-template <size_t N>
-std::string interpolate(const std::array<unsigned, N>& stops, double t) {
-  t = std::clamp(std::isfinite(t) ? t : 0.0, 0.0, 1.0);
-  const double x = t * double(N - 1);
-  const size_t i = std::min(static_cast<size_t>(x), N - 2);
-  const double f = x - double(i);
-  const Rgb a = hex_rgb(stops[i]), b = hex_rgb(stops[i + 1]);
-  return rgb_hex({a.r + (b.r - a.r) * f, a.g + (b.g - a.g) * f, a.b + (b.b - a.b) * f});
-}
-
-// viridis (matplotlib), 10 stops.
-constexpr std::array<unsigned, 10> kViridis = {0x440154, 0x482878, 0x3e4989, 0x31688e, 0x26828e,
-                                               0x1f9e89, 0x35b779, 0x6ece58, 0xb5de2b, 0xfde725};
-// RdBu (ColorBrewer), reversed: blue for negative, red for positive.
-constexpr std::array<unsigned, 9> kBlueRed = {0x2166ac, 0x4393c3, 0x92c5de, 0xd1e5f0, 0xf7f7f7,
-                                              0xfddbc7, 0xf4a582, 0xd6604d, 0xb2182b};
-
-bool is_dark(const std::string& hex) {
-  const Rgb c = hex_rgb(static_cast<unsigned>(std::stoul(hex.substr(1), nullptr, 16)));
-  return 0.299 * c.r + 0.587 * c.g + 0.114 * c.b < 140.0;
-}
-
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-std::string opt(const std::optional<double>& v, const char* f) {
-  return v ? fmt(f, *v) : std::string("n/a");
-}
-std::string num(int64_t v) {
-  std::string s = std::to_string(v), o;
-  const size_t n = s.size();
-  for (size_t i = 0; i < n; ++i) {
-    o += s[i];
-    const size_t left = n - 1 - i;
-    if (left > 0 && left % 3 == 0 && s[i] != '-') o += ',';
-  }
-  return o;
-}
-std::string px(double v) { return fmt("%.1f", v); }
-
-// A "nice" upper bound >= v for axes and scales: 1, 2, 2.5, 5 times a power of ten.
-double nice_ceil(double v) {
-  if (!(v > 0)) return 1.0;
-  const double p = std::pow(10.0, std::floor(std::log10(v)));
-  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
-    if (m * p >= v * (1 - 1e-12)) return m * p;
-  return 10.0 * p;
-}
-
-std::string cell_color(const Heatmap& h, double v) {
-  if (std::isnan(v)) return "#e4e7eb";
-  return h.diverging ? diverging_color(v / h.hi) : sequential_color((v - h.lo) / (h.hi - h.lo));
-}
-
-std::string col_label(const Heatmap& h, size_t c) {
-  return c < h.cols.size() ? esc(h.cols[c]) : std::to_string(c);
-}
-std::string cell_text(const Heatmap& h, double v) {
-  return std::isnan(v) ? std::string("n/a") : fmt(h.value_fmt, v);
-}
-
-}  // namespace
-
-std::string heatmap_svg(const Heatmap& h) {
-  const size_t nr = h.rows.size(), ne = nr ? h.values[0].size() : 0;
-  const double cw = std::clamp(500.0 / double(std::max<size_t>(ne, 1)), 12.0, 58.0);
-  const double ch = std::clamp(cw * 0.62, 14.0, 30.0);
-  const double left = 40, top = 20, gw = cw * double(ne), gh = ch * double(nr);
-  const double legend_w = std::min(std::max(gw, 200.0), 300.0);
-  const double width = left + std::max(gw, legend_w) + 12, height = top + gh + 54;
-  std::ostringstream o;
-  o << "<svg id=\"" << h.id << "\" class=\"heatmap\" width=\"" << px(width) << "\" height=\""
-    << px(height) << "\" viewBox=\"0 0 " << px(width) << " " << px(height)
-    << "\" role=\"img\" aria-label=\"" << esc(h.title) << "\">\n";
-  const bool labels_every = cw >= 18;
-  for (size_t e = 0; e < ne; ++e)
-    if (labels_every || e % 4 == 0)
-      o << "<text x=\"" << px(left + cw * (double(e) + 0.5)) << "\" y=\"" << px(top - 6)
-        << "\" text-anchor=\"middle\" class=\"ax\">" << col_label(h, e) << "</text>";
-  o << "\n";
-  const bool values_in_cells = cw >= 34 && ch >= 16;
-  for (size_t l = 0; l < nr; ++l) {
-    const double y = top + ch * double(l);
-    o << "<text x=\"" << px(left - 6) << "\" y=\"" << px(y + ch / 2 + 4)
-      << "\" text-anchor=\"end\" class=\"ax\">" << esc(h.rows[l]) << "</text>";
-    for (size_t e = 0; e < ne; ++e) {
-      const double v = h.values[l][e];
-      const std::string c = cell_color(h, v);
-      const double x = left + cw * double(e);
-      o << "<rect class=\"cell\" x=\"" << px(x) << "\" y=\"" << px(y) << "\" width=\"" << px(cw)
-        << "\" height=\"" << px(ch) << "\" fill=\"" << c << "\"><title>" << h.row_name << " "
-        << esc(h.rows[l]) << ", " << h.col_name << " " << col_label(h, e) << ": " << cell_text(h, v)
-        << "</title></rect>";
-      if (values_in_cells)
-        o << "<text x=\"" << px(x + cw / 2) << "\" y=\"" << px(y + ch / 2 + 4)
-          << "\" text-anchor=\"middle\" class=\"cv\" fill=\""
-          << (is_dark(c) ? "#ffffff" : "#1d2733") << "\">" << cell_text(h, v) << "</text>";
-    }
-    o << "\n";
-  }
-  o << "<rect x=\"" << px(left) << "\" y=\"" << px(top) << "\" width=\"" << px(gw) << "\" height=\""
-    << px(gh) << "\" fill=\"none\" stroke=\"#9aa5b1\" stroke-width=\"1\"/>\n";
-  // Legend: the colour bar of the scale with its ends and middle labelled.
-  const double ly = top + gh + 14;
-  o << "<defs><linearGradient id=\"" << h.id << "-grad\" x1=\"0\" x2=\"1\" y1=\"0\" y2=\"0\">";
-  for (int i = 0; i <= 20; ++i) {
-    const double t = i / 20.0;
-    o << "<stop offset=\"" << fmt("%.2f", t) << "\" stop-color=\""
-      << (h.diverging ? diverging_color(2 * t - 1) : sequential_color(t)) << "\"/>";
-  }
-  o << "</linearGradient></defs>";
-  o << "<rect x=\"" << px(left) << "\" y=\"" << px(ly) << "\" width=\"" << px(legend_w)
-    << "\" height=\"10\" fill=\"url(#" << h.id
-    << "-grad)\" stroke=\"#9aa5b1\" stroke-width=\"0.5\"/>";
-  const double lo = h.diverging ? -h.hi : h.lo;
-  for (int i = 0; i <= 2; ++i) {
-    const double t = i / 2.0;
-    const double x = left + legend_w * t;
-    o << "<line x1=\"" << px(x) << "\" x2=\"" << px(x) << "\" y1=\"" << px(ly + 10) << "\" y2=\""
-      << px(ly + 14) << "\" stroke=\"#5b6775\"/>";
-    o << "<text x=\"" << px(x) << "\" y=\"" << px(ly + 25) << "\" text-anchor=\""
-      << (i == 0   ? "start"
-          : i == 2 ? "end"
-                   : "middle")
-      << "\" class=\"ax\">"
-      << (i == 1 && h.diverging ? std::string("0") : fmt(h.legend_fmt, lo + (h.hi - lo) * t))
-      << "</text>";
-  }
-  o << "<text x=\"" << px(left + legend_w + 0) << "\" y=\"" << px(ly + 38)
-    << "\" text-anchor=\"end\" class=\"ax2\">" << esc(h.caption) << "</text>";
-  o << "</svg>\n";
-  return o.str();
-}
+using html::esc;
+using html::fmt;
+using html::nice_ceil;
+using html::num;
+using html::opt;
+using html::px;
+using html::td;
+using html::th_row;
 
 namespace {
 
@@ -191,170 +37,6 @@ std::string panel(const Heatmap& h, const std::string& note) {
          heatmap_svg(h) + "</div>\n";
 }
 
-std::string steps_chart(const Report& r) {
-  const double W = 1130, H = 240, left = 56, right = 48, top = 16, bottom = 34;
-  const double pw = W - left - right, ph = H - top - bottom;
-  const size_t n = r.step_rows.size();
-  double ymax = 0;
-  for (const StepRow& s : r.step_rows)
-    ymax = std::max(ymax, r.has_overlap ? s.comm_ms.value_or(0.0) : s.stall_ms);
-  ymax = nice_ceil(ymax);
-  std::ostringstream o;
-  o << "<svg id=\"steps-chart\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
-    << " " << H << "\" role=\"img\" aria-label=\"communication per step\">\n";
-  for (int i = 0; i <= 4; ++i) {
-    const double y = top + ph * (1 - i / 4.0);
-    o << "<line x1=\"" << left << "\" x2=\"" << left + pw << "\" y1=\"" << px(y) << "\" y2=\""
-      << px(y) << "\" stroke=\"#e6eaef\"/><text x=\"" << left - 6 << "\" y=\"" << px(y + 4)
-      << "\" text-anchor=\"end\" class=\"ax\">" << fmt("%g", ymax * i / 4.0) << "</text>";
-    if (r.has_overlap)
-      o << "<text x=\"" << left + pw + 6 << "\" y=\"" << px(y + 4) << "\" class=\"ax\">"
-        << fmt("%.2f", i / 4.0) << "</text>";
-  }
-  o << "<text x=\"14\" y=\"" << px(top + ph / 2) << "\" class=\"ax\" transform=\"rotate(-90 14 "
-    << px(top + ph / 2) << ")\" text-anchor=\"middle\">ms (all ranks)</text>";
-  if (r.has_overlap)
-    o << "<text x=\"" << W - 8 << "\" y=\"" << px(top + ph / 2)
-      << "\" class=\"ax\" text-anchor=\"middle\" transform=\"rotate(90 " << W - 8 << " "
-      << px(top + ph / 2) << ")\">overlap ratio</text>";
-  const double slot = pw / double(std::max<size_t>(n, 1));
-  const double bw = std::max(1.0, slot * 0.7);
-  auto yv = [&](double v) { return top + ph * (1 - v / ymax); };
-  std::string line;
-  const size_t label_every = std::max<size_t>(1, n / 12 + (n % 12 != 0 && n > 12));
-  for (size_t i = 0; i < n; ++i) {
-    const StepRow& s = r.step_rows[i];
-    const double x = left + slot * double(i) + (slot - bw) / 2;
-    if (r.has_overlap && s.comm_ms && s.exposed_comm_ms) {
-      const double ex = *s.exposed_comm_ms, ov = std::max(0.0, *s.comm_ms - ex);
-      o << "<rect x=\"" << px(x) << "\" y=\"" << px(yv(ex)) << "\" width=\"" << px(bw)
-        << "\" height=\"" << px(top + ph - yv(ex)) << "\" fill=\"#d6604d\"><title>step " << s.step
-        << ": exposed " << fmt("%.3f", ex) << " ms</title></rect>";
-      o << "<rect x=\"" << px(x) << "\" y=\"" << px(yv(ex + ov)) << "\" width=\"" << px(bw)
-        << "\" height=\"" << px(yv(ex) - yv(ex + ov)) << "\" fill=\"#4393c3\"><title>step "
-        << s.step << ": overlapped " << fmt("%.3f", ov) << " ms</title></rect>";
-      if (s.overlap_ratio)
-        line += px(x + bw / 2) + "," + px(top + ph * (1 - *s.overlap_ratio)) + " ";
-    } else if (!r.has_overlap) {
-      o << "<rect x=\"" << px(x) << "\" y=\"" << px(yv(s.stall_ms)) << "\" width=\"" << px(bw)
-        << "\" height=\"" << px(top + ph - yv(s.stall_ms)) << "\" fill=\"#d6604d\"><title>step "
-        << s.step << ": stall " << fmt("%.3f", s.stall_ms) << " ms</title></rect>";
-    }
-    if (i % label_every == 0)
-      o << "<text x=\"" << px(x + bw / 2) << "\" y=\"" << px(top + ph + 16)
-        << "\" text-anchor=\"middle\" class=\"ax\">" << s.step << "</text>";
-  }
-  if (!line.empty())
-    o << "<polyline points=\"" << line
-      << "\" fill=\"none\" stroke=\"#1d2733\" stroke-width=\"1.8\"/>";
-  o << "<line x1=\"" << left << "\" x2=\"" << left + pw << "\" y1=\"" << top + ph << "\" y2=\""
-    << top + ph << "\" stroke=\"#5b6775\"/>";
-  o << "<text x=\"" << px(left + pw / 2) << "\" y=\"" << H - 4
-    << "\" text-anchor=\"middle\" class=\"ax\">step</text>";
-  o << "</svg>\n";
-  return o.str();
-}
-
-constexpr std::array<const char*, 8> kTagColors = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
-                                                   "#59a14f", "#edc948", "#b07aa1", "#9c755f"};
-
-std::string memory_chart(const Report& r) {
-  if (r.rank_rows.empty()) return "";
-  std::vector<std::string> tags;
-  for (const auto& [t, b] : r.rank_rows[0].peak_bytes) tags.push_back(t);
-  double xmax = 0;
-  for (const RankRow& k : r.rank_rows) {
-    double s = 0;
-    for (const auto& [t, b] : k.peak_bytes) s += double(b);
-    xmax = std::max({xmax, s, double(k.peak_total_bytes)});
-  }
-  xmax = std::max(xmax, 1.0);
-  const double W = 1130, left = 60, right = 20, bh = 18, gap = 8, top = 8;
-  const double pw = W - left - right;
-  const double H = top + double(r.rank_rows.size()) * (bh + gap) + 40;
-  std::ostringstream o;
-  o << "<svg id=\"memory-chart\" width=\"" << W << "\" height=\"" << px(H) << "\" viewBox=\"0 0 "
-    << W << " " << px(H) << "\" role=\"img\" aria-label=\"peak memory by tag\">\n";
-  for (size_t i = 0; i < r.rank_rows.size(); ++i) {
-    const RankRow& k = r.rank_rows[i];
-    const double y = top + double(i) * (bh + gap);
-    o << "<text x=\"" << left - 8 << "\" y=\"" << px(y + bh / 2 + 4)
-      << "\" text-anchor=\"end\" class=\"ax\">rank " << k.rank << "</text>";
-    double x = left;
-    for (size_t t = 0; t < k.peak_bytes.size(); ++t) {
-      const double w = pw * double(k.peak_bytes[t].second) / xmax;
-      if (w <= 0) continue;
-      o << "<rect x=\"" << px(x) << "\" y=\"" << px(y) << "\" width=\"" << px(w) << "\" height=\""
-        << bh << "\" fill=\"" << kTagColors[t % kTagColors.size()] << "\"><title>rank " << k.rank
-        << " " << esc(k.peak_bytes[t].first) << ": " << format_bytes(double(k.peak_bytes[t].second))
-        << "</title></rect>";
-      x += w;
-    }
-    const double xt = left + pw * double(k.peak_total_bytes) / xmax;
-    o << "<line x1=\"" << px(xt) << "\" x2=\"" << px(xt) << "\" y1=\"" << px(y - 3) << "\" y2=\""
-      << px(y + bh + 3) << "\" stroke=\"#1d2733\" stroke-width=\"2\"><title>peak "
-      << "total " << format_bytes(double(k.peak_total_bytes)) << "</title></line>";
-  }
-  const double ly = top + double(r.rank_rows.size()) * (bh + gap) + 10;
-  double lx = left;
-  for (size_t t = 0; t < tags.size(); ++t) {
-    o << "<rect x=\"" << px(lx) << "\" y=\"" << px(ly) << "\" width=\"10\" height=\"10\" fill=\""
-      << kTagColors[t % kTagColors.size()] << "\"/><text x=\"" << px(lx + 14) << "\" y=\""
-      << px(ly + 9) << "\" class=\"ax\">" << esc(tags[t]) << "</text>";
-    lx += 24 + 7.0 * double(tags[t].size());
-  }
-  o << "<line x1=\"" << px(lx) << "\" x2=\"" << px(lx) << "\" y1=\"" << px(ly - 1) << "\" y2=\""
-    << px(ly + 11) << "\" stroke=\"#1d2733\" stroke-width=\"2\"/><text x=\"" << px(lx + 6)
-    << "\" y=\"" << px(ly + 9) << "\" class=\"ax\">peak total (all tags at once)</text>";
-  o << "</svg>\n";
-  return o.str();
-}
-
-constexpr const char* kCss = R"css(
-*{box-sizing:border-box}
-body{margin:0;background:#f3f5f8;color:#1d2733;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,"Liberation Sans","DejaVu Sans",sans-serif}
-header{background:#1d2733;color:#fff;padding:16px 32px}
-header h1{margin:0;font-size:20px;font-weight:600;letter-spacing:.2px}
-header .meta{color:#b8c4d2;font-size:13px;margin-top:2px}
-main{max-width:1220px;margin:0 auto;padding:8px 24px 40px}
-section{background:#fff;border:1px solid #dde3ea;border-radius:8px;padding:14px 20px 16px;margin:14px 0}
-h2{font-size:16px;margin:0 0 2px}
-h3{font-size:14px;margin:0 0 2px}
-p.note{color:#5b6775;margin:0 0 8px;font-size:12.5px}
-.cards{display:grid;grid-template-columns:repeat(5,1fr);gap:12px;margin:14px 0}
-.card{background:#fff;border:1px solid #dde3ea;border-radius:8px;padding:10px 14px}
-.card .k{color:#5b6775;font-size:12px;text-transform:uppercase;letter-spacing:.4px}
-.card .v{font-size:21px;font-weight:600;margin-top:2px}
-.card .s{color:#5b6775;font-size:12px}
-.grid2{display:grid;grid-template-columns:1fr 1fr;gap:14px 28px}
-.hm{min-width:0}
-.empty{border:1px dashed #c3ccd6;border-radius:6px;color:#5b6775;padding:24px;font-size:13px;background:#fafbfc}
-svg text{font-family:inherit}
-svg .ax{font-size:11px;fill:#5b6775}
-svg .ax2{font-size:11px;fill:#5b6775;font-style:italic}
-svg .cv{font-size:10.5px;font-variant-numeric:tabular-nums}
-.scroll{max-height:460px;overflow:auto;border:1px solid #eef1f4;border-radius:6px}
-table{border-collapse:collapse;width:100%;font-size:12px;font-variant-numeric:tabular-nums}
-th,td{padding:3px 7px;text-align:right;border-bottom:1px solid #eef1f4;white-space:nowrap}
-table.wide th,table.wide td{padding:3px 5px;font-size:11.5px}
-th{background:#f7f9fb;font-weight:600;color:#3b4754;position:sticky;top:0}
-th:first-child,td:first-child{text-align:left}
-tr.total td{font-weight:600;border-top:1px solid #c3ccd6}
-td.neg{color:#2166ac} td.pos{color:#b2182b}
-.legend{font-size:12px;color:#5b6775;margin:4px 0 6px}
-.sw{display:inline-block;width:10px;height:10px;border-radius:2px;margin:0 4px 0 12px;vertical-align:-1px}
-code{background:#eef1f4;border-radius:3px;padding:0 3px;font-size:12px}
-)css";
-
-std::string td(const std::string& s, const std::string& cls = "") {
-  return cls.empty() ? "<td>" + s + "</td>" : "<td class=\"" + cls + "\">" + s + "</td>";
-}
-std::string th_row(const std::vector<std::string>& h) {
-  std::string o = "<tr>";
-  for (const auto& x : h) o += "<th>" + x + "</th>";
-  return o + "</tr>";
-}
-
 std::string card(const std::string& k, const std::string& v, const std::string& s) {
   return "<div class=\"card\"><div class=\"k\">" + esc(k) + "</div><div class=\"v\">" + v +
          "</div><div class=\"s\">" + s + "</div></div>";
@@ -364,7 +46,7 @@ std::string card(const std::string& k, const std::string& v, const std::string& 
 void write_head(std::ostream& o, const Report& r) {
   o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
     << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-    << "<title>moezero report: " << esc(r.source) << "</title><style>" << kCss
+    << "<title>moezero report: " << esc(r.source) << "</title><style>" << report_css()
     << "</style></head><body>\n";
   o << "<header><h1>moezero report</h1><div class=\"meta\">" << esc(r.source) << " &middot; "
     << r.kind << " &middot; steps " << r.first_step << "&ndash;" << r.last_step << " (" << r.steps
@@ -536,55 +218,6 @@ void write_expert_activity(std::ostream& o, const Report& r) {
   o << "</section>\n";
 }
 
-// The loss curve: training loss per step and validation loss where evaluated (two polylines
-// on one axis). Empty when no step has a loss.
-std::string loss_chart(const Report& r) {
-  const double W = 1130, H = 220, left = 56, right = 48, top = 16, bottom = 34;
-  const double pw = W - left - right, ph = H - top - bottom;
-  double lo = 1e300, hi = -1e300;
-  for (const StepRow& s : r.step_rows)
-    for (const std::optional<double>& v : {s.loss, s.val_loss})
-      if (v && std::isfinite(*v)) lo = std::min(lo, *v), hi = std::max(hi, *v);
-  if (lo > hi) return "";
-  if (hi - lo < 1e-9) hi = lo + 1.0;
-  const int64_t first = r.step_rows.front().step, last = r.step_rows.back().step;
-  auto xv = [&](int64_t step) {
-    return left + pw * double(step - first) / double(std::max<int64_t>(1, last - first));
-  };
-  auto yv = [&](double v) { return top + ph * (1 - (v - lo) / (hi - lo)); };
-  std::ostringstream o;
-  o << "<svg id=\"loss-chart\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
-    << " " << H << "\" role=\"img\" aria-label=\"training and validation loss\">\n";
-  for (int i = 0; i <= 4; ++i) {
-    const double y = top + ph * (1 - i / 4.0);
-    o << "<line x1=\"" << left << "\" x2=\"" << left + pw << "\" y1=\"" << px(y) << "\" y2=\""
-      << px(y) << "\" stroke=\"#e6eaef\"/><text x=\"" << left - 6 << "\" y=\"" << px(y + 4)
-      << "\" text-anchor=\"end\" class=\"ax\">" << fmt("%.3f", lo + (hi - lo) * i / 4.0)
-      << "</text>";
-  }
-  std::string train_line, val_line;
-  for (const StepRow& s : r.step_rows) {
-    if (s.loss && std::isfinite(*s.loss))
-      train_line += px(xv(s.step)) + "," + px(yv(*s.loss)) + " ";
-    if (s.val_loss && std::isfinite(*s.val_loss)) {
-      val_line += px(xv(s.step)) + "," + px(yv(*s.val_loss)) + " ";
-      o << "<circle cx=\"" << px(xv(s.step)) << "\" cy=\"" << px(yv(*s.val_loss))
-        << "\" r=\"3\" fill=\"#d6604d\"><title>step " << s.step << ": val loss "
-        << fmt("%.4f", *s.val_loss) << "</title></circle>";
-    }
-  }
-  o << "<polyline class=\"train-loss\" points=\"" << train_line
-    << "\" fill=\"none\" stroke=\"#4393c3\" stroke-width=\"1.5\"/>";
-  if (!val_line.empty())
-    o << "<polyline class=\"val-loss\" points=\"" << val_line
-      << "\" fill=\"none\" stroke=\"#d6604d\" stroke-width=\"1.8\"/>";
-  o << "<text x=\"" << px(left) << "\" y=\"" << H - 4 << "\" class=\"ax\">step " << first
-    << "</text><text x=\"" << px(left + pw) << "\" y=\"" << H - 4
-    << "\" text-anchor=\"end\" class=\"ax\">step " << last << "</text>";
-  o << "</svg>\n";
-  return o.str();
-}
-
 void write_losses(std::ostream& o, const Report& r) {
   const std::string chart = r.step_rows.empty() ? "" : loss_chart(r);
   if (chart.empty()) return;
@@ -721,14 +354,6 @@ void write_memory(std::ostream& o, const Report& r) {
 }
 
 }  // namespace
-
-std::string html_escape(const std::string& s) { return esc(s); }
-const char* report_css() { return kCss; }
-
-std::string sequential_color(double t) { return interpolate(kViridis, t); }
-std::string diverging_color(double t) {
-  return interpolate(kBlueRed, (std::clamp(std::isfinite(t) ? t : 0.0, -1.0, 1.0) + 1.0) / 2.0);
-}
 
 std::string render_html(const Report& r) {
   std::ostringstream o;

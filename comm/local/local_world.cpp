@@ -1,8 +1,6 @@
 // comm/local/local_world.cpp — channel registry and world abort.
 #include "comm/local/local_world.h"
 
-#include <set>
-
 #include "comm/local/local_communicator.h"
 #include "core/error.h"
 
@@ -28,16 +26,7 @@ LocalWorld::LocalWorld(int world_size, CommOptions options)
 std::unique_ptr<Communicator> LocalWorld::make_communicator(const ProcessGroup& group,
                                                             int global_rank,
                                                             const std::string& channel) {
-  MOEZERO_CHECK(group.size() >= 1, "make_communicator: group '", group.name, "' is empty");
-  std::set<int> seen;
-  for (int r : group.ranks) {
-    MOEZERO_CHECK(r >= 0 && r < world_size_, "make_communicator: group ", group.str(), " has rank ",
-                  r, " outside the world of ", world_size_);
-    MOEZERO_CHECK(seen.insert(r).second, "make_communicator: group ", group.str(), " lists rank ",
-                  r, " twice");
-  }
-  MOEZERO_CHECK(group.contains(global_rank), "make_communicator: rank ", global_rank,
-                " is not a member of group ", group.str());
+  check_group(group, world_size_, global_rank);
   std::shared_ptr<Channel> ch;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -49,12 +38,7 @@ std::unique_ptr<Communicator> LocalWorld::make_communicator(const ProcessGroup& 
 }
 
 void LocalWorld::abort(const std::string& reason) {
-  {
-    std::lock_guard<std::mutex> lock(abort_->mu);
-    if (abort_->aborted) return;
-    abort_->reason = reason;
-    abort_->aborted = true;
-  }
+  if (!abort_->raise(reason)) return;
   if (network_) network_->notify_abort();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, ch] : channels_) ch->notify_abort();

@@ -13,7 +13,8 @@
 //      completion moves later while other collectives share its links), then until every
 //      rank has finished reading, so no send buffer is released while a peer reads it.
 // Failures (timeout, divergence, world abort) break the channel: every waiter and every later
-// call on it fails at once with the same message, as an aborted NCCL communicator does.
+// call on it fails at once with the same message, as an aborted NCCL communicator does
+// (comm/local/rendezvous_core.h, shared with the simulated channel).
 #pragma once
 
 #include <atomic>
@@ -30,6 +31,7 @@
 #include "comm/call_signature.h"
 #include "comm/host_communicator.h"
 #include "comm/local/emulated_network.h"
+#include "comm/local/rendezvous_core.h"
 #include "core/communicator.h"
 
 namespace moezero::comm {
@@ -50,25 +52,11 @@ struct Slot {
   std::vector<std::byte> staging;  // all_reduce: the reduced result
 };
 
-// Shared by every channel of one LocalWorld: set once when any rank fails.
-struct AbortState {
-  std::atomic<bool> aborted{false};
-  std::mutex mu;
-  std::string reason;
-};
-
-class Channel {
+class Channel : public RendezvousCore {
  public:
   // [in] network: the world's emulated network; null when emulation is off.
   Channel(ProcessGroup group, std::string name, CommOptions options,
           std::shared_ptr<AbortState> abort, std::shared_ptr<EmulatedNetwork> network);
-
-  const ProcessGroup& group() const { return group_; }
-  const std::string& name() const { return name_; }
-  const CommOptions& options() const { return options_; }
-
-  // The next sequence number of group rank `rank` (host side, at enqueue).
-  uint64_t take_seq(int rank);
 
   // Step 1. Returns the slot once all ranks arrived. Throws TimeoutError / Error.
   std::shared_ptr<Slot> arrive(int rank, uint64_t seq, Arrival arrival);
@@ -79,32 +67,10 @@ class Channel {
   // peers have finished reading this rank's buffers).
   void depart(Slot& slot, int rank, uint64_t seq);
 
-  // Wakes every waiter so that it sees the world's abort.
-  void notify_abort();
-
  private:
-  struct Failure {
-    bool timeout = false;  // throw TimeoutError rather than Error
-    std::string message;
-  };
-  [[noreturn]] void throw_failure(const Failure& f) const;
-  // Sets the channel's failure (first one wins) and wakes everyone. Caller holds mu_.
-  void fail_locked(bool timeout, std::string message);
-  std::string where(const CallSignature& sig, uint64_t seq) const;
-  std::string validate_locked(const Slot& slot, uint64_t seq) const;  // "" when consistent
-  std::string abort_reason() const;
-
-  const ProcessGroup group_;
-  const std::string name_;
-  const CommOptions options_;
-  std::shared_ptr<AbortState> abort_;
   std::shared_ptr<EmulatedNetwork> network_;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
+  std::vector<int> members_;  // every group rank, 0..n-1
   std::map<uint64_t, std::shared_ptr<Slot>> slots_;
-  std::vector<uint64_t> next_seq_;  // by group rank
-  std::optional<Failure> failure_;
   // all_reduce staging buffers kept between calls (at most kMaxPooled), so a steady stream of
   // all_reduces does not page-fault a fresh buffer each time. Holds up to the largest
   // all_reduce's bytes per channel.

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
 #include "comm/local/link_emulation.h"
 #include "comm/local/reduce.h"
@@ -13,24 +12,12 @@
 
 namespace moezero::comm {
 
-namespace {
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s = "{";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
-  return s + "}";
-}
-}  // namespace
-
 SimChannel::SimChannel(ProcessGroup group, std::vector<char> present_in_group, std::string name,
                        CommOptions options, std::shared_ptr<AbortState> abort,
                        std::shared_ptr<PortTimelines> timelines)
-    : group_(std::move(group)),
+    : RendezvousCore(std::move(group), std::move(name), options, std::move(abort)),
       present_(std::move(present_in_group)),
-      name_(std::move(name)),
-      options_(options),
-      abort_(std::move(abort)),
-      timelines_(std::move(timelines)),
-      next_seq_(static_cast<size_t>(group_.size()), 0) {
+      timelines_(std::move(timelines)) {
   for (int r = 0; r < group_.size(); ++r)
     if (present_[static_cast<size_t>(r)]) present_gr_.push_back(r);
   MOEZERO_CHECK(!present_gr_.empty(), "SimChannel: group ", group_.str(), " has no present rank");
@@ -41,47 +28,7 @@ SimChannel::SimChannel(ProcessGroup group, std::vector<char> present_in_group, s
         present_[static_cast<size_t>(r)] ? r : present_gr_[absent++ % present_gr_.size()]);
 }
 
-uint64_t SimChannel::take_seq(int rank) {
-  std::lock_guard lock(mu_);
-  return next_seq_[static_cast<size_t>(rank)]++;
-}
-
-std::string SimChannel::where(const CallSignature& sig, uint64_t seq) const {
-  return sig.str() + " on group " + group_.str() + " channel '" + name_ + "' seq " +
-         std::to_string(seq);
-}
-
-void SimChannel::notify_abort() {
-  std::lock_guard lock(mu_);
-  cv_.notify_all();
-}
-
-void SimChannel::fail_locked(bool timeout, const std::string& message) {
-  if (!failure_) failure_ = std::make_pair(timeout, message);
-  cv_.notify_all();
-  if (failure_->first) throw TimeoutError(failure_->second, __FILE__, __LINE__);
-  throw Error(failure_->second, __FILE__, __LINE__);
-}
-
 int SimChannel::source_of(int p) const { return source_[static_cast<size_t>(p)]; }
-
-std::string SimChannel::validate_locked(const Slot& slot, uint64_t seq) const {
-  const HostCall& a0 = slot.calls[static_cast<size_t>(present_gr_[0])];
-  if (a0.sig.op != CollectiveOp::AllToAllV) return "";
-  for (int r : present_gr_)
-    for (int p : present_gr_) {
-      const size_t sent = slot.calls[static_cast<size_t>(r)].send_elems[static_cast<size_t>(p)];
-      const size_t expected = slot.calls[static_cast<size_t>(p)].recv_elems[static_cast<size_t>(r)];
-      if (sent != expected) {
-        std::ostringstream os;
-        os << "collective divergence in " << where(a0.sig, seq) << ": rank " << group_.ranks[r]
-           << " sends " << sent << " elems to rank " << group_.ranks[p] << ", which expects "
-           << expected << " from it";
-        return os.str();
-      }
-    }
-  return "";
-}
 
 CollectiveShape SimChannel::full_shape(const Slot& slot) const {
   const size_t n = static_cast<size_t>(group_.size());
@@ -178,35 +125,37 @@ void SimChannel::move_data(Slot& slot) const {
   }
 }
 
+void SimChannel::await_locked(std::unique_lock<std::mutex>& lock, const Slot& slot,
+                              const CallSignature& sig, uint64_t seq) {
+  cv_.wait_for(lock, options_.timeout,
+               [&] { return slot.done || failed_locked() || abort_->aborted.load(); });
+  if (slot.done) return;
+  throw_if_broken_locked(sig, seq);
+  fail_timeout_locked(sig, seq, slot.arrived, present_gr_, " ms (wall) waiting for present ranks ");
+}
+
 double SimChannel::run(int rank, uint64_t seq, const HostCall& call, double arrival_s) {
   const CallSignature sig = call.sig;
   std::unique_lock lock(mu_);
-  if (failure_) fail_locked(failure_->first, failure_->second);
-  if (abort_->aborted) {
-    std::lock_guard alock(abort_->mu);
-    MOEZERO_THROW(where(sig, seq), ": aborted: ", abort_->reason);
-  }
+  throw_if_broken_locked(sig, seq);
   auto& entry = slots_[seq];
   if (!entry) entry = std::make_shared<Slot>(static_cast<size_t>(group_.size()));
   std::shared_ptr<Slot> slot = entry;
-  if (slot->first_rank >= 0) {
-    const CallSignature& ref = slot->calls[static_cast<size_t>(slot->first_rank)].sig;
-    if (!sig.matches(ref))
-      fail_locked(false, "collective divergence on group " + group_.str() + " channel '" + name_ +
-                             "' seq " + std::to_string(seq) + ": rank " +
-                             std::to_string(group_.ranks[slot->first_rank]) + " called " +
-                             ref.str() + " but rank " + std::to_string(group_.ranks[rank]) +
-                             " called " + sig.str());
-  } else {
+  if (slot->first_rank >= 0)
+    check_signature_locked(slot->calls[static_cast<size_t>(slot->first_rank)].sig, slot->first_rank,
+                           sig, rank, seq);
+  else
     slot->first_rank = rank;
-  }
   slot->calls[static_cast<size_t>(rank)] = call;
   slot->arrived[static_cast<size_t>(rank)] = 1;
   slot->start_s = std::max(slot->start_s, arrival_s);
   const int n_present = static_cast<int>(present_gr_.size());
   if (++slot->n_arrived == n_present) {
-    const std::string bad = validate_locked(*slot, seq);
-    if (!bad.empty()) fail_locked(false, bad);
+    std::string bad = validate_counts(slot->calls, present_gr_, seq);
+    if (!bad.empty()) {
+      fail_locked(false, std::move(bad));
+      throw_failure_locked();
+    }
     Algorithm algo = Algorithm::Ring;
     const Traffic traffic = choose_traffic(timelines_->spec(), full_shape(*slot), &algo);
     slot->end_s = timelines_->reserve(traffic, slot->start_s);
@@ -214,22 +163,7 @@ double SimChannel::run(int rank, uint64_t seq, const HostCall& call, double arri
     slot->done = true;
     cv_.notify_all();
   } else {
-    cv_.wait_for(lock, options_.timeout,
-                 [&] { return slot->done || failure_.has_value() || abort_->aborted.load(); });
-    if (!slot->done) {
-      if (failure_) fail_locked(failure_->first, failure_->second);
-      if (abort_->aborted) {
-        std::lock_guard alock(abort_->mu);
-        MOEZERO_THROW(where(sig, seq), ": aborted: ", abort_->reason);
-      }
-      std::vector<int> missing, arrived;
-      for (int r : present_gr_)
-        (slot->arrived[static_cast<size_t>(r)] ? arrived : missing).push_back(group_.ranks[r]);
-      fail_locked(true, where(sig, seq) + ": timed out after " +
-                            std::to_string(options_.timeout.count()) +
-                            " ms (wall) waiting for present ranks " + rank_list(missing) +
-                            " (arrived: " + rank_list(arrived) + ")");
-    }
+    await_locked(lock, *slot, sig, seq);
   }
   const double end = slot->end_s;
   if (++slot->n_departed == n_present) slots_.erase(seq);

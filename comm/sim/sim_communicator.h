@@ -12,24 +12,23 @@
 #include <vector>
 
 #include "comm/host_communicator.h"
-#include "comm/local/rendezvous.h"
+#include "comm/local/rendezvous_core.h"
 #include "comm/sim/sim_network.h"
 
 namespace moezero::comm {
 
-class SimChannel {
+// The rendezvous skeleton (sequence numbers, failure, abort, signature and count checks) is
+// the local channel's (comm/local/rendezvous_core.h); this adds present members, virtual
+// time and the modelled completion.
+class SimChannel : public RendezvousCore {
  public:
   SimChannel(ProcessGroup group, std::vector<char> present_in_group, std::string name,
              CommOptions options, std::shared_ptr<AbortState> abort,
              std::shared_ptr<PortTimelines> timelines);
 
-  const ProcessGroup& group() const { return group_; }
-  const std::string& name() const { return name_; }
-  uint64_t take_seq(int rank);
   // On the stream worker of group rank `rank`: arrives at virtual time `arrival_s`, waits
   // (wall, bounded) for the other present members, returns the collective's virtual end.
   double run(int rank, uint64_t seq, const HostCall& call, double arrival_s);
-  void notify_abort();
 
  private:
   struct Slot {
@@ -43,26 +42,19 @@ class SimChannel {
     double end_s = 0.0;
     bool done = false;
   };
-  std::string where(const CallSignature& sig, uint64_t seq) const;
-  [[noreturn]] void fail_locked(bool timeout, const std::string& message);
-  std::string validate_locked(const Slot& slot, uint64_t seq) const;
+  // Blocks (wall, bounded) until `slot` is done; throws the channel's failure, the world's
+  // abort or a timeout naming the present members that did not arrive.
+  void await_locked(std::unique_lock<std::mutex>& lock, const Slot& slot, const CallSignature& sig,
+                    uint64_t seq);
   CollectiveShape full_shape(const Slot& slot) const;
   void move_data(Slot& slot) const;
   int source_of(int p) const;  // the present member whose send absent p copies
 
-  const ProcessGroup group_;
   std::vector<char> present_;    // by group rank
   std::vector<int> present_gr_;  // present group ranks, in order
   std::vector<int> source_;      // by group rank: whose send it is (itself when present)
-  const std::string name_;
-  const CommOptions options_;
-  std::shared_ptr<AbortState> abort_;
   std::shared_ptr<PortTimelines> timelines_;
-  std::mutex mu_;
-  std::condition_variable cv_;
   std::map<uint64_t, std::shared_ptr<Slot>> slots_;
-  std::vector<uint64_t> next_seq_;
-  std::optional<std::pair<bool, std::string>> failure_;  // (timeout, message)
 };
 
 class SimCommunicator final : public HostCommunicator {

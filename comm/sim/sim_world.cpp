@@ -1,8 +1,6 @@
 // comm/sim/sim_world.cpp — present ranks, channels, abort.
 #include "comm/sim/sim_world.h"
 
-#include <set>
-
 #include "comm/sim/sim_communicator.h"
 #include "core/error.h"
 
@@ -38,18 +36,9 @@ bool SimWorld::is_present(int rank) const {
 std::unique_ptr<Communicator> SimWorld::make_communicator(const ProcessGroup& group,
                                                           int global_rank,
                                                           const std::string& channel) {
-  MOEZERO_CHECK(group.size() >= 1, "make_communicator: group '", group.name, "' is empty");
-  std::set<int> seen;
+  check_group(group, world_size_, global_rank);
   std::vector<char> present_in_group;
-  for (int r : group.ranks) {
-    MOEZERO_CHECK(r >= 0 && r < world_size_, "make_communicator: group ", group.str(), " has rank ",
-                  r, " outside the world of ", world_size_);
-    MOEZERO_CHECK(seen.insert(r).second, "make_communicator: group ", group.str(), " lists rank ",
-                  r, " twice");
-    present_in_group.push_back(is_present_[static_cast<size_t>(r)]);
-  }
-  MOEZERO_CHECK(group.contains(global_rank), "make_communicator: rank ", global_rank,
-                " is not a member of group ", group.str());
+  for (int r : group.ranks) present_in_group.push_back(is_present_[static_cast<size_t>(r)]);
   MOEZERO_CHECK(is_present(global_rank), "make_communicator: rank ", global_rank,
                 " is not present in the simulated world");
   std::shared_ptr<SimChannel> ch;
@@ -65,12 +54,7 @@ std::unique_ptr<Communicator> SimWorld::make_communicator(const ProcessGroup& gr
 }
 
 void SimWorld::abort(const std::string& reason) {
-  {
-    std::lock_guard lock(abort_->mu);
-    if (abort_->aborted) return;
-    abort_->reason = reason;
-    abort_->aborted = true;
-  }
+  if (!abort_->raise(reason)) return;
   std::lock_guard lock(mu_);
   for (auto& [key, ch] : channels_) ch->notify_abort();
 }

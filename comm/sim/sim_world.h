@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/local/rendezvous.h"
+#include "comm/local/rendezvous_core.h"
 #include "comm/sim/sim_network.h"
 #include "core/communicator.h"
 

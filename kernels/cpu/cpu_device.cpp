@@ -1,6 +1,7 @@
 // kernels/cpu/cpu_device.cpp — CpuDevice, CpuStream (an in-order worker thread) and CpuEvent.
 #include "kernels/cpu/cpu_device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -19,10 +20,11 @@ namespace moezero::cpu {
 
 // ---- EventState ------------------------------------------------------------------------
 
-void EventState::complete(std::exception_ptr err) {
+void EventState::complete(double virtual_s, std::exception_ptr err) {
   {
     std::lock_guard lock(mu);
     time = std::chrono::steady_clock::now();
+    time_s = virtual_s;
     error = std::move(err);
     done = true;
   }
@@ -49,7 +51,10 @@ constexpr std::chrono::milliseconds kWaitPoll{20};
 CpuStream::CpuStream(CpuDevice& device, std::string name)
     : Stream(std::move(name)), device_(device), worker_([this] { run(); }) {}
 
-CpuStream::~CpuStream() {
+CpuStream::~CpuStream() { stop(); }
+
+void CpuStream::stop() {
+  if (!worker_.joinable()) return;
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -69,21 +74,33 @@ void CpuStream::push(Task t) {
   cv_work_.notify_one();
 }
 
-void CpuStream::enqueue_host(std::function<void()> fn) { push(Task{std::move(fn), nullptr}); }
+void CpuStream::enqueue_host(std::function<void()> fn) {
+  push(Task{launch_ready_s(), std::move(fn), nullptr, nullptr});
+}
+
+void CpuStream::push_timed(double ready_s, std::function<double(double)> fn) {
+  push(Task{ready_s, nullptr, std::move(fn), nullptr});
+}
 
 void CpuStream::enqueue_marker(std::shared_ptr<EventState> state) {
-  push(Task{nullptr, std::move(state)});
+  push(Task{host_ready_s(), nullptr, nullptr, std::move(state)});
+}
+
+double CpuStream::clock_s() const {
+  std::lock_guard lock(mu_);
+  return clock_s_;
 }
 
 void CpuStream::wait(const Event& event) {
   const auto* cpu_event = dynamic_cast<const CpuEvent*>(&event);
-  MOEZERO_CHECK(cpu_event != nullptr, "stream '", name(), "' on ", device_.name(),
-                " cannot wait on an event of another backend");
+  MOEZERO_CHECK(cpu_event != nullptr && cpu_event->kind() == device_.kind(), "stream '", name(),
+                "' on ", device_.name(), " cannot wait on an event of another backend");
   std::shared_ptr<EventState> state = cpu_event->state();
   if (!state) return;  // never recorded: nothing to wait for (CUDA semantics)
-  enqueue_host([state] {
+  push_timed(host_ready_s(), [state](double start) {
     state->wait();
     if (state->error) std::rethrow_exception(state->error);  // propagate along the edge
+    return std::max(start, state->time_s);
   });
 }
 
@@ -98,15 +115,21 @@ void CpuStream::run() {
       queue_.pop_front();
     }
     std::exception_ptr err;
+    double start = 0.0;
     {
       std::lock_guard lock(mu_);
       err = error_;
+      start = std::max(clock_s_, task.ready_s);
     }
+    double end = start;
     if (task.marker) {
-      task.marker->complete(err);
+      task.marker->complete(start, err);
     } else if (!err) {
       try {
-        task.fn();
+        if (task.timed)
+          end = std::max(start, task.timed(start));
+        else
+          task.fn();
       } catch (...) {
         std::lock_guard lock(mu_);
         if (!error_) error_ = std::current_exception();
@@ -116,6 +139,7 @@ void CpuStream::run() {
     bool wake = false;
     {
       std::lock_guard lock(mu_);
+      clock_s_ = std::max(clock_s_, end);
       wake = done_.complete_one();
     }
     if (wake) done_.notify();
@@ -130,7 +154,11 @@ void CpuStream::synchronize() {
   done_.wait_until(lock, target, kWaitPoll, [&] {
     device_.check_host_wait(start, "stream '" + name() + "' of " + device_.name());
   });
-  if (error_) std::rethrow_exception(error_);
+  const double clock = clock_s_;
+  std::exception_ptr err = error_;
+  lock.unlock();
+  on_synchronized(clock);
+  if (err) std::rethrow_exception(err);
 }
 
 bool CpuStream::query() {
@@ -146,10 +174,17 @@ void CpuStream::check() {
 
 // ---- CpuEvent --------------------------------------------------------------------------
 
+DeviceKind CpuEvent::kind() const { return device_.kind(); }
+
+const char* CpuEvent::backend_word() const {
+  return device_.kind() == DeviceKind::Sim ? "simulated" : "CPU";
+}
+
 void CpuEvent::record(Stream& stream) {
   auto* cpu_stream = dynamic_cast<CpuStream*>(&stream);
-  MOEZERO_CHECK(cpu_stream != nullptr, "a CPU event cannot be recorded on stream '", stream.name(),
-                "' of ", stream.device().name());
+  MOEZERO_CHECK(cpu_stream != nullptr && stream.device().kind() == device_.kind(), "a ",
+                backend_word(), " event cannot be recorded on stream '", stream.name(), "' of ",
+                stream.device().name());
   auto state = std::make_shared<EventState>();
   {
     std::lock_guard lock(mu_);
@@ -179,9 +214,11 @@ void CpuEvent::synchronize() const {
   if (s->error) std::rethrow_exception(s->error);
 }
 
-float CpuEvent::elapsed_ms_since(const Event& start) const {
+std::pair<std::shared_ptr<EventState>, std::shared_ptr<EventState>> CpuEvent::completed_pair(
+    const Event& start) const {
   const auto* other = dynamic_cast<const CpuEvent*>(&start);
-  MOEZERO_CHECK(other != nullptr, "elapsed_ms_since: start event is not a CPU event");
+  MOEZERO_CHECK(other != nullptr && other->kind() == device_.kind(),
+                "elapsed_ms_since: start event is not a ", backend_word(), " event");
   auto a = other->state();
   auto b = state();
   MOEZERO_CHECK(a && b, "elapsed_ms_since: both events must have been recorded");
@@ -190,6 +227,11 @@ float CpuEvent::elapsed_ms_since(const Event& start) const {
     return s->done;
   };
   MOEZERO_CHECK(done(a) && done(b), "elapsed_ms_since: both events must have completed");
+  return {std::move(a), std::move(b)};
+}
+
+float CpuEvent::elapsed_ms_since(const Event& start) const {
+  const auto [a, b] = completed_pair(start);
   return std::chrono::duration<float, std::milli>(b->time - a->time).count();
 }
 
@@ -207,12 +249,19 @@ CpuDevice::CpuDevice(int index, size_t capacity_bytes) : index_(index) {
   // the calling (stream) thread; our own threads (ranks, streams, collectives) stay checked.
   static tbb::global_control serial_tbb(tbb::global_control::max_allowed_parallelism, 1);
 #endif
-  streams_.push_back(std::make_unique<CpuStream>(*this, "default"));
-  ops_ = make_cpu_ops();
-  allocator_ = std::make_unique<Allocator>(*this, capacity_bytes);
+  init(make_cpu_ops(), capacity_bytes);
 }
 
-CpuDevice::~CpuDevice() {
+void CpuDevice::init(std::unique_ptr<Ops> ops, size_t allocator_limit_bytes) {
+  streams_.push_back(new_stream("default"));
+  ops_ = std::move(ops);
+  allocator_ = std::make_unique<Allocator>(*this, allocator_limit_bytes);
+}
+
+CpuDevice::~CpuDevice() { shutdown(); }
+
+void CpuDevice::shutdown() noexcept {
+  if (!allocator_ && streams_.empty()) return;
   try {
     synchronize();
   } catch (...) {
@@ -222,9 +271,13 @@ CpuDevice::~CpuDevice() {
   streams_.clear();
 }
 
+std::unique_ptr<CpuStream> CpuDevice::new_stream(std::string name) {
+  return std::make_unique<CpuStream>(*this, std::move(name));
+}
+
 Stream& CpuDevice::create_stream(std::string name) {
   std::lock_guard lock(streams_mu_);
-  streams_.push_back(std::make_unique<CpuStream>(*this, std::move(name)));
+  streams_.push_back(new_stream(std::move(name)));
   return *streams_.back();
 }
 

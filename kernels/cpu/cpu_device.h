@@ -8,6 +8,12 @@
 // Error model: a task that throws stores the stream's sticky error; later tasks are skipped,
 // but markers (events) still complete — carrying the error, so every waiter wakes and the
 // error propagates along event edges into dependent streams.
+//
+// Virtual clock. The simulated backend (kernels/sim/) is this machinery plus a virtual clock:
+// every task carries the host's virtual time at its launch (`ready_s`), starts at max(stream
+// clock, ready_s), and a timed task returns its virtual end; markers capture the start. The
+// hooks below (launch_ready_s, host_ready_s, on_synchronized) are where a derived stream
+// advances the host's clock; on the CPU they do nothing and every virtual time stays 0.
 #pragma once
 
 #include <chrono>
@@ -19,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/allocator.h"
@@ -36,15 +43,16 @@ struct EventState {
   std::condition_variable cv;
   bool done = false;
   std::chrono::steady_clock::time_point time;
+  double time_s = 0.0;  // the stream's virtual time at the marker (0 on the CPU)
   std::exception_ptr error;
 
-  void complete(std::exception_ptr err);
+  void complete(double virtual_s, std::exception_ptr err);
   void wait();  // blocks until done
   // Blocks until done or `timeout` passed; true when done.
   bool wait_for(std::chrono::milliseconds timeout);
 };
 
-class CpuStream final : public Stream {
+class CpuStream : public Stream {
  public:
   CpuStream(CpuDevice& device, std::string name);
   ~CpuStream() override;
@@ -60,26 +68,44 @@ class CpuStream final : public Stream {
   // error, carrying that error).
   void enqueue_marker(std::shared_ptr<EventState> state);
 
+ protected:
+  // A timed task: fn(start_s) runs on the worker and returns its virtual end (a smaller
+  // value counts as start_s); it starts at max(stream clock, ready_s).
+  void push_timed(double ready_s, std::function<double(double start_s)> fn);
+  // The stream's virtual clock (the end of the work run so far).
+  double clock_s() const;
+  // Hooks of the virtual clock (no-ops on the CPU): the ready time of a launched task
+  // (enqueue_host), of a marker or an event wait (no launch), and what a host synchronize
+  // does once the stream reached `clock_s`.
+  virtual double launch_ready_s() { return 0.0; }
+  virtual double host_ready_s() const { return 0.0; }
+  virtual void on_synchronized(double clock_s) { (void)clock_s; }
+  // Joins the worker; a derived stream whose hooks the worker calls joins it in its destructor.
+  void stop();
+
  private:
   struct Task {
-    std::function<void()> fn;
-    std::shared_ptr<EventState> marker;  // set for markers (always run)
+    double ready_s = 0.0;                 // the host's virtual time when it launched the task
+    std::function<void()> fn;             // a host task, or
+    std::function<double(double)> timed;  // a timed one (start -> end)
+    std::shared_ptr<EventState> marker;   // set for markers (always run)
   };
   void push(Task t);
   void run();
 
   CpuDevice& device_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_work_;
   std::deque<Task> queue_;
   uint64_t enqueued_ = 0;
   CompletionSignal done_;  // guarded by mu_
   bool stop_ = false;
   std::exception_ptr error_;
+  double clock_s_ = 0.0;  // guarded by mu_ (written by the worker)
   std::thread worker_;
 };
 
-class CpuEvent final : public Event {
+class CpuEvent : public Event {
  public:
   explicit CpuEvent(CpuDevice& device) : device_(device) {}
   void record(Stream& stream) override;
@@ -89,6 +115,15 @@ class CpuEvent final : public Event {
 
   // The state of the latest record (nullptr when never recorded).
   std::shared_ptr<EventState> state() const;
+  // Its device's kind: an event and a stream meet only within one backend.
+  DeviceKind kind() const;
+
+ protected:
+  // Both events' states, checked recorded and complete (elapsed_ms_since).
+  std::pair<std::shared_ptr<EventState>, std::shared_ptr<EventState>> completed_pair(
+      const Event& start) const;
+  // "CPU" or "simulated": the backend in messages.
+  const char* backend_word() const;
 
  private:
   CpuDevice& device_;  // for its bounded host waits
@@ -96,7 +131,9 @@ class CpuEvent final : public Event {
   std::shared_ptr<EventState> state_;
 };
 
-class CpuDevice final : public Device {
+// The CPU device; also the base of the simulated device (kernels/sim/), which adds a virtual
+// clock, its own memory and its own op table through the protected constructor and hooks.
+class CpuDevice : public Device {
  public:
   CpuDevice(int index, size_t capacity_bytes);
   ~CpuDevice() override;
@@ -114,6 +151,20 @@ class CpuDevice final : public Device {
   void raw_free(void* ptr) override;
   void memcpy_async(void* dst, const void* src, size_t bytes, Stream& stream) override;
   void memset_async(void* dst, int value, size_t bytes, Stream& stream) override;
+
+ protected:
+  struct Derived {};  // selects the constructor of a derived device
+  // Sets only the index; the derived constructor calls init() once it can build its ops:
+  // init makes the default stream (new_stream), takes the ops and makes the allocator
+  // (limit `allocator_limit_bytes`, 0 = none).
+  CpuDevice(int index, Derived) : index_(index) {}
+  void init(std::unique_ptr<Ops> ops, size_t allocator_limit_bytes);
+  // A new stream of this device's kind (the default stream too).
+  virtual std::unique_ptr<CpuStream> new_stream(std::string name);
+  // Synchronizes, then releases the allocator (its pending frees wait on the streams' events,
+  // its blocks go back through raw_free) and the streams. Idempotent; a derived device calls
+  // it in its destructor, while its raw_free and hooks still exist.
+  void shutdown() noexcept;
 
  private:
   int index_;

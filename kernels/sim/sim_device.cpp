@@ -1,5 +1,5 @@
-// kernels/sim/sim_device.cpp — SimDevice, SimStream (an in-order worker with a virtual clock)
-// and SimEvent.
+// kernels/sim/sim_device.cpp — SimDevice, SimStream and SimEvent: the CPU backend's objects
+// with a virtual clock, and the simulated memory (backed and unbacked blocks).
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -13,8 +13,6 @@
 namespace moezero::sim {
 
 namespace {
-// How often a blocked host wait looks at the device's limit and abort flag.
-constexpr std::chrono::milliseconds kWaitPoll{20};
 // Unbacked blocks live at non-canonical x86-64 / AArch64 addresses: a dereference faults at
 // once instead of corrupting memory. A gap after each block keeps them apart.
 constexpr uintptr_t kFakeBase = kVirtualAddressBase;
@@ -33,79 +31,61 @@ std::vector<std::function<void()>>*& host_task_capture() {
   return capture;
 }
 
-// ---- SimEventState ---------------------------------------------------------------------
-
-void SimEventState::complete(double time, std::exception_ptr err) {
-  {
-    std::lock_guard lock(mu);
-    time_s = time;
-    error = std::move(err);
-    done = true;
-  }
-  cv.notify_all();
-}
-
-bool SimEventState::wait_for(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu);
-  return cv.wait_for(lock, timeout, [&] { return done; });
-}
-
 // ---- SimStream -------------------------------------------------------------------------
 
 SimStream::SimStream(SimDevice& device, std::string name)
-    : Stream(std::move(name)), device_(device), worker_([this] { run(); }) {}
+    : CpuStream(device, std::move(name)), device_(device) {}
 
-SimStream::~SimStream() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  cv_work_.notify_all();
-  worker_.join();
-}
+SimStream::~SimStream() { stop(); }  // its tasks and hooks use device_
 
-Device& SimStream::device() const { return device_; }
+double SimStream::launch_ready_s() { return device_.host_launch(); }
 
-void SimStream::push(Task t) {
-  {
-    std::lock_guard lock(mu_);
-    queue_.push_back(std::move(t));
-    ++enqueued_;
-  }
-  cv_work_.notify_one();
-}
+double SimStream::host_ready_s() const { return device_.host_now(); }
+
+void SimStream::on_synchronized(double clock_s) { device_.host_sync_to(clock_s); }
 
 void SimStream::enqueue_host(std::function<void()> fn) {
   if (auto* capture = host_task_capture()) {  // a real kernel's work, inside its op's task
     capture->push_back(std::move(fn));
     return;
   }
-  push(Task{device_.host_launch(),
-            [fn = std::move(fn)](double start) {
-              fn();
-              return start;
-            },
-            nullptr});
+  CpuStream::enqueue_host(std::move(fn));
 }
 
 void SimStream::enqueue_timed(std::function<double(double)> fn) {
-  push(Task{device_.host_launch(), std::move(fn), nullptr});
+  push_timed(device_.host_launch(), std::move(fn));
 }
 
 void SimStream::enqueue_op(double duration_s, std::vector<std::function<void()>> real) {
-  push(Task{device_.host_launch(),
-            [this, duration_s, real = std::move(real)](double start) {
-              for (const auto& f : real) f();
-              return device_.reserve_executor(start, duration_s) + duration_s;
-            },
-            nullptr});
+  push_timed(device_.host_launch(), [this, duration_s, real = std::move(real)](double start) {
+    for (const auto& f : real) f();
+    return device_.reserve_executor(start, duration_s) + duration_s;
+  });
 }
+
+double SimStream::virtual_clock_s() const { return clock_s(); }
 
 double SimStream::reserve_local_work(double start_s, double bytes) {
   if (!device_.profile().one_executor || bytes <= 0) return start_s;
   const double d = device_.scaled(device_.profile().memory_seconds(bytes));
   return device_.reserve_executor(start_s, d) + d;
 }
+
+// ---- SimEvent --------------------------------------------------------------------------
+
+SimEvent::SimEvent(SimDevice& device) : CpuEvent(device), device_(device) {}
+
+void SimEvent::synchronize() const {
+  CpuEvent::synchronize();
+  if (auto s = state()) device_.host_sync_to(s->time_s);
+}
+
+float SimEvent::elapsed_ms_since(const Event& start) const {
+  const auto [a, b] = completed_pair(start);
+  return static_cast<float>((b->time_s - a->time_s) * 1e3);
+}
+
+// ---- SimDevice -------------------------------------------------------------------------
 
 double SimDevice::reserve_executor(double start_s, double duration_s) {
   if (!profile_.one_executor || duration_s <= 0) return start_s;
@@ -122,193 +102,22 @@ double SimDevice::reserve_executor(double start_s, double duration_s) {
   return t;
 }
 
-void SimStream::enqueue_marker(std::shared_ptr<SimEventState> state) {
-  push(Task{device_.host_now(), nullptr, std::move(state)});
-}
-
-double SimStream::virtual_clock_s() const {
-  std::lock_guard lock(mu_);
-  return clock_s_;
-}
-
-void SimStream::wait(const Event& event) {
-  const auto* sim_event = dynamic_cast<const SimEvent*>(&event);
-  MOEZERO_CHECK(sim_event != nullptr, "stream '", name(), "' on ", device_.name(),
-                " cannot wait on an event of another backend");
-  std::shared_ptr<SimEventState> state = sim_event->state();
-  if (!state) return;  // never recorded: nothing to wait for (CUDA semantics)
-  push(Task{device_.host_now(),
-            [state](double start) {
-              std::unique_lock lock(state->mu);
-              state->cv.wait(lock, [&] { return state->done; });
-              if (state->error) std::rethrow_exception(state->error);  // along the edge
-              return std::max(start, state->time_s);
-            },
-            nullptr});
-}
-
-void SimStream::run() {
-  for (;;) {
-    Task task;
-    {
-      std::unique_lock lock(mu_);
-      cv_work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stop_ and drained
-      task = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    std::exception_ptr err;
-    double start = 0.0;
-    {
-      std::lock_guard lock(mu_);
-      err = error_;
-      start = std::max(clock_s_, task.ready_s);
-    }
-    double end = start;
-    if (task.marker) {
-      task.marker->complete(start, err);
-    } else if (!err) {
-      try {
-        end = std::max(start, task.fn(start));
-      } catch (...) {
-        std::lock_guard lock(mu_);
-        if (!error_) error_ = std::current_exception();
-      }
-    }
-    task = Task{};  // release captures on the worker, before signalling completion
-    bool wake = false;
-    {
-      std::lock_guard lock(mu_);
-      clock_s_ = std::max(clock_s_, end);
-      wake = done_.complete_one();
-    }
-    if (wake) done_.notify();
-  }
-}
-
-void SimStream::synchronize() {
-  const auto start = std::chrono::steady_clock::now();
-  std::unique_lock lock(mu_);
-  const uint64_t target = enqueued_;
-  // The check may run expiry hooks (and throws); it runs without the lock.
-  done_.wait_until(lock, target, kWaitPoll, [&] {
-    device_.check_host_wait(start, "stream '" + name() + "' of " + device_.name());
-  });
-  const double clock = clock_s_;
-  std::exception_ptr err = error_;
-  lock.unlock();
-  device_.host_sync_to(clock);
-  if (err) std::rethrow_exception(err);
-}
-
-bool SimStream::query() {
-  std::lock_guard lock(mu_);
-  if (error_) std::rethrow_exception(error_);
-  return done_.completed() == enqueued_;
-}
-
-void SimStream::check() {
-  std::lock_guard lock(mu_);
-  if (error_) std::rethrow_exception(error_);
-}
-
-// ---- SimEvent --------------------------------------------------------------------------
-
-void SimEvent::record(Stream& stream) {
-  auto* sim_stream = dynamic_cast<SimStream*>(&stream);
-  MOEZERO_CHECK(sim_stream != nullptr, "a simulated event cannot be recorded on stream '",
-                stream.name(), "' of ", stream.device().name());
-  auto state = std::make_shared<SimEventState>();
-  {
-    std::lock_guard lock(mu_);
-    state_ = state;
-  }
-  sim_stream->enqueue_marker(std::move(state));
-}
-
-std::shared_ptr<SimEventState> SimEvent::state() const {
-  std::lock_guard lock(mu_);
-  return state_;
-}
-
-bool SimEvent::query() const {
-  auto s = state();
-  if (!s) return true;
-  std::lock_guard lock(s->mu);
-  if (s->done && s->error) std::rethrow_exception(s->error);
-  return s->done;
-}
-
-void SimEvent::synchronize() const {
-  auto s = state();
-  if (!s) return;
-  const auto start = std::chrono::steady_clock::now();
-  while (!s->wait_for(kWaitPoll)) device_.check_host_wait(start, "an event of " + device_.name());
-  if (s->error) std::rethrow_exception(s->error);
-  device_.host_sync_to(s->time_s);
-}
-
-float SimEvent::elapsed_ms_since(const Event& start) const {
-  const auto* other = dynamic_cast<const SimEvent*>(&start);
-  MOEZERO_CHECK(other != nullptr, "elapsed_ms_since: start event is not a simulated event");
-  auto a = other->state();
-  auto b = state();
-  MOEZERO_CHECK(a && b, "elapsed_ms_since: both events must have been recorded");
-  auto time = [](const std::shared_ptr<SimEventState>& s) {
-    std::lock_guard lock(s->mu);
-    MOEZERO_CHECK(s->done, "elapsed_ms_since: both events must have completed");
-    return s->time_s;
-  };
-  return static_cast<float>((time(b) - time(a)) * 1e3);
-}
-
-// ---- SimDevice -------------------------------------------------------------------------
-
 SimDevice::SimDevice(int index, GpuProfile profile, SimDeviceOptions options)
-    : index_(index), profile_(std::move(profile)), options_(options) {
+    : CpuDevice(index, Derived{}), profile_(std::move(profile)), options_(options) {
   if (options_.capacity_bytes == 0) options_.capacity_bytes = profile_.memory_bytes;
-  streams_.push_back(std::make_unique<SimStream>(*this, "default"));
-  ops_ = make_sim_ops(*this, options_.compute_backed);
   // The device itself refuses blocks past its memory (raw_alloc), as cudaMalloc does; the
-  // allocator's own limit stays for train.memory_limit.
-  allocator_ = std::make_unique<Allocator>(*this, 0);
+  // allocator's own limit (0: none) stays for train.memory_limit.
+  init(make_sim_ops(*this, options_.compute_backed), 0);
 }
 
-SimDevice::~SimDevice() {
-  try {
-    synchronize();
-  } catch (...) {
-    // Errors were for the work's owner to collect; destruction must not throw.
-  }
-  allocator_.reset();  // needs the streams (pending frees wait on their events)
-  streams_.clear();
+SimDevice::~SimDevice() { shutdown(); }  // its blocks go back through SimDevice::raw_free
+
+std::unique_ptr<cpu::CpuStream> SimDevice::new_stream(std::string name) {
+  return std::make_unique<SimStream>(*this, std::move(name));
 }
 
 std::string SimDevice::name() const {
-  return "sim:" + std::to_string(index_) + " (" + profile_.name + ")";
-}
-
-Stream& SimDevice::create_stream(std::string name) {
-  std::lock_guard lock(streams_mu_);
-  streams_.push_back(std::make_unique<SimStream>(*this, std::move(name)));
-  return *streams_.back();
-}
-
-void SimDevice::synchronize() {
-  std::vector<SimStream*> all;
-  {
-    std::lock_guard lock(streams_mu_);
-    for (auto& s : streams_) all.push_back(s.get());
-  }
-  std::exception_ptr first;
-  for (SimStream* s : all) {
-    try {
-      s->synchronize();
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
-  }
-  if (first) std::rethrow_exception(first);
+  return "sim:" + std::to_string(index()) + " (" + profile_.name + ")";
 }
 
 std::optional<double> SimDevice::virtual_time_s() const { return host_now(); }

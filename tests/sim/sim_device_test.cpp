@@ -12,6 +12,7 @@
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "core/virtual_time.h"
+#include "kernels/backend.h"
 
 namespace moezero::sim {
 namespace {
@@ -211,6 +212,26 @@ TEST(SimDevice, StickyErrorsSurfaceAtSynchronize) {
   s.enqueue_host([&] { ran = true; });
   EXPECT_THROW(s.synchronize(), Error);
   EXPECT_FALSE(ran);
+}
+
+// The simulated objects are the CPU backend's with a virtual clock: a CPU event still cannot
+// order a simulated stream, nor a simulated event a CPU stream (their clocks do not meet).
+TEST(SimDevice, EventsDoNotCrossToTheCpuBackend) {
+  auto sim = make_sim_device(0, round_profile());
+  auto cpu = make_cpu_device(0);
+  Stream& ss = sim->create_stream("compute");
+  Stream& cs = cpu->create_stream("compute");
+  auto sim_event = sim->create_event();
+  auto cpu_event = cpu->create_event();
+  sim_event->record(ss);
+  cpu_event->record(cs);
+  EXPECT_THROW(ss.wait(*cpu_event), Error);
+  EXPECT_THROW(cs.wait(*sim_event), Error);
+  EXPECT_THROW(sim_event->record(cs), Error);
+  EXPECT_THROW(cpu_event->record(ss), Error);
+  sim->synchronize();
+  cpu->synchronize();
+  EXPECT_THROW((void)sim_event->elapsed_ms_since(*cpu_event), Error);
 }
 
 TEST(SimDevice, BigAllocationsAreUnbackedButCountedByTag) {
