@@ -145,7 +145,7 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
       stage <= 1 ? padded_total * 4 : std::min(padded_total * 4, 4 * largest_padded * 4);
   e.gathered = std::min(sharded_full, live) + grad_full +
                2 * std::min<uint64_t>(cfg.zero.reduce_bucket_size, largest_padded * b);
-  if (m.num_experts > 0 && cfg.zero.moe_gather == MoeGather::Experts)
+  if (m.num_experts > 0 && cfg.zero.moe_gather != MoeGather::Leaf)
     e.cache = std::min<uint64_t>(cfg.shard_cache.capacity_bytes, expert_full);  // never more
                                                                                 // than every expert
   // Dense groups kept gathered between micro-batches (zero.keep_dense_bytes), counted with the

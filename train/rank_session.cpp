@@ -291,8 +291,10 @@ void RankSession::build_engine() {
         return GroupComms{comms_.gather.get(), comms_.reduce.get()};
       },
       *comms_.misc, zo,
+      // experts: the moezero cache; fsdp: FSDP2's reshard_after_backward=False within the same
+      // budget (the block's experts kept across micro-batches); leaf: DeepSpeed keeps nothing.
       cfg_.shard_cache.capacity_bytes > 0 && moe_layers_ > 0 &&
-              cfg_.zero.moe_gather == MoeGather::Experts  // leaf, fsdp: nothing kept
+              cfg_.zero.moe_gather != MoeGather::Leaf
           ? std::make_unique<prefetch::ShardCache>(cfg_.shard_cache)
           : nullptr);
   // A collective: names of every rank's groups.
