@@ -402,8 +402,9 @@ void visit_zero(V& v, auto& c) {
       Choices<MoeGather>{
           {"experts", MoeGather::Experts}, {"leaf", MoeGather::Leaf}, {"fsdp", MoeGather::Fsdp}},
       "stage-3 expert gathers: experts (active ones, prefetch policy, shard cache), leaf "
-      "(DeepSpeed leaf module: the block's experts coalesced, every pass), fsdp (coalesced, "
-      "kept from forward to backward)");
+      "(DeepSpeed leaf module: the block's experts coalesced, every pass, nothing cached), fsdp "
+      "(coalesced, kept from forward to backward; across micro-batches within "
+      "shard_cache.capacity_bytes)");
   v.field("reshard_after_forward", c.reshard_after_forward,
           "moe_gather=experts: release an active expert after forward (true) or keep it until "
           "its backward in the same micro-batch (false)");

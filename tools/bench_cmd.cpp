@@ -1,8 +1,10 @@
 // tools/bench_cmd.cpp — `moezero bench --config FILE [--set k=v ...] [--strategies LIST]
-// [--repeats N] [--warmup N] [--json OUT]`: the benchmark of record. Runs the real trainer for
-// each strategy (tools/bench.h), strategies alternating within each repeat, drops the warm-up
-// steps, and prints one table of medians (over steps, then repeats) with the spread over
-// repeats; --json writes the same rows as {"rows": [...]}.
+// [--repeats N] [--steps N] [--warmup N] [--json OUT]`: the benchmark of record. Runs the real
+// trainer for each strategy (tools/bench.h), the strategy order rotated from one repeat to the
+// next, runs warmup + steps optimizer steps and drops the warm-up ones, and prints one table of
+// medians (over steps, then repeats; peak state: the maximum over steps, ranks and repeats)
+// with the repeats' min and max, then the frontier table; --json writes the same rows, the
+// frontier and the run's parameters.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -29,6 +31,7 @@ struct BenchArgs {
   std::string config_path, json_path;
   std::vector<std::string> overrides, strategies;
   int64_t repeats = 3;
+  int64_t steps = 10;  // measured steps of every run (train.steps = warmup + steps)
   int64_t warmup = 2;  // leading steps of every run left out of the medians
 };
 
@@ -36,7 +39,7 @@ BenchArgs parse_bench_args(const std::vector<std::string>& args) {
   BenchArgs a;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
-      MOEZERO_REQUIRE(i + 1 < args.size(), "bench: ", flag, " needs a value");
+      MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "bench: ", flag, " needs a value");
       return args[++i];
     };
     if (args[i] == "--config")
@@ -47,15 +50,20 @@ BenchArgs parse_bench_args(const std::vector<std::string>& args) {
       a.strategies = bench::split_list(value("--strategies"), "bench: --strategies");
     else if (args[i] == "--repeats")
       a.repeats = bench::parse_count(value("--repeats"), "bench: --repeats", 1);
+    else if (args[i] == "--steps")
+      a.steps = bench::parse_count(value("--steps"), "bench: --steps", 1);
     else if (args[i] == "--warmup")
       a.warmup = bench::parse_count(value("--warmup"), "bench: --warmup", 0);
     else if (args[i] == "--json")
       a.json_path = value("--json");
     else
-      MOEZERO_USER_ERROR("bench: unknown option '", args[i], "' (see `moezero help`)");
+      MOEZERO_USAGE_ERROR("bench: unknown option '", args[i], "'");
   }
-  MOEZERO_REQUIRE(!a.config_path.empty(), "bench: --config FILE is required");
+  MOEZERO_USAGE_REQUIRE(!a.config_path.empty(), "bench: --config FILE is required");
   if (a.strategies.empty()) a.strategies = bench::default_strategy_names();
+  // Every run's length comes from the flags, after the user's --set (the preset's train.steps
+  // serves `moezero train`).
+  a.overrides.push_back("train.steps=" + std::to_string(a.warmup + a.steps));
   return a;
 }
 
@@ -89,14 +97,18 @@ std::vector<Planned> plan(const BenchArgs& a, const Config& base) {
   return out;
 }
 
-// Runs every planned strategy `repeats` times, alternating within each repeat; [out] runs:
-// per strategy, one summary per repeat (none for a skipped strategy).
+// Runs every planned strategy `repeats` times, alternating within each repeat in the rotated
+// order (bench::rotated_order); [out] runs: per strategy, one summary per repeat (none for a
+// skipped strategy); [out] orders: the names in the order each repeat ran them.
 std::vector<std::vector<bench::RunSummary>> run_all(const BenchArgs& a,
-                                                    const std::vector<Planned>& planned) {
+                                                    const std::vector<Planned>& planned,
+                                                    std::vector<std::vector<std::string>>& orders) {
   std::vector<std::vector<bench::RunSummary>> runs(planned.size());
-  for (int64_t rep = 0; rep < a.repeats; ++rep)
-    for (size_t s = 0; s < planned.size(); ++s) {
+  for (int64_t rep = 0; rep < a.repeats; ++rep) {
+    orders.emplace_back();
+    for (size_t s : bench::rotated_order(planned.size(), rep)) {
       if (!planned[s].cfg) continue;
+      orders.back().push_back(planned[s].name);
       const auto t0 = std::chrono::steady_clock::now();
       const moe::TrainResult r = moe::train(*planned[s].cfg, moe::TrainOptions{});
       const double secs =
@@ -107,7 +119,25 @@ std::vector<std::vector<bench::RunSummary>> run_all(const BenchArgs& a,
                   runs[s].back().values[0].value_or(0.0), secs);
       std::fflush(stdout);
     }
+  }
   return runs;
+}
+
+// What --json writes beside the rows: how they were measured, and the frontier.
+nlohmann::ordered_json json_meta(const BenchArgs& a, const Config& base,
+                                 const std::vector<std::vector<std::string>>& orders,
+                                 const std::vector<bench::FrontierEntry>& frontier) {
+  nlohmann::ordered_json j;
+  j["config"] = a.config_path;
+  j["overrides"] = a.overrides;
+  j["repeats"] = a.repeats;
+  j["warmup_steps"] = a.warmup;
+  j["measured_steps"] = a.steps;
+  j["world_size"] = base.parallel.world_size;
+  j["local_expert_bytes"] = bench::local_expert_bytes(base);
+  j["orders"] = orders;
+  j["frontier"] = bench::frontier_json(frontier);
+  return j;
 }
 
 }  // namespace
@@ -115,27 +145,35 @@ std::vector<std::vector<bench::RunSummary>> run_all(const BenchArgs& a,
 int bench(const std::vector<std::string>& args) {
   const BenchArgs a = parse_bench_args(args);
   const Config base = load_config(a.config_path, a.overrides);  // the user's errors are fatal
-  MOEZERO_REQUIRE(base.train.steps > a.warmup, "bench: train.steps (", base.train.steps,
-                  ") must exceed --warmup (", a.warmup, ")");
-  std::printf("moezero bench: %s, %lld repeats, steps %lld-%lld of each run measured\n",
-              a.config_path.c_str(), (long long)a.repeats, (long long)a.warmup + 1,
-              (long long)base.train.steps);
+  std::printf(
+      "moezero bench: %s, %lld repeats (strategy order rotated), steps %lld-%lld of each run "
+      "measured\n",
+      a.config_path.c_str(), (long long)a.repeats, (long long)a.warmup + 1,
+      (long long)base.train.steps);
   std::printf("  local expert bytes per rank (all MoE layers): %s\n",
               format_bytes(bench::local_expert_bytes(base)).c_str());
   const std::vector<Planned> planned = plan(a, base);
-  const auto runs = run_all(a, planned);
+  std::vector<std::vector<std::string>> orders;
+  const auto runs = run_all(a, planned, orders);
   std::vector<std::string> names;
   for (const Planned& p : planned) names.push_back(p.name);
   const std::vector<Row> rows = bench::combine(names, runs);
   std::printf(
-      "\nmedians per optimizer step, rank 0 (exposed_comm_ms_max: the largest rank's; '-': "
-      "counter not in this build);\nutilisation = compute's step_ms / step_ms; spread = max/min "
-      "tokens/s over repeats\n");
+      "\nmedians per optimizer step, rank 0, over the measured steps then the repeats; min, max: "
+      "the slowest and\nfastest repeat's tokens/s; peak_state_bytes: the largest of any rank in "
+      "any measured step and repeat;\nexposed_comm_ms_max: the largest rank's; '-': counter not "
+      "in this build; utilisation = compute's step_ms / step_ms;\nspread = max/min tokens/s over "
+      "repeats\n");
   if (!bench::rank_counter(moe::RankStepStats{}, "exposed_comm_ms"))
     std::printf("  comm_ms, exposed_comm_ms: the mean over ranks (no per-rank counter yet)\n");
-  bench::print_table(rows);
+  bench::print_table(rows, bench::RepeatRange::Show);
+  const std::vector<bench::FrontierEntry> front = bench::frontier(rows);
+  std::printf(
+      "\nfrontier: each incumbent against the fastest moezero row with no more peak state "
+      "(ratio: its tokens/s over the incumbent's)\n");
+  bench::print_frontier(front);
   if (!a.json_path.empty()) {
-    bench::write_json(rows, a.json_path, "bench");
+    bench::write_json(rows, a.json_path, "bench", json_meta(a, base, orders, front));
     std::printf("json: %s\n", a.json_path.c_str());
   }
   return 0;

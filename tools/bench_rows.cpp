@@ -1,5 +1,5 @@
-// tools/bench_rows.cpp — the strategy table of `moezero bench` and the reduction of step logs to
-// one row per strategy (tools/bench.h).
+// tools/bench_rows.cpp — the strategy table of `moezero bench`, the reduction of step logs to
+// one row per strategy and the frontier (tools/bench.h); tools/bench_report.cpp prints them.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -38,11 +38,31 @@ const std::map<std::string, std::vector<std::string>>& strategy_table() {
       {"z3-fsdp",
        {"zero.stage=3", "zero.moe_gather=fsdp", "prefetch.policy=none",
         "shard_cache.capacity_bytes=0", "zero.keep_dense_bytes=0"}},
+      // The incumbents at their best documented tuning (issue 27). DeepSpeed with
+      // stage3_max_reuse_distance above the model: the leaf block kept from its forward to its
+      // backward (the fsdp gather), gathered again in every micro-batch (no cache); dense groups
+      // kept within the config's zero.keep_dense_bytes (DeepSpeed would keep them from forward
+      // to backward only: fewer dense bytes than DeepSpeed moves, in the incumbent's favour).
+      {"z3-leaf-reuse",
+       {"zero.stage=3", "zero.moe_gather=fsdp", "prefetch.policy=none",
+        "shard_cache.capacity_bytes=0"}},
+      // FSDP2 with reshard_after_forward=False and set_reshard_after_backward(False) under
+      // gradient accumulation: everything gathered once per step and kept across its
+      // micro-batches, within the same byte budgets as the `moezero` row (the config's
+      // shard_cache.capacity_bytes for the experts, zero.keep_dense_bytes for dense groups).
+      {"z3-fsdp-keep", {"zero.stage=3", "zero.moe_gather=fsdp", "prefetch.policy=none"}},
       // moezero's agreement on active experts only: no prefetch, no cache, nothing kept.
       {"z3-none",
        {"zero.stage=3", "prefetch.policy=none", "shard_cache.capacity_bytes=0",
         "zero.keep_dense_bytes=0"}},
+      // The same, each active expert held from its forward to its backward (FSDP2's
+      // reshard_after_forward=False, per expert, within zero.max_live_parameters).
+      {"z3-none-hold",
+       {"zero.stage=3", "prefetch.policy=none", "shard_cache.capacity_bytes=0",
+        "zero.keep_dense_bytes=0", "zero.reshard_after_forward=false"}},
       {"moezero", {}},
+      // The ablation: moezero without the routing prediction (cache and dense keep stay).
+      {"moezero-nopredict", {"prefetch.policy=none"}},
   };
   return table;
 }
@@ -64,6 +84,25 @@ Value median_of(const std::vector<Value>& values) {
     v.push_back(*x);
   }
   return v.empty() ? Value{} : Value{median(v)};
+}
+
+// Maximum of values that are all present; nullopt when any is absent (as median_of).
+Value max_of(const std::vector<Value>& values) {
+  Value best;
+  for (const Value& x : values) {
+    if (!x) return std::nullopt;
+    best = std::max(best.value_or(*x), *x);
+  }
+  return best;
+}
+
+Value min_of(const std::vector<Value>& values) {
+  Value least;
+  for (const Value& x : values) {
+    if (!x) return std::nullopt;
+    least = std::min(least.value_or(*x), *x);
+  }
+  return least;
 }
 
 size_t field_index(std::string_view name) {
@@ -100,10 +139,11 @@ std::vector<Value> step_values(const moe::StepLog& s) {
   set("exposed_comm_ms", rank0_time(s, "exposed_comm_ms", s.comm.exposed_comm_ms));
   set("exposed_comm_ms_max", max_over_ranks(s, "exposed_comm_ms"));
   set("comm_ms", rank0_time(s, "comm_ms", s.comm.comm_ms));
-  set("peak_state_bytes", double(peak_state_bytes(r0)));
+  set("peak_state_bytes", double(peak_state_over_ranks(s)));
   for (const char* name :
-       {"gathered_expert_bytes", "gathered_dense_bytes", "a2a_bytes", "prefetch_hits",
-        "prefetch_misses", "miss_bytes", "exact_prefetches", "wasted_bytes", "needed_expert_bytes"})
+       {"gathered_expert_bytes", "gathered_dense_bytes", "a2a_bytes", "reduce_scattered_bytes",
+        "all_reduced_bytes", "prefetch_hits", "prefetch_misses", "miss_bytes", "exact_prefetches",
+        "wasted_bytes", "needed_expert_bytes"})
     set(name, rank_counter(r0, name));
   // A ratio, not a counter: the agreed active layer-experts over the slots, both summed over the
   // step's MoE layers and micro-batches (the same on every rank of an EDP group).
@@ -120,9 +160,13 @@ std::vector<std::string> default_strategy_names() {
           "z1",
           "z2",
           "z3-leaf",
+          "z3-leaf-reuse",
           "z3-fsdp",
+          "z3-fsdp-keep",
           "z3-none",
+          "z3-none-hold",
           "moezero",
+          "moezero-nopredict",
           "moezero-cache=0",
           "moezero-cache=25",
           "moezero-cache=50",
@@ -189,6 +233,29 @@ std::optional<double> rank_counter(const moe::RankStepStats& s, std::string_view
 
 uint64_t peak_state_bytes(const moe::RankStepStats& s) { return s.peak_state_bytes; }
 
+uint64_t peak_state_over_ranks(const moe::StepLog& s) {
+  uint64_t peak = 0;
+  for (const moe::RankStepStats& r : s.ranks) peak = std::max(peak, peak_state_bytes(r));
+  return peak;
+}
+
+std::vector<size_t> rotated_order(size_t n, int64_t rep) {
+  std::vector<size_t> order(n);
+  const size_t shift = n == 0 ? 0 : static_cast<size_t>(rep % static_cast<int64_t>(n));
+  for (size_t k = 0; k < n; ++k) order[k] = (k + shift) % n;
+  return order;
+}
+
+bool is_moezero_row(std::string_view strategy) {
+  return strategy == "moezero" || strategy.rfind("moezero-", 0) == 0;
+}
+
+bool is_incumbent_row(std::string_view strategy) {
+  return strategy != "compute" && !is_moezero_row(strategy);
+}
+
+bool is_maximum_field(std::string_view field) { return field == "peak_state_bytes"; }
+
 const std::vector<std::string>& row_fields() {
   static const std::vector<std::string> fields = {"tokens_per_s",
                                                   "utilisation",
@@ -199,6 +266,8 @@ const std::vector<std::string>& row_fields() {
                                                   "gathered_expert_bytes",
                                                   "gathered_dense_bytes",
                                                   "a2a_bytes",
+                                                  "reduce_scattered_bytes",
+                                                  "all_reduced_bytes",
                                                   "peak_state_bytes",
                                                   "prefetch_hits",
                                                   "prefetch_misses",
@@ -219,7 +288,9 @@ RunSummary summarise_run(const std::vector<moe::StepLog>& steps, int64_t warmup)
     for (size_t f = 0; f < v.size(); ++f) per_field[f].push_back(v[f]);
   }
   RunSummary r;
-  for (const auto& values : per_field) r.values.push_back(median_of(values));
+  for (size_t f = 0; f < per_field.size(); ++f)
+    r.values.push_back(is_maximum_field(row_fields()[f]) ? max_of(per_field[f])
+                                                         : median_of(per_field[f]));
   r.values[field_index("utilisation")].reset();
   r.values[field_index("spread")].reset();
   return r;
@@ -231,11 +302,15 @@ std::vector<Row> combine(const std::vector<std::string>& names,
   std::vector<Row> rows;
   for (size_t s = 0; s < names.size(); ++s) {
     if (runs[s].empty()) continue;  // skipped strategy
-    Row row{names[s], std::vector<Value>(row_fields().size())};
-    for (size_t f = 0; f < row.values.size(); ++f) {
+    const size_t n = row_fields().size();
+    Row row{names[s], std::vector<Value>(n), std::vector<Value>(n), std::vector<Value>(n)};
+    for (size_t f = 0; f < n; ++f) {
       std::vector<Value> over_repeats;
       for (const RunSummary& r : runs[s]) over_repeats.push_back(r.values[f]);
-      row.values[f] = median_of(over_repeats);
+      row.values[f] =
+          is_maximum_field(row_fields()[f]) ? max_of(over_repeats) : median_of(over_repeats);
+      row.min[f] = min_of(over_repeats);
+      row.max[f] = max_of(over_repeats);
     }
     double lo = INFINITY, hi = 0.0;
     for (const RunSummary& r : runs[s]) {
@@ -254,58 +329,28 @@ std::vector<Row> combine(const std::vector<std::string>& names,
   return rows;
 }
 
-// A cell of the table: "-" when the counter is absent; bytes in binary units.
-std::string cell(const std::string& field, const Value& v) {
-  if (!v) return "-";
-  char buf[64];
-  if (field.find("bytes") != std::string::npos)
-    return format_bytes(static_cast<uint64_t>(std::llround(*v)));
-  if (field == "utilisation" || field == "spread" || field == "active_fraction")
-    std::snprintf(buf, sizeof buf, "%.3f", *v);
-  else if (field.find("_ms") != std::string::npos)
-    std::snprintf(buf, sizeof buf, "%.1f", *v);
-  else
-    std::snprintf(buf, sizeof buf, "%.0f", *v);
-  return buf;
-}
-
-// The table: one line per strategy, columns in row_fields() order, each as wide as its widest.
-void print_table(const std::vector<Row>& rows) {
-  const auto& fields = row_fields();
-  std::vector<std::vector<std::string>> lines{{"strategy"}};
-  lines[0].insert(lines[0].end(), fields.begin(), fields.end());
-  for (const Row& r : rows) {
-    std::vector<std::string> l{r.strategy};
-    for (size_t f = 0; f < fields.size(); ++f) l.push_back(cell(fields[f], r.values[f]));
-    lines.push_back(std::move(l));
-  }
-  std::vector<size_t> width(lines[0].size(), 0);
-  for (const auto& l : lines)
-    for (size_t c = 0; c < l.size(); ++c) width[c] = std::max(width[c], l[c].size());
-  for (const auto& l : lines) {
-    std::string out;
-    for (size_t c = 0; c < l.size(); ++c) {
-      std::string pad(width[c] - l[c].size(), ' ');
-      out += c == 0 ? l[c] + pad : "  " + pad + l[c];
+std::vector<FrontierEntry> frontier(const std::vector<Row>& rows) {
+  const size_t tps = field_index("tokens_per_s"), peak = field_index("peak_state_bytes");
+  std::vector<FrontierEntry> out;
+  for (const Row& inc : rows) {
+    if (!is_incumbent_row(inc.strategy) || !inc.values[tps] || !inc.values[peak]) continue;
+    FrontierEntry e;
+    e.incumbent = inc.strategy;
+    e.incumbent_tokens_per_s = *inc.values[tps];
+    e.incumbent_peak_state_bytes = *inc.values[peak];
+    for (const Row& m : rows) {
+      if (!is_moezero_row(m.strategy) || !m.values[tps] || !m.values[peak]) continue;
+      if (*m.values[peak] > e.incumbent_peak_state_bytes) continue;  // more state: not a peer
+      if (e.moezero_tokens_per_s && *m.values[tps] <= *e.moezero_tokens_per_s) continue;
+      e.moezero = m.strategy;
+      e.moezero_tokens_per_s = m.values[tps];
+      e.moezero_peak_state_bytes = m.values[peak];
     }
-    std::printf("%s\n", out.c_str());
+    if (e.moezero && e.incumbent_tokens_per_s > 0)
+      e.ratio = *e.moezero_tokens_per_s / e.incumbent_tokens_per_s;
+    out.push_back(std::move(e));
   }
-}
-
-void write_json(const std::vector<Row>& rows, const std::string& path, const char* who) {
-  nlohmann::ordered_json j;
-  j["rows"] = nlohmann::ordered_json::array();
-  for (const Row& r : rows) {
-    nlohmann::ordered_json row;
-    row["strategy"] = r.strategy;
-    for (size_t f = 0; f < r.values.size(); ++f)
-      row[row_fields()[f]] = r.values[f] ? nlohmann::ordered_json(*r.values[f]) : nullptr;
-    j["rows"].push_back(std::move(row));
-  }
-  std::ofstream out(path);
-  MOEZERO_REQUIRE(out.good(), who, ": --json ", path, ": cannot open for writing");
-  out << j.dump(2) << "\n";
-  MOEZERO_REQUIRE(out.good(), who, ": --json ", path, ": write failed");
+  return out;
 }
 
 int64_t parse_count(const std::string& v, const char* what, int64_t min) {

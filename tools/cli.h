@@ -48,8 +48,8 @@ int generate(const std::vector<std::string>& args);
 std::string find_tokenizer(const std::string& dir, const std::string& configured);
 // `moezero report TRACE_OR_METRICS [--html FILE] [--json FILE] [--quiet]`.
 int report(const std::vector<std::string>& args);
-// `moezero bench --config FILE [--set k=v ...] [--strategies LIST] [--repeats N] [--warmup N]
-//  [--json OUT]` (tools/bench.h).
+// `moezero bench --config FILE [--set k=v ...] [--strategies LIST] [--repeats N] [--steps N]
+//  [--warmup N] [--json OUT]` (tools/bench.h).
 int bench(const std::vector<std::string>& args);
 int plan(const std::vector<std::string>& args);
 

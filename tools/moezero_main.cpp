@@ -64,9 +64,11 @@ constexpr CommandUsage kCommands[] = {
      "      --html: one self-contained page with heatmaps, --json: the numbers\n"},
     {"bench",
      "  bench --config FILE [--set section.key=value ...] [--strategies LIST] [--repeats N]\n"
-     "        [--warmup N] [--json OUT]\n"
+     "        [--steps N] [--warmup N] [--json OUT]\n"
      "      the benchmark of record: the real trainer under each strategy (compute, z1, z2,\n"
-     "      z3-leaf, z3-fsdp, z3-none, moezero, moezero-cache=P), alternating, medians table\n"},
+     "      z3-leaf, z3-leaf-reuse, z3-fsdp, z3-fsdp-keep, z3-none, z3-none-hold, moezero,\n"
+     "      moezero-nopredict, moezero-cache=P), order rotated per repeat, N measured steps\n"
+     "      (default 10) per run: medians with min/max, peak state over ranks, frontier table\n"},
     {"plan",
      "  plan --config FILE --cluster NODESxGPUS [--gpu NAME] [--inter-node NAME]\n"
      "       [--intra-node NAME] [--routing-trace FILE | --zipf S [--drift D] [--coactivation C]\n"

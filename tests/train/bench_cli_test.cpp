@@ -1,7 +1,10 @@
 // `moezero bench` end to end: the real trainer on the tiny config under two strategies
-// (compute, z3-none), 2 repeats of 3 steps, --json into this test's scratch folder; the rows
-// must carry every field, compute's utilisation is exactly 1 (its own step time over itself),
-// byte counters are >= 0 and compute (stage 0) gathers nothing.
+// (compute, z3-none), 2 repeats of 1 warm-up and 2 measured steps (--steps), --json into this
+// test's scratch folder; the rows must carry every field with the repeats' min and max,
+// compute's utilisation is exactly 1 (its own step time over itself), byte counters are >= 0,
+// compute (stage 0) gathers nothing; the second repeat runs the strategies in rotated order,
+// and the frontier names the incumbent z3-none. A second run checks that the default list has
+// issue 27's rows (each skipped or run, never unknown).
 //
 // Paths come from CMake: MOEZERO_BIN, MOEZERO_SOURCE_DIR, MOEZERO_WORK_DIR (a scratch folder).
 #include <gtest/gtest.h>
@@ -9,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -53,7 +57,7 @@ TEST(BenchCli, TwoStrategiesGiveSaneRows) {
                          "/examples/configs/tiny.json --set train.steps=3 --set "
                          "zero.shard_single_rank=true --set comm_emulation.link_gbps=8 "
                          "--strategies compute,z3-none --repeats 2 "
-                         "--warmup 1 --json " +
+                         "--warmup 1 --steps 2 --json " +
                          json.string(),
                      kWork / "bench.log");
   ASSERT_EQ(rc, 0) << "see " << (kWork / "bench.log");
@@ -84,6 +88,37 @@ TEST(BenchCli, TwoStrategiesGiveSaneRows) {
   EXPECT_EQ(compute["gathered_expert_bytes"].get<double>(), 0.0);
   EXPECT_EQ(compute["gathered_dense_bytes"].get<double>(), 0.0);
   EXPECT_GT(z3["gathered_expert_bytes"].get<double>(), 0.0);  // stage 3 gathers its experts
+  for (const nlohmann::json& row : j["rows"]) {
+    const double tps = row["tokens_per_s"].get<double>();
+    EXPECT_LE(row["tokens_per_s_min"].get<double>(), tps);
+    EXPECT_GE(row["tokens_per_s_max"].get<double>(), tps);
+    // The maximum over steps, ranks and repeats: no repeat's is larger.
+    EXPECT_EQ(row["peak_state_bytes_max"], row["peak_state_bytes"]);
+  }
+  EXPECT_EQ(j["measured_steps"], 2);
+  EXPECT_EQ(j["warmup_steps"], 1);
+  EXPECT_EQ(j["orders"],
+            nlohmann::json::parse(R"([["compute", "z3-none"], ["z3-none", "compute"]])"));
+  ASSERT_EQ(j["frontier"].size(), 1u);
+  EXPECT_EQ(j["frontier"][0]["incumbent"], "z3-none");
+  EXPECT_TRUE(j["frontier"][0]["moezero"].is_null()) << "no moezero row was run";
+}
+
+TEST(BenchCli, NewRowsResolve) {
+  fs::create_directories(kWork);
+  // One step of the cheapest new rows on the tiny config: they exist and run.
+  const int rc = run(std::string(MOEZERO_BIN) + " bench --config " + MOEZERO_SOURCE_DIR +
+                         "/examples/configs/tiny.json --set zero.shard_single_rank=true "
+                         "--strategies z3-fsdp-keep,z3-none-hold,z3-leaf-reuse,moezero-nopredict "
+                         "--repeats 1 --warmup 0 --steps 1",
+                     kWork / "bench_new.log");
+  ASSERT_EQ(rc, 0) << "see " << (kWork / "bench_new.log");
+  std::ifstream in(kWork / "bench_new.log");
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const char* row : {"z3-fsdp-keep", "z3-none-hold", "z3-leaf-reuse", "moezero-nopredict"})
+    EXPECT_NE(log.find(std::string("repeat 1/1  ") + row), std::string::npos) << row;
+  EXPECT_EQ(log.find("skip"), std::string::npos) << log;
+  EXPECT_NE(log.find("frontier"), std::string::npos);
 }
 
 }  // namespace

@@ -73,6 +73,21 @@ TEST(MemoryEstimate, Zero0OneRank) {
   check_against_run({"parallel.world_size=1", "zero.stage=0", "train.micro_batch_size=2"});
 }
 
+// The shard cache is counted where it is built: experts and fsdp (kept across micro-batches,
+// FSDP2's reshard_after_backward=False), never leaf; fsdp's estimate holds against a run.
+TEST(MemoryEstimate, CacheCountedForExpertsAndFsdpNotLeaf) {
+  const auto cache = [](const std::string& gather) {
+    return estimate_memory(
+               small({"parallel.world_size=2", "zero.stage=3", "zero.moe_gather=" + gather}), false)
+        .cache;
+  };
+  EXPECT_GT(cache("experts"), 0u);
+  EXPECT_EQ(cache("fsdp"), cache("experts"));
+  EXPECT_EQ(cache("leaf"), 0u);
+  check_against_run({"parallel.world_size=2", "zero.stage=3", "zero.moe_gather=fsdp",
+                     "train.grad_accum_steps=2"});
+}
+
 TEST(MemoryEstimate, StagesShardStates) {
   const auto states = [](int stage) {
     return estimate_memory(small({"parallel.world_size=4", "zero.stage=" + std::to_string(stage)}),

@@ -35,6 +35,10 @@ help)  # item 5: every subcommand's -h/--help prints its usage, exit 0; usage er
   run 2 "$bin" config --hepl
   has "config: unknown option '--hepl'"
   run 2 "$bin" report
+  run 2 "$bin" bench --repeets 2
+  has "bench: unknown option '--repeets' \(see \`moezero bench --help\`\)"
+  run 2 "$bin" bench --strategies z2
+  has "bench: --config FILE is required"
   run 2 "$bin" nosuchcommand
   run 2 "$bin"
   ;;
@@ -196,6 +200,10 @@ output_full)  # item 2: every output file is written checked; a failed write exi
   has "moezero config: error: cannot write the output \(stdout\): No space left on device"
   run 1 bash -c "\"\$0\" generate --checkpoint \"\$1\" --max-new-tokens 4 >/dev/full" "$bin" "$tmp/ck"
   has "moezero generate: error: cannot write the output \(stdout\)"
+  run 1 "$bin" plan --config "$tiny" --cluster 1x2 --strategies compute,z2 --json /dev/full
+  has "plan: --json: cannot write '/dev/full'"
+  run 1 "$bin" bench --config "$tiny" --strategies z2 --repeats 1 --steps 1 --warmup 0 --json /dev/full
+  has "bench: --json: cannot write '/dev/full'"
   ;;
 metrics_resume)  # item 4: a resumed run's metrics hold each step once, and report reads them
   args=(--config "$tiny" --set train.steps=6 --set train.save_every=2

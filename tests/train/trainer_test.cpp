@@ -181,18 +181,21 @@ TEST(TrainerMoe, WorldSizesEpWidthsAndStagesGiveTheSameLosses) {
 
 // zero.moe_gather changes only how experts are gathered: losses bit for bit, and the bytes of
 // the incumbents: leaf gathers every local expert in forward and backward of every micro-batch,
-// fsdp once per micro-batch (world 4, two micro-batches, EP 2 and EP 1).
+// fsdp without a cache once per micro-batch, fsdp with the shard cache (FSDP2's
+// reshard_after_backward=False, the bench's z3-fsdp-keep) once per step; leaf keeps nothing
+// even with a cache (world 4, two micro-batches, EP 2 and EP 1).
 TEST(TrainerMoe, MoeGatherStrategiesGiveTheSameLossesAndTheirBytes) {
   for (int ep : {2, 1}) {
-    auto cfg = [&](const std::string& gather) {
+    auto cfg = [&](const std::string& gather, const std::string& cache) {
       return tiny_moe({"parallel.world_size=4", "parallel.ep_size=" + std::to_string(ep),
                        "zero.stage=3", "train.steps=2", "train.grad_accum_steps=2",
-                       "zero.param_persistence_threshold=0", "zero.moe_gather=" + gather});
+                       "zero.param_persistence_threshold=0", "zero.moe_gather=" + gather,
+                       "shard_cache.capacity_bytes=" + cache});
     };
-    const Config c = cfg("leaf");
+    const Config c = cfg("leaf", "64MiB");
     EXPECT_EQ(c.zero.moe_gather, MoeGather::Leaf);
-    const TrainResult experts = train(cfg("experts"), {}), leaf = train(c, {}),
-                      fsdp = train(cfg("fsdp"), {});
+    const TrainResult experts = train(cfg("experts", "64MiB"), {}), leaf = train(c, {}),
+                      fsdp = train(cfg("fsdp", "0"), {}), keep = train(cfg("fsdp", "64MiB"), {});
     // One volume of this rank's experts (compute dtype f32): every MoE layer's E / ep experts.
     const uint64_t volume = uint64_t(c.model.n_layers) * uint64_t(c.model.num_experts / ep) * 3 *
                             uint64_t(c.model.d_ff * c.model.d_model) * 4;
@@ -200,10 +203,13 @@ TEST(TrainerMoe, MoeGatherStrategiesGiveTheSameLossesAndTheirBytes) {
       const std::string what = "ep " + std::to_string(ep) + " step " + std::to_string(s + 1);
       EXPECT_EQ(leaf.steps[s].loss, experts.steps[s].loss) << what;
       EXPECT_EQ(fsdp.steps[s].loss, experts.steps[s].loss) << what;
+      EXPECT_EQ(keep.steps[s].loss, experts.steps[s].loss) << what;
       EXPECT_EQ(leaf.steps[s].grad_norm, experts.steps[s].grad_norm) << what;
       for (size_t r = 0; r < 4; ++r) {
         EXPECT_EQ(leaf.steps[s].ranks[r].gathered_expert_bytes, 2 * 2 * volume) << what;
         EXPECT_EQ(fsdp.steps[s].ranks[r].gathered_expert_bytes, 2 * volume) << what;
+        EXPECT_EQ(keep.steps[s].ranks[r].gathered_expert_bytes, volume) << what;
+        EXPECT_GT(keep.steps[s].ranks[r].cache_hits, 0u) << what << ": the second micro-batch";
         EXPECT_EQ(leaf.steps[s].ranks[r].gathered_dense_bytes,
                   experts.steps[s].ranks[r].gathered_dense_bytes)
             << what;
