@@ -7,7 +7,9 @@
 //            expert as one coalesced all-gather whenever the block runs (forward and backward of
 //            every micro-batch), prefetched one module ahead, freed after use, nothing cached.
 //   fsdp    (moe/gather_fsdp.cpp): FSDP2 with the block not resharded after forward: the same
-//            gather in forward, kept until the block's backward of that micro-batch, then freed.
+//            gather in forward, kept until the block's backward of that micro-batch; then kept
+//            across the step's micro-batches within shard_cache.capacity_bytes (FSDP2's
+//            set_reshard_after_backward(False)), or freed when that budget is 0.
 // Routing, compute and reductions are the same for all of them: a strategy decides only which
 // parameter groups are gathered, when, and when they are released.
 //
