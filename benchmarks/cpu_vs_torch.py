@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """moezero's CPU backend against PyTorch eager on one pinned core (issue #14's benchmark).
 
-Runs `moezero train` and an independent PyTorch implementation of the same model (Mixtral-style
+Runs `moezero train` and the independent PyTorch model of benchmarks/torch_moe.py (Mixtral-style
 experts: per-expert index select, SwiGLU, index_add) alternately on one core, and prints the
 tokens/s of both (median of the steps after warm-up), their ratio, and moezero's model-FLOP rate
 as a fraction of the single-core GEMM rate this script measures itself: per GEMM shape of the
@@ -25,6 +25,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_moe import flops_per_token  # noqa: E402  (the PyTorch model: benchmarks/torch_moe.py)
+
+TORCH_MOE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_moe.py")
 BENCH_CONFIG = {
     "model": {"d_model": 128, "n_layers": 4, "n_heads": 4, "n_kv_heads": 4, "d_ff": 256,
               "seq_len": 128, "num_experts": 8, "top_k": 2, "moe_every": 1, "vocab_size": 256},
@@ -34,77 +38,6 @@ BENCH_CONFIG = {
     "zero": {"stage": 3},
 }
 
-
-def flops_per_token(m):
-    """6 x active parameters + the causal attention's executed FLOPs (64-row query blocks)."""
-    d, f, L, v, t = m["d_model"], m["d_ff"], m["n_layers"], m["vocab_size"], m["seq_len"]
-    kv = d * m["n_kv_heads"] // m["n_heads"]
-    per_layer = d * d * 2 + d * kv * 2 + d * m["num_experts"] + m["top_k"] * 3 * d * f
-    active = L * per_layer + v * d
-    blocks = [min(64, t - q0) for q0 in range(0, t, 64)]
-    keys = sum(r * (q0 + r) for q0, r in zip(range(0, t, 64), blocks)) / t  # mean keys per query
-    attn = L * 3 * 2 * 2 * keys * d  # fwd QK^T, PV (2 FLOP/MAC), backward twice the forward
-    formula = (f"6 x {active} active params + {L} layers x 3 x 2 x 2 x {keys:.0f} mean keys x {d}")
-    return 6 * active + attn, formula
-
-
-TORCH_MODEL = r'''
-import sys, time, json, statistics, torch
-import torch.nn.functional as F
-torch.set_num_threads(1)
-torch.manual_seed(0)
-cfg = json.loads(sys.argv[1]); steps = int(sys.argv[2])
-m = cfg["model"]; d, f, E, K, V, T = m["d_model"], m["d_ff"], m["num_experts"], m["top_k"], m["vocab_size"], m["seq_len"]
-H = m["n_heads"]; Hkv = m["n_kv_heads"]; hd = d // H; B = cfg["train"]["micro_batch_size"]
-class Expert(torch.nn.Module):
-    def __init__(s):
-        super().__init__(); s.w1 = torch.nn.Linear(d, f, bias=False); s.w3 = torch.nn.Linear(d, f, bias=False); s.w2 = torch.nn.Linear(f, d, bias=False)
-    def forward(s, x): return s.w2(F.silu(s.w1(x)) * s.w3(x))
-class Layer(torch.nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.n1 = torch.nn.Parameter(torch.ones(d)); s.n2 = torch.nn.Parameter(torch.ones(d))
-        s.q = torch.nn.Linear(d, d, bias=False); s.k = torch.nn.Linear(d, Hkv * hd, bias=False)
-        s.v = torch.nn.Linear(d, Hkv * hd, bias=False); s.o = torch.nn.Linear(d, d, bias=False)
-        s.gate = torch.nn.Linear(d, E, bias=False); s.experts = torch.nn.ModuleList([Expert() for _ in range(E)])
-    def forward(s, x, cos, sin, mask):
-        def rms(x, w): return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
-        def rope(x):
-            x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
-            return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
-        h = rms(x, s.n1)
-        q = rope(s.q(h).view(B, T, H, hd).transpose(1, 2)); k = rope(s.k(h).view(B, T, Hkv, hd).transpose(1, 2))
-        v = s.v(h).view(B, T, Hkv, hd).transpose(1, 2)
-        a = torch.softmax((q @ k.transpose(-1, -2)) / hd ** 0.5 + mask, -1) @ v
-        x = x + s.o(a.transpose(1, 2).reshape(B, T, d))
-        h = rms(x, s.n2).view(-1, d)
-        probs = torch.softmax(s.gate(h), -1)
-        w, sel = torch.topk(probs, K, -1); w = w / w.sum(-1, keepdim=True)
-        out = torch.zeros_like(h)
-        expert_mask = F.one_hot(sel, E).permute(2, 1, 0)
-        for e in range(E):  # Mixtral: per-expert index select, SwiGLU, index_add
-            idx, top = torch.where(expert_mask[e])
-            if top.numel() == 0: continue
-            out.index_add_(0, top, s.experts[e](h[top]) * w[top, idx, None])
-        return x + out.view(B, T, d)
-emb = torch.nn.Embedding(V, d); layers = torch.nn.ModuleList([Layer() for _ in range(m["n_layers"])])
-head = torch.nn.Linear(d, V, bias=False); nf = torch.nn.Parameter(torch.ones(d))
-params = list(emb.parameters()) + list(layers.parameters()) + list(head.parameters()) + [nf]
-opt = torch.optim.AdamW(params, lr=1e-3, foreach=False)
-inv = 10000.0 ** (-torch.arange(0, hd // 2).float() * 2 / hd); ang = torch.arange(T).float()[:, None] * inv
-cos, sin = ang.cos(), ang.sin(); mask = torch.full((T, T), float("-inf")).triu(1)
-data = torch.randint(0, V, (B, T + 1))
-rates = []
-for step in range(steps):
-    t0 = time.perf_counter()
-    x = emb(data[:, :T])
-    for l in layers: x = l(x, cos, sin, mask)
-    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * nf
-    loss = F.cross_entropy(head(x).view(-1, V), data[:, 1:].reshape(-1))
-    opt.zero_grad(); loss.backward(); opt.step()
-    rates.append(B * T / (time.perf_counter() - t0))
-print(json.dumps({"rates": rates}))
-'''
 
 GEMM_RATE = r'''
 import sys, time, json, statistics, torch
@@ -187,8 +120,8 @@ def main():
             mz2.append(moezero_rate(a.two_cores)[0])
             line += f", moezero on cores {a.two_cores} {mz2[-1]:.0f} tokens/s"
         if not a.no_torch:
-            res = json.loads(pinned(a.core, [sys.executable, "-c", TORCH_MODEL, json.dumps(cfg),
-                                             str(a.steps)], env=torch_env))
+            res = json.loads(pinned(a.core, [sys.executable, TORCH_MOE, json.dumps(cfg),
+                                             str(a.steps), "--threads", "1"], env=torch_env))
             pt.append(statistics.median(res["rates"][a.warmup:]))
             line += f", PyTorch {pt[-1]:.0f} tokens/s"
         print(line)

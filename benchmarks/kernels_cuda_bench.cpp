@@ -18,6 +18,7 @@
 #include "core/cuda_check.h"
 #include "core/tensor.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_objects.h"
 #include "kernels/cuda/cuda_stream.h"
 #include "kernels/op_cases/op_case.h"
 
@@ -44,6 +45,7 @@ double cublas_tflops(Device& dev, Stream& s, int64_t n) {
   cublasHandle_t h = nullptr;
   MOEZERO_CUDA_CHECK(cublasCreate(&h));
   MOEZERO_CUDA_CHECK(cublasSetStream(h, cuda::cuda_stream_handle(s)));
+  MOEZERO_CUDA_CHECK(cublasSetMathMode(h, cuda::kCublasMathMode));  // as our GEMMs run
   TensorBuffer a(dev, DType::BF16, Shape{n, n}, MemTag::Activation, s, "bench");
   TensorBuffer b(dev, DType::BF16, Shape{n, n}, MemTag::Activation, s, "bench");
   TensorBuffer c(dev, DType::BF16, Shape{n, n}, MemTag::Activation, s, "bench");

@@ -35,9 +35,25 @@ unset(CMAKE_REQUIRED_LIBRARIES)
 find_package(nlohmann_json 3 CONFIG QUIET)
 moezero_require(nlohmann_json_FOUND "nlohmann-json" nlohmann-json3-dev)
 
-find_package(PkgConfig QUIET)  # PCRE2: the byte-level BPE pre-tokenizer's regex (hf/)
+# PCRE2: the byte-level BPE pre-tokenizer's regex (hf/). Through pkg-config when there is one;
+# else (the bare GPU machine has none: scripts/gpu_bundle.sh's prefix) pcre2.h and libpcre2-8
+# found directly, as an imported target of the same name, PkgConfig::PCRE2, so that every
+# consumer links one target either way.
+find_package(PkgConfig QUIET)
 if(PkgConfig_FOUND)
   pkg_check_modules(PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
+endif()
+if(NOT PCRE2_FOUND)
+  find_path(MOEZERO_PCRE2_INCLUDE pcre2.h)
+  find_library(MOEZERO_PCRE2_LIBRARY NAMES pcre2-8)
+  if(MOEZERO_PCRE2_INCLUDE AND MOEZERO_PCRE2_LIBRARY)
+    add_library(PkgConfig::PCRE2 UNKNOWN IMPORTED)
+    set_target_properties(PkgConfig::PCRE2 PROPERTIES
+      IMPORTED_LOCATION "${MOEZERO_PCRE2_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${MOEZERO_PCRE2_INCLUDE}")
+    set(PCRE2_FOUND TRUE)
+    message(STATUS "moezero: PCRE2 without pkg-config: ${MOEZERO_PCRE2_LIBRARY}")
+  endif()
 endif()
 moezero_require(PCRE2_FOUND "PCRE2 (libpcre2-8)" libpcre2-dev)
 

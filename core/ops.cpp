@@ -24,6 +24,7 @@ using detail::desc;
 void Ops::gemm(Stream& s, const GemmArgs& args) {
   Check ck("gemm", s);
   check_gemm(ck, "gemm", args.a, args.b, args.c, args.trans_a, args.trans_b, true);
+  gemm_calls_.fetch_add(1, std::memory_order_relaxed);
   do_gemm(s, args);
 }
 
@@ -40,6 +41,7 @@ void Ops::grouped_gemm(Stream& s, std::span<const GemmProblem> problems, Transpo
                     ": all problems must share dtypes");
     }
   }
+  grouped_gemm_calls_.fetch_add(1, std::memory_order_relaxed);
   do_grouped_gemm(s, problems, trans_a, trans_b, alpha, beta);
 }
 

@@ -18,6 +18,7 @@
 // - Optional tensors are "undefined" (Tensor{}) when absent; defaults are documented.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -82,9 +83,23 @@ class Ops {
 #define MOEZERO_OP(name, params, args) void name params;
 #include "core/ops.def"
 
+  // Calls of gemm and grouped_gemm through this table so far, from every stream: which GEMM
+  // path a run took (tests/trace: tracing must not change it). Relaxed counters.
+  struct GemmCalls {
+    uint64_t gemm = 0, grouped_gemm = 0;
+    bool operator==(const GemmCalls&) const = default;
+  };
+  GemmCalls gemm_calls() const {
+    return {gemm_calls_.load(std::memory_order_relaxed),
+            grouped_gemm_calls_.load(std::memory_order_relaxed)};
+  }
+
  protected:
 #define MOEZERO_OP(name, params, args) virtual void do_##name params = 0;
 #include "core/ops.def"
+
+ private:
+  std::atomic<uint64_t> gemm_calls_{0}, grouped_gemm_calls_{0};
 };
 
 }  // namespace moezero

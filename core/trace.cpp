@@ -57,6 +57,7 @@ std::string serialise(const TraceEvent& e) {
   switch (e.kind) {
     case K::Span:
     case K::Expert:
+    case K::Experts:
     case K::Collective:
       j["ph"] = "X";
       j["dur"] = e.dur;
@@ -72,11 +73,23 @@ std::string serialise(const TraceEvent& e) {
     case K::Raw: break;
   }
   switch (e.kind) {
+    case K::Span: j["args"] = {{"step", e.step}}; break;
     case K::Expert:
       j["args"] = {{"layer", e.layer},
                    {"expert", e.expert},
                    {"tokens", e.value},
-                   {"pass", e.backward ? "bwd" : "fwd"}};
+                   {"pass", e.backward ? "bwd" : "fwd"},
+                   {"step", e.step}};
+      if (e.flops > 0) j["args"]["flops"] = e.flops;
+      if (e.derived) j["args"]["timing"] = "flops share";
+      break;
+    case K::Experts:
+      j["args"] = {{"layer", e.layer},
+                   {"experts", e.expert},
+                   {"tokens", e.value},
+                   {"flops", e.flops},
+                   {"pass", e.backward ? "bwd" : "fwd"},
+                   {"step", e.step}};
       break;
     case K::Collective:
       // algbw: bytes over the span's duration (nccl-tests' size / time), GB/s = 1e9 B/s
@@ -248,6 +261,19 @@ int TraceRecorder::begin_expert(Stream& stream, int layer, int expert, int64_t t
   return open(stream, std::move(s));
 }
 
+int TraceRecorder::begin_experts(Stream& stream, int layer, TracePass pass,
+                                 std::vector<ExpertShare> experts) {
+  if (!tracing_) return -1;
+  Span s;
+  s.cat = Cat::Experts;
+  s.traced = true;
+  s.backward = pass == TracePass::Backward;
+  s.name = "layers." + std::to_string(layer) + ".experts" + (s.backward ? " bwd" : " fwd");
+  s.layer = layer;
+  s.shares = std::move(experts);
+  return open(stream, std::move(s));
+}
+
 void TraceRecorder::end_span(int span) {
   if (span < 0) return;
   Span& s = spans_.at(static_cast<size_t>(span));
@@ -403,6 +429,17 @@ double TraceRecorder::resolve(const Span& s, double step_offset_us,
         e.value = static_cast<uint64_t>(s.tokens);
         e.backward = s.backward;
         break;
+      case Cat::Experts:
+        e.kind = TraceEvent::Kind::Experts;
+        e.cat = "experts";
+        e.layer = s.layer;
+        e.backward = s.backward;
+        e.expert = static_cast<int>(s.shares.size());
+        for (const ExpertShare& x : s.shares) {
+          e.value += static_cast<uint64_t>(x.tokens);
+          e.flops += x.flops;
+        }
+        break;
       case Cat::Collective:
         e.kind = TraceEvent::Kind::Collective;
         e.cat = "collective";
@@ -413,9 +450,43 @@ double TraceRecorder::resolve(const Span& s, double step_offset_us,
         e.value = s.bytes;
         break;
     }
-    out.push_back(std::move(e));
+    out.push_back(e);
+    if (s.cat == Cat::Experts) share_out(s, e, out);
   }
   return std::max(0.0, t1 - t0);
+}
+
+void TraceRecorder::share_out(const Span& s, const TraceEvent& call, std::vector<TraceEvent>& out) {
+  // Weights: flops; all zero: tokens; all zero too: equal shares.
+  auto weight = [&](const ExpertShare& x, int basis) {
+    return basis == 0   ? static_cast<double>(x.flops)
+           : basis == 1 ? static_cast<double>(x.tokens)
+                        : 1.0;
+  };
+  int basis = 0;
+  double total = 0.0;
+  for (; basis < 3; ++basis) {
+    total = 0.0;
+    for (const ExpertShare& x : s.shares) total += weight(x, basis);
+    if (total > 0.0) break;
+  }
+  double before = 0.0;
+  for (const ExpertShare& x : s.shares) {
+    TraceEvent e = call;
+    e.kind = TraceEvent::Kind::Expert;
+    e.cat = "expert";
+    e.name = "layers." + std::to_string(s.layer) + ".experts." + std::to_string(x.expert) +
+             (s.backward ? " bwd" : " fwd");
+    e.expert = x.expert;
+    e.value = static_cast<uint64_t>(x.tokens);
+    e.flops = x.flops;
+    e.derived = true;
+    const double after = before + weight(x, basis);
+    e.ts = call.ts + call.dur * (before / total);
+    e.dur = std::max(0.0, call.ts + call.dur * (after / total) - e.ts);
+    before = after;
+    out.push_back(std::move(e));
+  }
 }
 
 StepTiming TraceRecorder::finish_step() {

@@ -56,16 +56,20 @@ enum class SpanKind : uint8_t {
 // One resolved trace event, kept typed until the file is written (serialising costs more than
 // recording; it happens after the run, outside the steps).
 struct TraceEvent {
-  enum class Kind : uint8_t { Span, Expert, Collective, Cache, Counter, Memory, Raw };
+  enum class Kind : uint8_t { Span, Expert, Experts, Collective, Cache, Counter, Memory, Raw };
   Kind kind = Kind::Span;
   const char* cat = "";  // static: "compute", "stall", ...
   int pid = 0, tid = 0;
   double ts = 0.0, dur = 0.0;  // microseconds since the run's start
   int64_t step = 0;
   std::string name;
-  // Expert: layer, expert, value = tokens, backward. Cache: group, layer, expert, value = bytes.
+  // Expert: layer, expert, value = tokens, backward, flops. Experts (a grouped call of several
+  // experts): layer, value = tokens, backward, flops, expert = how many experts.
+  // Cache: group, layer, expert, value = bytes.
   // Collective: op, group, group_size, channel, value = bytes. Counter: value.
   int layer = -1, expert = -1;
+  uint64_t flops = 0;
+  bool derived = false;  // Expert: timed as a share of its Experts span, not by its own events
   int group_size = 0;
   bool backward = false;
   CollectiveOp op = CollectiveOp::Barrier;
@@ -157,6 +161,17 @@ class TraceRecorder final : public CollectiveObserver {
   // stream. Spans on one stream must nest (end in reverse order of begin).
   int begin_span(Stream& stream, SpanKind kind, std::string name);
   int begin_expert(Stream& stream, int layer, int expert, int64_t tokens, TracePass pass);
+  // Several experts computed together (grouped GEMMs: moe/local_experts.cpp): the span times
+  // the whole call ("layers.L.experts fwd", cat "experts"); each expert of `experts` also gets
+  // an "expert" span inside it, back to back in list order, whose duration is the call's times
+  // that expert's share of the flops (derived, args.timing "flops share": one expert's slice
+  // of a grouped GEMM has no events of its own).
+  struct ExpertShare {
+    int expert = 0;
+    int64_t tokens = 0;
+    uint64_t flops = 0;
+  };
+  int begin_experts(Stream& stream, int layer, TracePass pass, std::vector<ExpertShare> experts);
   void end_span(int span);
 
   // `waiter` waits for `ready` (the token all-to-all's completion): timed always (a2a_wait_ms),
@@ -188,7 +203,7 @@ class TraceRecorder final : public CollectiveObserver {
   void end_collective(uint64_t token, Stream& stream) override;
 
  private:
-  enum class Cat : uint8_t { Compute, Stall, Expert, Collective };
+  enum class Cat : uint8_t { Compute, Stall, Expert, Experts, Collective };
   struct Span {
     Cat cat = Cat::Compute;
     int tid = 0;
@@ -199,10 +214,11 @@ class TraceRecorder final : public CollectiveObserver {
     std::string name;
     Event* start = nullptr;
     Event* end = nullptr;
-    // Expert spans.
+    // Expert spans (Experts: the experts and their shares).
     int layer = -1, expert = -1;
     int64_t tokens = 0;
     bool backward = false;
+    std::vector<ExpertShare> shares;
     // Collective spans.
     CollectiveOp op = CollectiveOp::Barrier;
     std::string group, channel;
@@ -213,6 +229,8 @@ class TraceRecorder final : public CollectiveObserver {
   double host_now_us() const;
   // Resolves a completed span: its duration (ms) and, when traced, its event into `out`.
   double resolve(const Span& s, double step_offset_us, std::vector<TraceEvent>& out) const;
+  // The derived "expert" events of a resolved Experts span `call` (begin_experts).
+  static void share_out(const Span& s, const TraceEvent& call, std::vector<TraceEvent>& out);
   TraceEvent host_event(TraceEvent::Kind kind, std::string name) const;
 
   Device& device_;

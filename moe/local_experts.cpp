@@ -43,10 +43,18 @@ std::vector<GroupSpec> LocalExperts::param_groups() const {
   return groups;
 }
 
-int LocalExperts::span(const ModuleContext& ctx, const DispatchState& rows, int j,
-                       TracePass pass) const {
+int LocalExperts::experts_span(const ModuleContext& ctx, const DispatchState& rows,
+                               const std::vector<ExpertParams>& ex, TracePass pass) const {
   if (!rt_.trace || !rt_.trace->tracing()) return -1;
-  return rt_.trace->begin_expert(ctx.s(), layer_, expert(j), rows.rows_of(j), pass);
+  // FLOPs of one row: 3 GEMMs of 2 C F forward; backward 6 (dact, dW2, dW1, dW3, dx twice).
+  const uint64_t row_flops = static_cast<uint64_t>(2 * cfg_.d_model * cfg_.expert_width()) *
+                             (pass == TracePass::Forward ? 3u : 6u);
+  std::vector<TraceRecorder::ExpertShare> shares;
+  for (const ExpertParams& e : ex) {
+    const int64_t n = rows.rows_of(e.j);
+    shares.push_back({expert(e.j), n, static_cast<uint64_t>(n) * row_flops});
+  }
+  return rt_.trace->begin_experts(ctx.s(), layer_, pass, std::move(shares));
 }
 
 std::vector<int> LocalExperts::block_groups() const {
@@ -65,23 +73,6 @@ std::vector<Tensor> LocalExperts::acquire_block(const ModuleContext& ctx,
 
 void LocalExperts::release_block(const ModuleContext& ctx, ParamProvider& params) const {
   for (int j = 0; j < experts_per_rank_; ++j) params.release(group(j), ctx.s());
-}
-
-void LocalExperts::forward_expert(const ModuleContext& ctx, const DispatchState& rows, int j,
-                                  const GroupLayout& el, const Tensor& w, const Tensor& x,
-                                  const Tensor& gate, const Tensor& up, const Tensor& act,
-                                  const Tensor& y) const {
-  Ops& ops = ctx.ops();
-  Stream& s = ctx.s();
-  const int sp = span(ctx, rows, j, TracePass::Forward);
-  rows.for_each_block(j, [&](int64_t row, int64_t n) {
-    auto block = [&](const Tensor& t) { return t.slice_rows(row, row + n); };
-    linear_forward(ctx, block(x), el.view(w, kW1), block(gate));
-    linear_forward(ctx, block(x), el.view(w, kW3), block(up));
-    ops.swiglu_forward(s, block(gate), block(up), block(act));
-    linear_forward(ctx, block(act), el.view(w, kW2), block(y));
-  });
-  if (rt_.trace) rt_.trace->end_span(sp);
 }
 
 namespace {
@@ -106,11 +97,6 @@ void LocalExperts::forward_experts(const ModuleContext& ctx, const DispatchState
                                    const std::vector<ExpertParams>& ex, const Tensor& x,
                                    const Tensor& gate, const Tensor& up, const Tensor& act,
                                    const Tensor& y) const {
-  if (rt_.trace && rt_.trace->tracing()) {  // one span per expert
-    for (const ExpertParams& e : ex)
-      forward_expert(ctx, rows, e.j, *e.layout, e.w, x, gate, up, act, y);
-    return;
-  }
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
   std::vector<GemmProblem> gate_up, down;
@@ -124,12 +110,14 @@ void LocalExperts::forward_experts(const ModuleContext& ctx, const DispatchState
       blocks.emplace_back(row, n);
     });
   if (blocks.empty()) return;
+  const int span = experts_span(ctx, rows, ex, TracePass::Forward);  // while tracing
   ops.grouped_gemm(s, gate_up, Transpose::No, Transpose::Yes, 1.0f, 0.0f);
   for (const auto& [row, n] : merged_ranges(blocks)) {
     auto r = [&](const Tensor& t) { return t.slice_rows(row, row + n); };
     ops.swiglu_forward(s, r(gate), r(up), r(act));
   }
   ops.grouped_gemm(s, down, Transpose::No, Transpose::Yes, 1.0f, 0.0f);
+  if (rt_.trace) rt_.trace->end_span(span);
 }
 
 void LocalExperts::backward_experts(const ModuleContext& ctx, const DispatchState& rows,
@@ -137,17 +125,11 @@ void LocalExperts::backward_experts(const ModuleContext& ctx, const DispatchStat
                                     const Tensor& gate, const Tensor& up, const Tensor& dy,
                                     const Tensor& act, const Tensor& dact, const Tensor& dgate,
                                     const Tensor& dup, const Tensor& dx) const {
-  if (rt_.trace && rt_.trace->tracing()) {  // one span per expert
-    for (const ExpertParams& e : ex)
-      backward_expert(ctx, rows, e.j, *e.layout, e.w, e.gw, x, gate, up, dy, act, dact, dgate, dup,
-                      dx);
-    return;
-  }
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
   std::vector<GemmProblem> dact_p, dx1, dx3;
   // Weight gradients accumulate (`+=`) over an expert's blocks: round r holds every expert's
-  // r-th block, so each expert's blocks are added in the same order as backward_expert's.
+  // r-th block, so each expert's blocks are added in its row-block order.
   std::vector<std::vector<GemmProblem>> gw2_rounds, gw13_rounds;
   std::vector<std::pair<int64_t, int64_t>> blocks;
   for (const ExpertParams& e : ex) {
@@ -169,6 +151,7 @@ void LocalExperts::backward_experts(const ModuleContext& ctx, const DispatchStat
     });
   }
   if (blocks.empty()) return;
+  const int span = experts_span(ctx, rows, ex, TracePass::Backward);  // while tracing
   const auto ranges = merged_ranges(blocks);
   auto each_range = [&](auto&& f) {
     for (const auto& [row, n] : ranges)
@@ -185,6 +168,7 @@ void LocalExperts::backward_experts(const ModuleContext& ctx, const DispatchStat
     ops.grouped_gemm(s, round, Transpose::Yes, Transpose::No, 1.0f, 1.0f);
   ops.grouped_gemm(s, dx1, Transpose::No, Transpose::No, 1.0f, 0.0f);
   ops.grouped_gemm(s, dx3, Transpose::No, Transpose::No, 1.0f, 1.0f);
+  if (rt_.trace) rt_.trace->end_span(span);
 }
 
 TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& params,
@@ -201,28 +185,6 @@ TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& para
   });
   act.reset();
   return y;
-}
-
-void LocalExperts::backward_expert(const ModuleContext& ctx, const DispatchState& rows, int j,
-                                   const GroupLayout& el, const Tensor& w, const Tensor& gw,
-                                   const Tensor& x, const Tensor& gate, const Tensor& up,
-                                   const Tensor& dy, const Tensor& act, const Tensor& dact,
-                                   const Tensor& dgate, const Tensor& dup, const Tensor& dx) const {
-  Ops& ops = ctx.ops();
-  Stream& s = ctx.s();
-  const int sp = span(ctx, rows, j, TracePass::Backward);
-  rows.for_each_block(j, [&](int64_t row, int64_t n) {
-    auto block = [&](const Tensor& t) { return t.slice_rows(row, row + n); };
-    ops.swiglu_forward(s, block(gate), block(up), block(act));  // recompute
-    linear_backward_data(ctx, block(dy), el.view(w, kW2), block(dact), Accumulate::No);
-    linear_backward_weight(ctx, block(dy), block(act), el.view(gw, kW2));
-    ops.swiglu_backward(s, block(gate), block(up), block(dact), block(dgate), block(dup));
-    linear_backward_weight(ctx, block(dgate), block(x), el.view(gw, kW1));
-    linear_backward_weight(ctx, block(dup), block(x), el.view(gw, kW3));
-    linear_backward_data(ctx, block(dgate), el.view(w, kW1), block(dx), Accumulate::No);
-    linear_backward_data(ctx, block(dup), el.view(w, kW3), block(dx), Accumulate::Yes);
-  });
-  if (rt_.trace) rt_.trace->end_span(sp);
 }
 
 TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& params,

@@ -68,21 +68,12 @@ class LocalExperts {
   void release_block(const ModuleContext& ctx, ParamProvider& params) const;
 
  private:
-  // One expert's compute over its row blocks; [in] w, gw: its parameters and gradient.
-  void forward_expert(const ModuleContext& ctx, const DispatchState& rows, int j,
-                      const GroupLayout& el, const Tensor& w, const Tensor& x, const Tensor& gate,
-                      const Tensor& up, const Tensor& act, const Tensor& y) const;
-  void backward_expert(const ModuleContext& ctx, const DispatchState& rows, int j,
-                       const GroupLayout& el, const Tensor& w, const Tensor& gw, const Tensor& x,
-                       const Tensor& gate, const Tensor& up, const Tensor& dy, const Tensor& act,
-                       const Tensor& dact, const Tensor& dgate, const Tensor& dup,
-                       const Tensor& dx) const;
   // Several experts' compute as grouped GEMMs (Ops::grouped_gemm: every ready expert's row
   // blocks in one call per GEMM of the SwiGLU FFN, elementwise ops over merged row ranges).
-  // Each output element is computed by the same kernel call shape as in forward_expert /
-  // backward_expert and weight gradients accumulate their row blocks in the same order, so the
-  // results are bit-identical to running the experts one by one. While tracing, the experts
-  // run one by one (forward_expert / backward_expert) so that each keeps its trace span.
+  // Each output element is computed by the same kernel call shape as one GEMM per expert and
+  // row block, and weight gradients accumulate their row blocks in block order, so the results
+  // are bit-identical to running the experts one by one. Tracing runs this same path: one
+  // "experts" span around the grouped calls, per-expert spans derived from it (experts_span).
   using ExpertParams = ExpertWeights;  // one wave's experts (moe/gather_strategy.h)
   void forward_experts(const ModuleContext& ctx, const DispatchState& rows,
                        const std::vector<ExpertParams>& ex, const Tensor& x, const Tensor& gate,
@@ -91,9 +82,10 @@ class LocalExperts {
                         const std::vector<ExpertParams>& ex, const Tensor& x, const Tensor& gate,
                         const Tensor& up, const Tensor& dy, const Tensor& act, const Tensor& dact,
                         const Tensor& dgate, const Tensor& dup, const Tensor& dx) const;
-  // A trace span for local expert j's compute (its rows of this micro-batch) while tracing;
-  // -1 otherwise.
-  int span(const ModuleContext& ctx, const DispatchState& rows, int j, TracePass pass) const;
+  // While tracing, a span around the grouped compute of `ex` (TraceRecorder::begin_experts:
+  // each expert's rows of this micro-batch and its GEMM flops); -1 otherwise.
+  int experts_span(const ModuleContext& ctx, const DispatchState& rows,
+                   const std::vector<ExpertParams>& ex, TracePass pass) const;
 
   ModelConfig cfg_;
   MoeRuntime rt_;

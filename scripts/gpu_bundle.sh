@@ -11,6 +11,8 @@
 # there and puts DIR/root/usr first on CMake's prefix path and the loader's library path.
 # MPI is not bundled (the GPU check builds with MOEZERO_MPI=OFF).
 # MOEZERO_BUNDLE_PACK=0: unpack only, no tarball (tests/install/gpu_bundle_test.sh).
+# --list: print the packages (one a line) and exit; tests/install/bundle_lists_deps_test.sh
+# checks that every package cmake/MoezeroDependencies.cmake requires is among them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-.gpu-bundle}
@@ -23,12 +25,17 @@ PACKAGES=(
   libopenblas-dev libopenblas-pthread-dev libopenblas0 libopenblas0-pthread
   libgfortran5 libquadmath0                                     # what libopenblas links
   nlohmann-json3-dev                                            # header-only
+  libpcre2-dev libpcre2-8-0                                     # hf/'s tokenizer regex
   zlib1g-dev zlib1g
   libgtest-dev libgmock-dev                                     # static libraries
   libbenchmark-dev libbenchmark1debian
 )
 # Taken when the archive has them (the CPU GEMM library, when the build uses it).
 OPTIONAL=(libdnnl-dev libdnnl2 libgomp1)
+if [[ ${1:-} == --list ]]; then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
+fi
 
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -53,7 +60,11 @@ root=$OUT/root
 # Pruned: nothing here builds or runs against them (static OpenBLAS alone is 58 MB).
 rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/lintian" \
   "$root/usr/share/bug" "$root/usr/src" "$root/usr/lib/$ARCH/openblas-pthread/"*.a \
-  "$root/usr/lib/$ARCH/openblas-pthread/liblapack"* "$root/usr/lib/$ARCH/openblas-pthread/libblas"*
+  "$root/usr/lib/$ARCH/openblas-pthread/liblapack"* "$root/usr/lib/$ARCH/openblas-pthread/libblas"* \
+  "$root/usr/lib/$ARCH/"libpcre2-*.a "$root/usr/lib/$ARCH/"libpcre2-{16,32,posix}.so \
+  "$root/usr/lib/$ARCH/pkgconfig/"libpcre2-{16,32,posix}.pc
+# (libpcre2-dev's 16-bit, 32-bit and POSIX variants: links to packages not taken; hf/ uses
+# the 8-bit library only.)
 # Absolute links (libz.so -> /lib/...) would leave the bundle: made relative inside it.
 while IFS= read -r link; do
   target=$(readlink "$link")

@@ -12,8 +12,11 @@
 # Budget: 8 minutes in all; each step has its own timeout.
 # On the lent machine (bare: no Debian build dependencies, no registry), first run
 # scripts/gpu_bundle.sh here and carry .gpu-bundle/bundle.tar.xz (README "GPU check").
+# --build-only: configure and build, then stop (benchmarks/gpu_vs_torch.py builds through it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+BUILD_ONLY=0
+[[ ${1:-} == --build-only ]] && BUILD_ONLY=1
 BUILD=${MOEZERO_GPU_BUILD_DIR:-build-gpu}
 LOGS=${MOEZERO_GPU_LOG_DIR:-$BUILD/logs}
 JOBS=${MOEZERO_JOBS:-16}
@@ -78,7 +81,7 @@ fi
 # nvidia/cuda_nvcc. NCCL: next to the CUDA toolkit (/usr/local/cuda/include, lib64), the
 # system (/usr/include, /usr/lib/x86_64-linux-gnu), then a pip wheel's nvidia/nccl
 # (nvidia-nccl-cu13, which PyTorch brings). Debian build dependencies (oneTBB, OpenBLAS,
-# nlohmann-json, zlib, GoogleTest, Benchmark; oneDNN when bundled): the system's, unless the
+# nlohmann-json, PCRE2, zlib, GoogleTest, Benchmark; oneDNN when bundled): the system's, unless the
 # bundle of scripts/gpu_bundle.sh is here ($MOEZERO_GPU_BUNDLE, default .gpu-bundle: its
 # bundle.tar.xz is unpacked once), whose prefix then comes first for CMake and the loader.
 CMAKE_ARGS=(-DCMAKE_BUILD_TYPE=Release -DMOEZERO_CUDA=ON -DMOEZERO_BUILD_TESTS=ON
@@ -128,6 +131,10 @@ fi
 if ! step build 300 cmake --build "$BUILD" -j"$JOBS"; then
   summary
   exit 1
+fi
+if [[ $BUILD_ONLY -eq 1 ]]; then
+  summary
+  exit 0
 fi
 
 # Each test executable that this tree builds. CUDA cases must run, not skip: a case skipped

@@ -8,6 +8,7 @@
 #include "report/report.h"
 #include "report/report_render.h"
 #include "report/routing_report.h"
+#include "report/step_breakdown.h"
 #include "tools/cli.h"
 
 namespace moezero::cli {
@@ -56,6 +57,8 @@ int report(const std::vector<std::string>& args) {
               << " step(s) (a resumed run): the last record of each is kept\n";
   const report::Report r = report::compute_report(run);
   if (!quiet) report::write_text(std::cout, r);
+  if (!quiet && r.kind == "trace")
+    report::write_step_breakdown(std::cout, report::read_step_breakdown(input));
   if (!html.empty()) {
     write_output_file(html, report::render_html(r), "--html");
     std::cerr << "report: wrote " << html << "\n";

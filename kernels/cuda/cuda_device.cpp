@@ -167,6 +167,7 @@ cublasHandle_t CudaStream::cublas() {
     // Pointer mode host (alpha/beta are host floats); default math (no TF32 for f32 inputs,
     // so f32 GEMMs match the CPU reference closely).
     MOEZERO_CUDA_CHECK(cublasSetPointerMode(cublas_, CUBLAS_POINTER_MODE_HOST));
+    MOEZERO_CUDA_CHECK(cublasSetMathMode(cublas_, kCublasMathMode));
   });
   return cublas_;
 }

@@ -1,6 +1,8 @@
 // kernels/cuda/cuda_gemm.cu — gemm and grouped_gemm on cuBLAS (cublasGemmEx /
 // cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F: fp32 accumulation; bf16 inputs use tensor
-// cores, f32 inputs stay full fp32 — no TF32 — to match the CPU reference).
+// cores, f32 inputs stay full fp32 — no TF32 — to match the CPU reference). The handle's math
+// mode (kCublasMathMode, cuda_objects.h) forbids split-k partial sums in C's dtype: a bf16 C is
+// one rounding of the fp32 sum, as on the CPU.
 //
 // Row-major through column-major cuBLAS: a row-major (m, n) C is a column-major (n, m) C^T,
 // and C^T = op(B)^T op(A)^T, so cuBLAS is called with the operands swapped:

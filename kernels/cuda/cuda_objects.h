@@ -32,6 +32,16 @@
 
 namespace moezero::cuda {
 
+// Math mode of every cuBLAS handle (each stream's, and the kernel bench's raw baseline).
+// Default math: CUBLAS_COMPUTE_32F stays full fp32 (no TF32 for f32 inputs). Without
+// DISALLOW_REDUCED_PRECISION_REDUCTION, cuBLAS may split k (few output tiles, long k: m 5 n 7
+// k 1030, m 64 n 24 k 1030, even 300 x 260 x 33 on 132 SMs) and add the partial sums in C's
+// dtype: a bf16 C then holds a sum of bf16-rounded partials (errors of several bf16 ulps of
+// the partials, not one rounding of the fp32 sum). With the flag the partials are reduced in
+// fp32 (in the workspace) and rounded to C's dtype once, as the CPU backend does.
+inline constexpr cublasMath_t kCublasMathMode = static_cast<cublasMath_t>(
+    CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+
 // Error codes a kernel can report (see report_kernel_error in cuda_common.cuh); the stream
 // turns them into the same messages as the CPU backend (kernels/cpu).
 enum KernelErrorCode : int {

@@ -12,7 +12,9 @@ mkdir -p "$work"
 bundle=$work/bundle
 MOEZERO_BUNDLE_PACK=0 bash "$src/scripts/gpu_bundle.sh" "$bundle"
 prefix=$bundle/root/usr
-blind=("-DCMAKE_IGNORE_PREFIX_PATH=/usr;/" "-DCMAKE_SYSTEM_IGNORE_PREFIX_PATH=/usr;/")
+# pkg-config hidden too: the lent machine has none, and it would find the system's PCRE2.
+blind=("-DCMAKE_IGNORE_PREFIX_PATH=/usr;/" "-DCMAKE_SYSTEM_IGNORE_PREFIX_PATH=/usr;/"
+       -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON)
 common=(-G Ninja -DMOEZERO_CUDA=OFF -DMOEZERO_MPI=OFF -DMOEZERO_BUILD_TESTS=ON
         -DMOEZERO_BUILD_BENCHMARKS=ON)
 
@@ -29,7 +31,8 @@ echo "== configure with the bundle only"
 cache=$work/build/CMakeCache.txt
 fail=0
 for key in TBB_DIR nlohmann_json_DIR GTest_DIR benchmark_DIR BLAS_openblas_LIBRARY \
-           MOEZERO_CBLAS_INCLUDE ZLIB_LIBRARY_RELEASE ZLIB_INCLUDE_DIR; do
+           MOEZERO_CBLAS_INCLUDE ZLIB_LIBRARY_RELEASE ZLIB_INCLUDE_DIR MOEZERO_PCRE2_INCLUDE \
+           MOEZERO_PCRE2_LIBRARY; do
   value=$(grep -E "^$key:[A-Z]+=" "$cache" | head -1 | cut -d= -f2-)
   if [[ $value != "$bundle"/* ]]; then
     echo "FAIL: $key = '${value}', not in the bundle $bundle"

@@ -73,7 +73,7 @@ TEST(GatherStrategy, UnknownNameIsRefusedNamingItAndTheKnownOnes) {
 TEST(GatherStrategy, CacheAndEvaluationPropertiesPerStrategy) {
   EXPECT_TRUE(gather_strategy("experts").uses_shard_cache());
   EXPECT_FALSE(gather_strategy("leaf").uses_shard_cache());
-  EXPECT_FALSE(gather_strategy("fsdp").uses_shard_cache());
+  EXPECT_TRUE(gather_strategy("fsdp").uses_shard_cache());  // FSDP2 reshard_after_backward=False
   EXPECT_EQ(gather_strategy("experts").evaluation_strategy(), "experts");
   EXPECT_EQ(gather_strategy("leaf").evaluation_strategy(), "leaf");
   EXPECT_EQ(gather_strategy("fsdp").evaluation_strategy(), "leaf");  // nothing to hold for
