@@ -59,6 +59,7 @@
 #include "core/communicator.h"
 #include "core/param_group.h"
 #include "core/residency.h"
+#include "zero/gather_codec.h"
 
 namespace moezero {
 
@@ -107,6 +108,8 @@ struct ZeroOptions {
   bool check_finite = true;
   // Test/debug hook, called on the host in grad_ready() before the check (may be empty).
   std::function<void(const GradReadyInfo&)> grad_hook;
+  // The wire format of parameter all-gathers (zero/gather_codec.h); null: IdentityCodec.
+  std::shared_ptr<const GatherCodec> gather_codec;
 };
 
 // The communicators of a group's sharding group (world for dense groups, the EDP group for
