@@ -27,13 +27,28 @@ void FetchCoordinator::initialise() {
     if (p->params_sharded && std::find(comms.begin(), comms.end(), p->comms.gather) == comms.end())
       comms.push_back(p->comms.gather);
   live_limit_per_comm_ = m_.options.max_live_bytes / std::max<uint64_t>(1, comms.size());
+  // Reused by the next micro-batch of this step (never past the step: the optimizer changes
+  // the shard); the last micro-batch's own forward-to-backward reuse is the model's may_hold.
+  const auto reusable = [this] { return m_.micro_batch + 1 < m_.options.micro_batches_per_step; };
+  for (auto& p : m_.groups)
+    if (p->params_sharded && !p->expert && !dense_keep_.count(p->comms.gather))
+      dense_keep_[p->comms.gather] =
+          std::make_unique<DenseKeep>(m_.options.keep_dense_bytes, reusable);
+}
+
+ResidencyCache* FetchCoordinator::residency(const GroupState& st) const {
+  if (st.expert) return cache_.get();
+  auto it = dense_keep_.find(st.comms.gather);
+  return it == dense_keep_.end() ? nullptr : it->second.get();
 }
 
 // ---- queries -----------------------------------------------------------------------------
 
 void FetchCoordinator::set_keep_score(int g, double score) {
-  group(g).keep_score = score;
-  if (cache_ && cache_->contains(g)) cache_->set_score(g, score);
+  GroupState& st = group(g);
+  st.keep_score = score;
+  ResidencyCache* r = residency(st);
+  if (r && r->contains(g)) r->set_score(g, score);
 }
 uint64_t FetchCoordinator::fetch_ticket(int g) const {
   const GroupState& st = group(g);
@@ -81,21 +96,21 @@ Tensor FetchCoordinator::acquire(int g, Stream& compute) {
     MOEZERO_CHECK(!st.acquired(), "acquire of parameter group '", st.layout.spec().name,
                   "', which is already acquired (release it first)");
     if (st.state == State::Held || st.state == State::HeldUnused) {
-      if (!st.expert) {  // dense, kept from an earlier micro-batch
-        m_.counters.dense_kept_hits += 1;
-        st.state = State::HeldFull;
-      } else if (cache_->lookup(g, m_.step) == CacheLookup::Hit) {
-        cache_->pin(g);
-        m_.counters.cache_hits += 1;
-        m_.group_counters[static_cast<size_t>(g)].cache_hits += 1;
-        trace_cache("hit", g);
-        st.state = State::HeldFull;
-      } else {  // stale (cannot happen while the cache is emptied at every step; stay safe)
-        drop_resident(g);
-      }
-      if (st.state == State::HeldFull) {
+      ResidencyCache& r = *residency(st);
+      if (r.lookup(g, m_.step) == CacheLookup::Hit) {  // kept since an earlier release
+        r.pin(g);
+        if (st.expert) {
+          m_.counters.cache_hits += 1;
+          m_.group_counters[static_cast<size_t>(g)].cache_hits += 1;
+          trace_cache("hit", g);
+        } else {
+          m_.counters.dense_kept_hits += 1;
+        }
         st.full.buffer().retag(MemTag::FullParam);
         count_live(st, +1);
+        st.state = State::HeldFull;
+      } else {  // stale (cannot happen while residencies are emptied at every step; stay safe)
+        drop_resident(g);
       }
     } else if (st.expert && cache_) {
       m_.counters.cache_misses += 1;
@@ -140,13 +155,12 @@ void FetchCoordinator::release(int g) {
                 "', which is not acquired");
   count_live(st, -1);
   if (st.state == State::HeldFull) {  // served by a residency: still resident
-    if (st.expert) cache_->unpin(g);
+    residency(st)->unpin(g);
     st.full.buffer().retag(MemTag::Cache);
     st.state = State::Held;
     return;
   }
-  if (!st.expert && keep_dense(g)) return;
-  if (st.expert && cache_ && offer_to_cache(g, State::Held)) return;
+  if (residency(st) && offer(g, State::Held)) return;
   st.full.reset();  // stream-safe: reused only after gather and compute passed this point
   st.state = State::Sharded;
 }
@@ -155,8 +169,9 @@ void FetchCoordinator::discard_prefetch(int g) {
   GroupState& st = group(g);
   if (!st.params_sharded || st.state != State::Gathering) return;
   if (st.origin != Origin::Planned && st.origin != Origin::Recorded) return;  // not a guess
-  // Kept by the cache: not waste unless it leaves the cache unused (drop_resident counts it).
-  if (st.expert && cache_ && !cache_->contains(g) && offer_to_cache(g, State::HeldUnused)) {
+  // Kept by the shard cache: not waste unless it leaves the cache unused (drop_resident counts
+  // it). The dense keep takes only groups acquired in this micro-batch.
+  if (st.expert && cache_ && !cache_->contains(g) && offer(g, State::HeldUnused)) {
     count_live(st, -1);  // kept for a later acquire (its gather may still be in flight)
     return;
   }
@@ -165,34 +180,21 @@ void FetchCoordinator::discard_prefetch(int g) {
 
 // ---- residency ---------------------------------------------------------------------------
 
-bool FetchCoordinator::offer_to_cache(int g, State kept_as) {
+bool FetchCoordinator::offer(int g, State kept_as) {
   GroupState& st = group(g);
-  CacheAdmit a = cache_->admit(g, st.full_bytes(m_.options.compute_dtype), m_.step, st.keep_score);
+  ResidencyCache& r = *residency(st);
+  CacheAdmit a = r.admit(g, st.full_bytes(m_.options.compute_dtype), m_.step, st.keep_score);
   for (int e : a.evicted) {
     trace_cache("evict", e);
     drop_resident(e);
     m_.counters.cache_evictions += 1;
   }
-  if (m_.tracing()) m_.trace->counter("cache_bytes", cache_->counters().bytes_resident);
+  if (st.expert && m_.tracing()) m_.trace->counter("cache_bytes", r.counters().bytes_resident);
   if (!a.admitted) return false;
   st.full.buffer().retag(MemTag::Cache);
+  // The gathered buffer holds this rank's shard: give the shard's memory back.
   alias_shard(g);
   st.state = kept_as;
-  return true;
-}
-
-bool FetchCoordinator::keep_dense(int g) {
-  GroupState& st = group(g);
-  // Reused by the next micro-batch of this step (never past the step: the optimizer changes
-  // the shard); the last micro-batch's own forward-to-backward reuse is the model's may_hold.
-  if (m_.micro_batch + 1 >= m_.options.micro_batches_per_step) return false;
-  const uint64_t bytes = st.full_bytes(m_.options.compute_dtype);
-  uint64_t& kept = dense_kept_by_comm_[st.comms.gather];
-  if (kept + bytes > m_.options.keep_dense_bytes) return false;
-  kept += bytes;
-  st.full.buffer().retag(MemTag::Cache);
-  alias_shard(g);  // the gathered buffer holds this rank's shard: give the shard's memory back
-  st.state = State::Held;
   return true;
 }
 
@@ -284,11 +286,11 @@ void FetchCoordinator::end_passes() {
     MOEZERO_CHECK(!p.acquired(), "parameter group '", p.layout.spec().name,
                   "' is still acquired at the optimizer step (missing release)");
   }
-  for (size_t i = 0; i < m_.groups.size(); ++i) {  // dense groups kept across micro-batches
-    const GroupState& p = *m_.groups[i];
-    if (!p.expert && p.state == State::Held) drop_resident(static_cast<int>(i));
-  }
-  dense_kept_by_comm_.clear();
+  std::vector<int> kept;  // dense groups kept across micro-batches, dropped in group order
+  for (auto& [comm, keep] : dense_keep_)
+    for (int g : keep->invalidate_all()) kept.push_back(g);
+  std::sort(kept.begin(), kept.end());
+  for (int g : kept) drop_resident(g);
   if (cache_) {
     for (int g : cache_->invalidate_all()) drop_resident(g);
     if (m_.tracing()) m_.trace->counter("cache_bytes", cache_->counters().bytes_resident);

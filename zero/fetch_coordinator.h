@@ -1,6 +1,7 @@
 // zero/fetch_coordinator.h — the fetch side of the ZeRO engine (DESIGN.md "Coordinator"):
-// the one state machine of a parameter group's full parameters, the residency rules that keep
-// gathered groups past their release, and the one gather path, whose wire format is a
+// the one state machine of a parameter group's full parameters, the residency policies that
+// keep gathered groups past their release (core/residency.h: the expert shard cache and the
+// dense keep, two policies of one interface), and the one gather path, whose wire format is a
 // GatherCodec.
 //
 // States (GroupState::state, zero_detail::FetchState) and the transitions that move them:
@@ -29,6 +30,7 @@
 
 #include "core/event_pool.h"
 #include "core/residency.h"
+#include "zero/dense_keep.h"
 #include "zero/fetch_order.h"
 #include "zero/gather_codec.h"
 #include "zero/group_state.h"
@@ -90,9 +92,11 @@ class FetchCoordinator {
   void count_acquire(int g);  // hit / miss / exact / needed bytes
   void count_live(const zero_detail::GroupState& st, int sign);  // +1 gathered, -1 no longer
   uint64_t live_bytes_of(const Communicator* comm) const;
-  bool offer_to_cache(int g, State kept_as);  // admits a gathered expert (true: kept)
-  bool keep_dense(int g);     // at release: keep this dense group to the step's end if it fits
-  void drop_resident(int g);  // Gathering or Held*: the buffer goes back to the allocator
+  // The residency policy that may keep group g: the shard cache (experts, may be null) or the
+  // dense keep of its gather communicator.
+  ResidencyCache* residency(const zero_detail::GroupState& st) const;
+  bool offer(int g, State kept_as);  // admits a gathered group to its residency (true: kept)
+  void drop_resident(int g);         // Gathering or Held*: the buffer goes back to the allocator
   void alias_shard(int g);
   void unalias_shard(int g);
   void measure_wait(Stream& compute, const Event& ready, int g);
@@ -112,9 +116,10 @@ class FetchCoordinator {
   // communicator (the latter is what prefetch decisions see; never iterated).
   uint64_t live_bytes_ = 0;
   std::map<const Communicator*, uint64_t> live_by_comm_;
-  // Dense groups kept gathered across micro-batches, bytes per gather communicator: a function
-  // of that communicator's groups and their release order, so the same on all of its ranks.
-  std::map<const Communicator*, uint64_t> dense_kept_by_comm_;
+  // Dense groups kept gathered across micro-batches (dense_keep.h), one policy per gather
+  // communicator: a function of that communicator's groups and their release order, so the
+  // same on all of its ranks (end_passes drops what they kept in group order).
+  std::map<const Communicator*, std::unique_ptr<ResidencyCache>> dense_keep_;
   // max_live_bytes split evenly over the gather communicators of sharded groups (the world
   // and this rank's EDP group): each communicator's prefetch decisions see only its own
   // groups (identical on its ranks), and the shares add up to the limit.
