@@ -9,7 +9,7 @@
 #include "core/communicator.h"
 #include "core/config.h"
 #include "prefetch/frequency_model.h"
-#include "prefetch/prefetch_policy.h"
+#include "prefetch/prefetch_planner.h"
 
 namespace moezero {
 class TraceRecorder;
@@ -114,12 +114,12 @@ struct MoeRuntime {
   // Routing-aware prefetch (may be null: experts are gathered on demand). The model is updated
   // from the agreed counts, so it is identical on every rank; the plans made from it are too.
   prefetch::FrequencyModel* frequency = nullptr;
-  PrefetchConfig prefetch;
-  // The cost policy's link model: from config and the EDP group's size, so identical on every
-  // rank of the group (never a rank's own clock).
-  prefetch::PrefetchCosts prefetch_costs;
+  // Where the prefetch decisions come from (prefetch/prefetch_planner.h): the expert plan
+  // before routing (made from `frequency`, prefetch.policy and the link costs) and backward's
+  // exact order. Null: nothing planned ahead, backward exact. Not owned.
+  const prefetch::PrefetchPlanner* planner = nullptr;
   // How the local experts are gathered (zero.moe_gather). Leaf and Fsdp gather the block as
-  // one coalesced collective and ignore `frequency`'s plans and `prefetch` for experts.
+  // one coalesced collective and ignore `planner`'s expert plans.
   MoeGather gather = MoeGather::Experts;
   // zero.reshard_after_forward (gather == Experts only): false keeps an active expert acquired
   // in forward until its backward (ParamProvider::may_hold decides within the live limit).

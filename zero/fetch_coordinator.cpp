@@ -14,10 +14,13 @@ using zero_detail::GroupState;
 
 FetchCoordinator::FetchCoordinator(zero_detail::EngineShared& shared,
                                    std::unique_ptr<ResidencyCache> expert_cache,
-                                   std::shared_ptr<const GatherCodec> codec)
+                                   std::shared_ptr<const GatherCodec> codec,
+                                   prefetch::PrefetchPlanner* planner)
     : m_(shared),
       cache_(std::move(expert_cache)),
       codec_(codec ? std::move(codec) : std::make_shared<IdentityCodec>()),
+      own_planner_(planner ? nullptr : std::make_unique<prefetch::PrefetchPlanner>()),
+      planner_(planner ? planner : own_planner_.get()),
       gather_events_(shared.device),
       stall_events_(shared.device) {}
 
@@ -86,7 +89,7 @@ Tensor FetchCoordinator::acquire(int g, Stream& compute) {
   GroupState& st = group(g);
   // Follow the recorded order of this group's communicator; once this step leaves it, no
   // prefetch by order for that communicator until the step ends.
-  orders_[comm_key(st.comms.gather)].on_acquire(g);
+  planner_->dense_acquired(comm_key(st.comms.gather), g);
   Tensor out;
   if (!st.params_sharded) {
     if (st.expert) m_.counters.needed_expert_bytes += st.full_bytes(m_.options.compute_dtype);
@@ -295,7 +298,7 @@ void FetchCoordinator::end_passes() {
     for (int g : cache_->invalidate_all()) drop_resident(g);
     if (m_.tracing()) m_.trace->counter("cache_bytes", cache_->counters().bytes_resident);
   }
-  for (auto& [key, o] : orders_) o.end_step();  // (re-)learn each communicator's order
+  planner_->end_step();  // (re-)learn each communicator's order
 }
 
 // ---- timings -----------------------------------------------------------------------------
@@ -337,15 +340,12 @@ void FetchCoordinator::collect_gather_ms() {
 // ---- recorded orders ---------------------------------------------------------------------
 
 std::vector<std::pair<std::string, std::vector<int>>> FetchCoordinator::orders() const {
-  std::vector<std::pair<std::string, std::vector<int>>> out;
-  for (const auto& [key, o] : orders_) out.emplace_back(key, o.recorded());
-  return out;
+  return planner_->dense_orders();
 }
 
 void FetchCoordinator::set_orders(
     const std::vector<std::pair<std::string, std::vector<int>>>& orders) {
-  orders_.clear();
-  for (const auto& [key, ids] : orders) orders_[key] = FetchOrder::restored(ids);
+  planner_->set_dense_orders(orders);
 }
 
 }  // namespace moezero

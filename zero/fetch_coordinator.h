@@ -30,8 +30,8 @@
 
 #include "core/event_pool.h"
 #include "core/residency.h"
+#include "prefetch/prefetch_planner.h"
 #include "zero/dense_keep.h"
-#include "zero/fetch_order.h"
 #include "zero/gather_codec.h"
 #include "zero/group_state.h"
 
@@ -39,9 +39,10 @@ namespace moezero {
 
 class FetchCoordinator {
  public:
-  // [in] codec: the wire format of every gather (null: IdentityCodec).
+  // [in] codec: the wire format of every gather (null: IdentityCodec). [in] planner: where
+  // the dense recorded order is kept and asked (null: an own one). Not owned.
   FetchCoordinator(zero_detail::EngineShared& shared, std::unique_ptr<ResidencyCache> expert_cache,
-                   std::shared_ptr<const GatherCodec> codec);
+                   std::shared_ptr<const GatherCodec> codec, prefetch::PrefetchPlanner* planner);
 
   void initialise();  // after every group was added: the live limit per communicator
 
@@ -109,9 +110,10 @@ class FetchCoordinator {
   zero_detail::EngineShared& m_;
   std::unique_ptr<ResidencyCache> cache_;  // expert shard cache (may be null)
   std::shared_ptr<const GatherCodec> codec_;
-  // Prefetch by recorded order, kept per gather communicator (see prefetch_ahead). Keyed by
-  // comm_key: iteration order must be the same on every rank, so never key by address.
-  std::map<std::string, FetchOrder> orders_;
+  // The dense recorded order of every gather communicator, keyed by comm_key (see
+  // prefetch_ahead): iteration order must be the same on every rank, so never by address.
+  std::unique_ptr<prefetch::PrefetchPlanner> own_planner_;  // when none was given
+  prefetch::PrefetchPlanner* planner_;
   // Gathered (Gathering or acquired) bytes of params_sharded groups: all, and per gather
   // communicator (the latter is what prefetch decisions see; never iterated).
   uint64_t live_bytes_ = 0;

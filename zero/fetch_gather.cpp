@@ -168,11 +168,9 @@ void FetchCoordinator::prefetch_ahead() {
   // from its own groups only; its walk issues gathers in recorded order and stops at the first
   // group that does not fit (never skipping ahead). Experts of other EDP groups, or the
   // position of the rank's last acquire among them, never enter a decision.
-  for (auto& [key, o] : orders_) {  // keyed by group and channel: the same order on every rank
-    const std::span<const int> next = o.ahead();  // empty unless replaying
-    if (next.empty()) continue;
-    uint64_t ahead = 0;
-    uint64_t live = live_bytes_of(group(o.recorded().front()).comms.gather);
+  planner_->each_dense_ahead([this](std::span<const int> next) {
+    uint64_t ahead = 0;  // the planner's channels: the same order on every rank
+    uint64_t live = live_bytes_of(group(next.front()).comms.gather);
     for (int g : next) {
       GroupState& st = group(g);
       if (!st.params_sharded || st.expert) continue;  // experts: prefetched by their policy
@@ -186,7 +184,7 @@ void FetchCoordinator::prefetch_ahead() {
       ahead += bytes;  // in flight or just issued
       if (ahead >= m_.options.prefetch_bucket_bytes) break;
     }
-  }
+  });
 }
 
 }  // namespace moezero

@@ -15,8 +15,10 @@ using zero_detail::GroupState;
 ZeroEngine::ZeroEngine(Device& device, EngineStreams streams, std::vector<GroupSpec> groups,
                        const std::function<GroupComms(const GroupSpec&)>& comms_of,
                        Communicator& world_misc, ZeroOptions options,
-                       std::unique_ptr<ResidencyCache> expert_cache)
-    : impl_(std::make_unique<Impl>(device, streams, world_misc, options, std::move(expert_cache))),
+                       std::unique_ptr<ResidencyCache> expert_cache,
+                       prefetch::PrefetchPlanner* planner)
+    : impl_(std::make_unique<Impl>(device, streams, world_misc, options, std::move(expert_cache),
+                                   planner)),
       options_(options) {
   MOEZERO_CHECK(options.stage >= 0 && options.stage <= 3, "zero stage must be 0..3, got ",
                 options.stage);
@@ -83,10 +85,11 @@ void ZeroEngine::set_full_params_host(int group, std::span<const float> values) 
 }
 
 ZeroEngine::Impl::Impl(Device& d, EngineStreams s, Communicator& misc, ZeroOptions o,
-                       std::unique_ptr<ResidencyCache> expert_cache)
+                       std::unique_ptr<ResidencyCache> expert_cache,
+                       prefetch::PrefetchPlanner* planner)
     : EngineShared(d, s, std::move(o)),
       world_misc(misc),
-      fetch(*this, std::move(expert_cache), options.gather_codec) {
+      fetch(*this, std::move(expert_cache), options.gather_codec, planner) {
   reduce_done = device.create_event();
 }
 

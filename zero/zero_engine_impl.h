@@ -18,7 +18,7 @@ namespace moezero {
 // coordinator (fetch_coordinator.h) and the gradient side: buckets, checks, optimizer step.
 struct ZeroEngine::Impl : zero_detail::EngineShared {
   Impl(Device& device, EngineStreams streams, Communicator& world_misc, ZeroOptions options,
-       std::unique_ptr<ResidencyCache> expert_cache);
+       std::unique_ptr<ResidencyCache> expert_cache, prefetch::PrefetchPlanner* planner);
 
   void add_group(GroupSpec spec, GroupComms comms);
   void initialise();
