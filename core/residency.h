@@ -1,7 +1,11 @@
-// core/residency.h — the interface between the ZeRO engine and a cache that keeps gathered
-// parameter groups resident (the shard cache of prefetch/). The engine owns the buffers and
-// asks the cache what to keep and what to evict; the cache sees only group ids, byte sizes,
-// versions and scores, so its decisions are identical on every rank that makes the same calls.
+// core/residency.h — the interface between the ZeRO engine's fetch coordinator and a residency
+// policy that keeps gathered parameter groups past their release. Two policies implement it:
+// the expert shard cache (prefetch/shard_cache.h: a byte budget, lfu/lru eviction, from forward
+// to backward and across micro-batches) and the dense keep (zero/dense_keep.h: dense groups
+// from one micro-batch to the next, first come first kept). The coordinator owns the buffers
+// and asks the policy what to keep and what to evict; the policy sees only group ids, byte
+// sizes, versions and scores, so its decisions are identical on every rank that makes the same
+// calls.
 #pragma once
 
 #include <cstdint>

@@ -8,12 +8,17 @@
 #include "core/error.h"
 #include "moe/routing_source.h"
 #include "moe/routing_trace.h"
-#include "prefetch/prefetch_policy.h"
+#include "prefetch/prefetch_planner.h"
 
 namespace moezero::moe {
 
 namespace {
 constexpr size_t kNorm = 0, kGate = 1;  // layer group
+// The runtime's prefetch planner; without one, nothing is planned ahead and backward is exact.
+const prefetch::PrefetchPlanner& planner_of(const MoeRuntime& rt) {
+  static const prefetch::PrefetchPlanner kNone;
+  return rt.planner ? *rt.planner : kNone;
+}
 }  // namespace
 
 struct MoeFeedForward::MoeSaved : FeedForward::Saved {
@@ -96,9 +101,7 @@ void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Pr
   planned_.clear();
   plan_p_.clear();
   if (rt_.gather->prefetch_forward(ctx, params, experts_, when) != ExpertPrefetch::Routed) return;
-  if (!rt_.frequency || rt_.prefetch.policy == PrefetchPolicy::None ||
-      rt_.prefetch.lookahead_layers == 0)
-    return;
+  if (!rt_.frequency || !planner_of(rt_).plans_experts()) return;
   const int Epr = experts_.count();
   std::vector<int> candidates(static_cast<size_t>(Epr));
   std::vector<uint64_t> bytes(static_cast<size_t>(Epr));
@@ -116,8 +119,7 @@ void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Pr
   plan_p_.resize(static_cast<size_t>(cfg_.num_experts));
   for (int64_t e = 0; e < cfg_.num_experts; ++e)
     plan_p_[static_cast<size_t>(e)] = rt_.frequency->probability(moe_index_, static_cast<int>(e));
-  planned_ = prefetch::plan_prefetch(rt_.prefetch, *rt_.frequency, moe_index_, candidates, bytes,
-                                     prev, rt_.prefetch_costs);
+  planned_ = planner_of(rt_).expert_plan({moe_index_, candidates, bytes, prev});
   std::vector<int> groups;  // in plan order, coalesced
   for (int e : planned_) groups.push_back(experts_.group(e - experts_.expert(0)));
   params.prefetch_set(groups, ctx.s());
@@ -129,11 +131,12 @@ void MoeFeedForward::prepare_backward(const ModuleContext& ctx, ParamProvider& p
   MOEZERO_CHECK(sv != nullptr, "MoeFeedForward::prepare_backward of layer ", layer_,
                 ": saved state is not a MoeFeedForward's");
   if (rt_.gather->prefetch_backward(ctx, params, experts_) != ExpertPrefetch::Routed) return;
-  if (rt_.prefetch.policy == PrefetchPolicy::None) return;
+  if (!planner_of(rt_).exact_backward()) return;
   std::vector<int> local(static_cast<size_t>(experts_.count()));
   for (int j = 0; j < experts_.count(); ++j) local[static_cast<size_t>(j)] = j;
   std::vector<int> groups;  // in backward order, coalesced
-  for (int j : prefetch::backward_order(local, sv->active)) groups.push_back(experts_.group(j));
+  for (int j : planner_of(rt_).backward_order(local, sv->active))
+    groups.push_back(experts_.group(j));
   params.prefetch_set(groups, ctx.s(), ParamProvider::FetchReason::Exact);
 }
 

@@ -11,7 +11,7 @@
 #include "moe/gather_strategy.h"
 #include "moe/moe_stats.h"
 #include "prefetch/frequency_model.h"
-#include "prefetch/prefetch_policy.h"
+#include "prefetch/prefetch_planner.h"
 
 namespace moezero {
 class TraceRecorder;
@@ -41,12 +41,12 @@ struct MoeRuntime {
   // Routing-aware prefetch (may be null: experts are gathered on demand). The model is updated
   // from the agreed counts, so it is identical on every rank; the plans made from it are too.
   prefetch::FrequencyModel* frequency = nullptr;
-  PrefetchConfig prefetch;
-  // The cost policy's link model: from config and the EDP group's size, so identical on every
-  // rank of the group (never a rank's own clock).
-  prefetch::PrefetchCosts prefetch_costs;
+  // Where the prefetch decisions come from (prefetch/prefetch_planner.h): the expert plan
+  // before routing (made from `frequency`, prefetch.policy and the link costs) and backward's
+  // exact order. Null: nothing planned ahead, backward exact. Not owned.
+  const prefetch::PrefetchPlanner* planner = nullptr;
   // How the local experts are gathered (zero.moe_gather; moe/gather_strategy.h): chosen once.
-  // Only a strategy whose prefetch is Routed uses `frequency`'s plans and `prefetch` for experts.
+  // Only a strategy whose prefetch is Routed uses `planner`'s expert plans and backward order.
   const GatherStrategy* gather = &gather_strategy(MoeGather::Experts);
   // zero.reshard_after_forward (gather == Experts only): false keeps an active expert acquired
   // in forward until its backward (ParamProvider::may_hold decides within the live limit).

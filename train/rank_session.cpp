@@ -168,6 +168,7 @@ class RankSession {
   MoeRuntime rt_;
   int moe_layers_ = 0;
   std::unique_ptr<prefetch::FrequencyModel> frequency_;  // null for a dense model
+  std::unique_ptr<prefetch::PrefetchPlanner> planner_;   // the engine's and the MoE layers'
   std::unique_ptr<Transformer> model_;
   // Evaluation (train.eval_every): the same groups, forward only, with its own runtime (built
   // at the first evaluation).
@@ -255,11 +256,12 @@ void RankSession::build_model() {
         moe_layers_, static_cast<int>(cfg_.model.num_experts), cfg_.prefetch.ema_decay);
     rt_.frequency = frequency_.get();
   }
-  rt_.prefetch = cfg_.prefetch;
   const double gbps =
       cfg_.prefetch.link_gbps > 0.0 ? cfg_.prefetch.link_gbps : cfg_.comm_emulation.link_gbps;
-  rt_.prefetch_costs =
-      prefetch::link_costs(gbps, cfg_.comm_emulation.latency_us, comms_.edp_gather->size());
+  planner_ = std::make_unique<prefetch::PrefetchPlanner>(
+      cfg_.prefetch, frequency_.get(),
+      prefetch::link_costs(gbps, cfg_.comm_emulation.latency_us, comms_.edp_gather->size()));
+  rt_.planner = planner_.get();
   rt_.gather = &moe::gather_strategy(cfg_.zero.moe_gather);
   rt_.reshard_after_forward = cfg_.zero.reshard_after_forward;
   model_ = std::make_unique<Transformer>(cfg_.model, &rt_);
@@ -294,7 +296,8 @@ void RankSession::build_engine() {
       *comms_.misc, zo,
       cfg_.shard_cache.capacity_bytes > 0 && moe_layers_ > 0 && rt_.gather->uses_shard_cache()
           ? std::make_unique<prefetch::ShardCache>(cfg_.shard_cache)
-          : nullptr);
+          : nullptr,
+      planner_.get());
   // A collective: names of every rank's groups.
   health_ = std::make_unique<GradHealth>(dev_, cs_, *comms_.misc, comms_.a2a.get(), *engine_);
 }

@@ -59,6 +59,8 @@
 #include "core/communicator.h"
 #include "core/param_group.h"
 #include "core/residency.h"
+#include "prefetch/prefetch_planner.h"
+#include "zero/gather_codec.h"
 
 namespace moezero {
 
@@ -107,6 +109,8 @@ struct ZeroOptions {
   bool check_finite = true;
   // Test/debug hook, called on the host in grad_ready() before the check (may be empty).
   std::function<void(const GradReadyInfo&)> grad_hook;
+  // The wire format of parameter all-gathers (zero/gather_codec.h); null: IdentityCodec.
+  std::shared_ptr<const GatherCodec> gather_codec;
 };
 
 // The communicators of a group's sharding group (world for dense groups, the EDP group for
@@ -205,11 +209,14 @@ class ZeroEngine final : public ParamProvider {
   // groups (GroupKind::Expert) resident between release and the next acquire (forward to
   // backward, across micro-batches) within its byte budget; every entry is dropped at the
   // optimizer step (the shards change), so it never serves stale parameters. Null: no cache.
+  // [in] planner: keeps the dense recorded order (and plans the experts, for the model's MoE
+  // layers); null: the engine keeps its own. Not owned.
   // Parameters are initialised from
   // (options.seed, parameter name), so every world size and stage starts identically.
   ZeroEngine(Device& device, EngineStreams streams, std::vector<GroupSpec> groups,
              const std::function<GroupComms(const GroupSpec&)>& comms_of, Communicator& world_misc,
-             ZeroOptions options, std::unique_ptr<ResidencyCache> expert_cache = nullptr);
+             ZeroOptions options, std::unique_ptr<ResidencyCache> expert_cache = nullptr,
+             prefetch::PrefetchPlanner* planner = nullptr);
   ~ZeroEngine() override;
 
   // ParamProvider

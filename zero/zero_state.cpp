@@ -45,7 +45,7 @@ std::vector<float> ZeroEngine::export_state(int group, StateTensor which) {
   if (r.count_elems == 0) return out;
   Stream& cs = *impl_->streams.compute;
   // A cached expert's fp32 master lives in its gathered buffer: after that gather.
-  if (st.shard_aliased && which == StateTensor::Master) cs.wait(*st.gathered);
+  if (st.shard_aliased() && which == StateTensor::Master) cs.wait(*st.gathered);
   const Tensor src =
       state_view(st, which).view_elems(r.begin_elems - st.opt_offset, Shape{r.count_elems});
   impl_->device.memcpy_async(out.data(), src.data(), out.size() * sizeof(float), cs);
@@ -69,8 +69,9 @@ void ZeroEngine::import_state(const StateReader& read, int64_t step_count) {
   };
   for (int g = 0; g < static_cast<int>(m.groups.size()); ++g) {
     GroupState& st = *m.groups[static_cast<size_t>(g)];
-    MOEZERO_CHECK(st.state == GroupState::Sharded || !st.params_sharded, "import_state: group '",
-                  st.layout.spec().name, "' is gathered; import state between steps only");
+    MOEZERO_CHECK(st.state == zero_detail::FetchState::Sharded || !st.params_sharded,
+                  "import_state: group '", st.layout.spec().name,
+                  "' is gathered; import state between steps only");
     const size_t opt_n = static_cast<size_t>(st.opt_elems);
     std::vector<float> master(opt_n, 0.0f), avg(opt_n, 0.0f), avg_sq(opt_n, 0.0f);
     fill(g, StateTensor::ExpAvg, st.opt_offset, avg);
@@ -103,9 +104,7 @@ void ZeroEngine::import_state(const StateReader& read, int64_t step_count) {
 }
 
 std::vector<std::pair<std::string, std::vector<int>>> ZeroEngine::prefetch_orders() const {
-  std::vector<std::pair<std::string, std::vector<int>>> out;
-  for (const auto& [key, o] : impl_->orders) out.emplace_back(key, o.recorded());
-  return out;
+  return impl_->fetch.orders();
 }
 
 void ZeroEngine::set_prefetch_orders(
@@ -115,8 +114,7 @@ void ZeroEngine::set_prefetch_orders(
     for (int g : ids)
       MOEZERO_CHECK(g >= 0 && g < n, "prefetch order '", key, "': group ", g, " out of range (", n,
                     " groups)");
-  impl_->orders.clear();
-  for (const auto& [key, ids] : orders) impl_->orders[key] = FetchOrder::restored(ids);
+  impl_->fetch.set_orders(orders);
 }
 
 std::vector<float> ZeroEngine::Impl::full_params_host(int g) {
@@ -142,7 +140,8 @@ void ZeroEngine::Impl::set_full_params_host(int g, std::span<const float> values
   MOEZERO_CHECK(static_cast<int64_t>(values.size()) == st.layout.numel(),
                 "set_full_params_host: parameter group '", name, "' holds ", st.layout.numel(),
                 " values, got ", values.size());
-  MOEZERO_CHECK(st.state == GroupState::Sharded, "set_full_params_host: parameter group '", name,
+  MOEZERO_CHECK(st.state == zero_detail::FetchState::Sharded,
+                "set_full_params_host: parameter group '", name,
                 "' is gathered (acquired, prefetched or cached); call it between steps");
   Stream& cs = *streams.compute;
   // Nothing may still read the buffers we overwrite (a gather of the shards, the refresh of

@@ -153,16 +153,6 @@ void init_group(GroupState& st, const ZeroOptions& options, Device& device, Stre
   ops.fill(cs, st.exp_avg_sq, 0.0);
 }
 
-// max_live_bytes split evenly over the gather communicators of sharded groups.
-uint64_t live_limit_per_comm_of(const std::vector<std::unique_ptr<GroupState>>& groups,
-                                uint64_t max_live_bytes) {
-  std::vector<const Communicator*> comms;
-  for (auto& p : groups)
-    if (p->params_sharded && std::find(comms.begin(), comms.end(), p->comms.gather) == comms.end())
-      comms.push_back(p->comms.gather);
-  return max_live_bytes / std::max<uint64_t>(1, comms.size());
-}
-
 // The largest `value` of any rank of `comm` (one all-reduce on `cs`, then a host sync).
 int max_over_ranks(Communicator& comm, Device& device, Stream& cs, int value) {
   if (comm.size() <= 1) return value;
@@ -185,7 +175,7 @@ void ZeroEngine::Impl::initialise() {
     params_updated->record(cs);
     cs.synchronize();  // the uploads ran: their host sources may go
   }
-  live_limit_per_comm = live_limit_per_comm_of(groups, options.max_live_bytes);
+  fetch.initialise();
   // Slots of the per-group norm vector: the largest group count of any rank (EP ranks hold
   // different experts, but the all-gather needs one count).
   norm_slots = max_over_ranks(world_misc, device, cs, static_cast<int>(groups.size()));
@@ -263,7 +253,7 @@ void ZeroEngine::Impl::drain_passes() {
   Stream& cs = *streams.compute;
   reduce_local_leftovers();
   flush_buckets();
-  end_passes();
+  fetch.end_passes();
   if (reduce_recorded) wait_on_comm(cs, *reduce_done, "wait reduce-scatter");
   // Wasted prefetches may still be reading shards on the gather stream.
   auto gather_idle = device.create_event();
@@ -365,10 +355,10 @@ StepResult ZeroEngine::Impl::optimizer_step(const AdamWHyper& h) {
   Stream& cs = *streams.compute;
   drain_passes();
   StepResult r;
-  StepReadback rb = enqueue_readback(r);    // its buffers live to the end of the step
-  cs.synchronize();                         // the one host sync of a step
-  counters.stall_ms += collect_stall_ms();  // every timed wait is before this point
-  collect_gather_ms();                      // every expert gather too (drain_passes)
+  StepReadback rb = enqueue_readback(r);          // its buffers live to the end of the step
+  cs.synchronize();                               // the one host sync of a step
+  counters.stall_ms += fetch.collect_stall_ms();  // every timed wait is before this point
+  fetch.collect_gather_ms();                      // every expert gather too (drain_passes)
   double sum_sq = 0.0;  // rank-major, the same order (and so the same value) on every rank
   for (float v : r.shard_sq) sum_sq += static_cast<double>(v);
   r.grad_norm = std::sqrt(sum_sq);

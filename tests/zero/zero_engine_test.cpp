@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -296,6 +297,53 @@ TEST(ZeroEngine, CachedExpertsGiveTheirShardsBack) {
     // After the step: the cache is empty and every shard is back.
     EXPECT_EQ(at(cached.mem, MemTag::Cache), 0u) << what;
     EXPECT_EQ(at(cached.mem, MemTag::ParamShard), at(uncached.mem, MemTag::ParamShard)) << what;
+  }
+}
+
+// A codec that is not the identity in form: every group goes through encode, the all-gather of
+// the wire buffer and decode, in fp32 on the wire whatever the compute dtype (lossless for f32
+// and bf16), counting its calls.
+class WideCodec final : public GatherCodec {
+ public:
+  const char* name() const override { return "wide"; }
+  WireShape wire_shape(int64_t shard_elems, DType) const override {
+    return WireShape{DType::F32, shard_elems};
+  }
+  void encode(Ops& ops, Stream& s, const Tensor& shard, const Tensor& wire) const override {
+    encodes.fetch_add(1);
+    ops.cast(s, shard, wire);
+  }
+  void decode(Ops& ops, Stream& s, const Tensor& wire, const Tensor& slice) const override {
+    decodes.fetch_add(1);
+    ops.cast(s, wire, slice);
+  }
+  mutable std::atomic<int> encodes{0}, decodes{0};
+};
+
+TEST(ZeroEngine, AGatherCodecCarriesEveryGatherWithTheSameBits) {
+  // The wire format is the codec's: with a lossless one, the same parameters, norms and
+  // gathered (full) bytes as the identity codec's in-place gathers; every gather encodes this
+  // rank's shard once and decodes every rank's part once.
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const int world = 2;
+    ZeroOptions o;
+    o.compute_dtype = dt;
+    o.persistence_threshold_elems = 64;
+    ZeroOptions wide = o;
+    auto codec = std::make_shared<WideCodec>();
+    wide.gather_codec = codec;
+    const TrainRun a = train(world, o, 3, 960, 2, 1 << 20),
+                   b = train(world, wide, 3, 960, 2, 1 << 20);
+    const std::string what(dtype_name(dt));
+    ASSERT_EQ(a.params, b.params) << what;
+    EXPECT_EQ(a.norms, b.norms) << what;
+    EXPECT_EQ(a.counters.gathers, b.counters.gathers) << what;
+    EXPECT_EQ(a.counters.gathered_bytes, b.counters.gathered_bytes) << what;
+    EXPECT_EQ(a.counters.cache_hits, b.counters.cache_hits) << what;
+    ASSERT_GT(b.counters.gathers, 0u) << what;
+    // Every rank encodes each gathered group once (rank 0's counters, all ranks' calls).
+    EXPECT_EQ(codec->encodes.load(), static_cast<int>(world * b.counters.gathers)) << what;
+    EXPECT_EQ(codec->decodes.load(), world * codec->encodes.load()) << what;
   }
 }
 

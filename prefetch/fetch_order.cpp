@@ -1,5 +1,5 @@
-// zero/fetch_order.cpp — the recorded dense prefetch order's state machine (see fetch_order.h).
-#include "zero/fetch_order.h"
+// prefetch/fetch_order.cpp — the recorded dense prefetch order's state machine (see fetch_order.h).
+#include "prefetch/fetch_order.h"
 
 #include <utility>
 

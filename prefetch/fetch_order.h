@@ -1,10 +1,11 @@
-// zero/fetch_order.h — the recorded dense prefetch order of one gather communicator: the
+// prefetch/fetch_order.h — the recorded dense prefetch order of one gather communicator: the
 // sequence in which its parameter groups were acquired in the last completed step, replayed in
 // the next one so that the ZeRO engine can gather ahead of need (DeepSpeed's
 // PartitionedParameterCoordinator trace, with "the order changed" as a state).
 //
 // Pure host code: it sees group ids only, never buffers, streams or communicators. The engine
-// keeps one FetchOrder per gather communicator and decides how far ahead to gather.
+// keeps one FetchOrder per gather communicator (PrefetchPlanner, prefetch_planner.h) and the
+// fetch coordinator decides how far ahead to gather.
 #pragma once
 
 #include <cstddef>

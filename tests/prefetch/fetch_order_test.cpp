@@ -1,8 +1,8 @@
-// FetchOrder (zero/fetch_order.cpp): the recorded dense prefetch order of one communicator.
+// FetchOrder (prefetch/fetch_order.cpp): the recorded dense prefetch order of one communicator.
 // Every state transition: record on the first step, replay when the order repeats (ahead()
 // walks forward), invalidate when a step leaves the order, re-record that step's order, and
 // replay a restored (checkpointed) order from the start of the next step.
-#include "zero/fetch_order.h"
+#include "prefetch/fetch_order.h"
 
 #include <gtest/gtest.h>
 
