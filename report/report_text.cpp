@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "report/html_format.h"
 #include "report/report_render.h"
 
 namespace moezero::report {
@@ -30,15 +31,9 @@ std::string format_bytes(double bytes) {
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-std::string opt(const std::optional<double>& v, const char* f) {
-  return v ? fmt(f, *v) : std::string("n/a");
-}
-std::string num(int64_t v) { return std::to_string(v); }
+using html::fmt;  // printf-formatting of one double, and "n/a" for an absent one (html_format.h)
+using html::opt;
+std::string num(int64_t v) { return std::to_string(v); }  // no thousands separators in text
 
 // A table printed with right-aligned columns (the first left-aligned).
 class Table {

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "report/html_format.h"
 #include "report/html_parts.h"
 #include "report/routing_report.h"
 
@@ -49,14 +50,7 @@ StepBins step_bins(const RoutingReport& r, size_t max_bins) {
   return bins;
 }
 
-// The smallest of 1, 2, 2.5, 5 x 10^n that is >= v (v > 0), else 1.
-double nice_ceil(double v) {
-  if (!(v > 0)) return 1.0;
-  const double p = std::pow(10.0, std::floor(std::log10(v)));
-  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
-    if (m * p >= v * (1 - 1e-12)) return m * p;
-  return 10.0 * p;
-}
+using html::nice_ceil;  // the smallest of 1, 2, 2.5, 5 x 10^n that is >= v (v > 0), else 1
 
 double max_finite(const std::vector<std::vector<double>>& v) {
   double m = 0.0;
