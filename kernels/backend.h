@@ -23,10 +23,11 @@ std::unique_ptr<Device> make_cpu_device(int index = 0, CpuDeviceOptions options 
 std::string cpu_gemm_description();
 
 // Per-tile timing of the CPU backend's GEMMs (`moezero train --gemm-profile`): on, every tile
-// call (one single-threaded library GEMM, kernels/cpu/cpu_gemm_library.cpp; profile in cpu_gemm_profile.cpp) is timed and counted by
-// shape; enabling or disabling clears what was recorded. The rate GEMMs reach inside a training
-// step, with their operands wherever the step left them, against the hot-cache rate of
-// benchmarks/gemm_rate. Off by default (then one relaxed atomic load per tile).
+// call (one single-threaded library GEMM, kernels/cpu/cpu_gemm_library.cpp; profile in
+// cpu_gemm_profile.cpp) is timed and counted by shape; enabling or disabling clears what was
+// recorded. The rate GEMMs reach inside a training step, with their operands wherever the step left
+// them, against the hot-cache rate of benchmarks/gemm_rate. Off by default (then one relaxed atomic
+// load per tile).
 void cpu_gemm_profile_enable(bool on);
 // What was recorded: all tiles, per operand layout (A, B transposed or not; bf16), and the `top`
 // tile shapes with the most time; calls, seconds, GFLOP/s (2 m n k per call) each.
