@@ -141,9 +141,9 @@ std::vector<Value> step_values(const moe::StepLog& s) {
   set("comm_ms", rank0_time(s, "comm_ms", s.comm.comm_ms));
   set("peak_state_bytes", double(peak_state_over_ranks(s)));
   for (const char* name :
-       {"gathered_expert_bytes", "gathered_dense_bytes", "a2a_bytes", "reduce_scattered_bytes",
-        "all_reduced_bytes", "prefetch_hits", "prefetch_misses", "miss_bytes", "exact_prefetches",
-        "wasted_bytes", "needed_expert_bytes"})
+       {"gathered_expert_bytes", "gathered_dense_bytes", "a2a_bytes", "intra_node_bytes",
+        "inter_node_bytes", "reduce_scattered_bytes", "all_reduced_bytes", "prefetch_hits",
+        "prefetch_misses", "miss_bytes", "exact_prefetches", "wasted_bytes", "needed_expert_bytes"})
     set(name, rank_counter(r0, name));
   // A ratio, not a counter: the agreed active layer-experts over the slots, both summed over the
   // step's MoE layers and micro-batches (the same on every rank of an EDP group).
@@ -266,6 +266,8 @@ const std::vector<std::string>& row_fields() {
                                                   "gathered_expert_bytes",
                                                   "gathered_dense_bytes",
                                                   "a2a_bytes",
+                                                  "intra_node_bytes",
+                                                  "inter_node_bytes",
                                                   "reduce_scattered_bytes",
                                                   "all_reduced_bytes",
                                                   "peak_state_bytes",
