@@ -42,6 +42,15 @@ namespace moezero::comm {
 enum class Tier : uint8_t { IntraNode, InterNode };
 enum class Direction : uint8_t { Send, Recv };
 
+// Bytes one rank has sent by tier, as collective_traffic routes each collective's algorithm
+// (its Send flows): with ranks_per_node > 0, bytes to a rank of its own node are
+// intra_node_bytes and bytes to another node inter_node_bytes; with one tier (ranks_per_node =
+// 0: every rank its own node) every byte is inter_node_bytes and intra_node_bytes stays 0.
+struct LinkBytes {
+  uint64_t intra_node_bytes = 0;
+  uint64_t inter_node_bytes = 0;
+};
+
 // One rank's bytes on one port (rank, tier, direction).
 struct Flow {
   int rank = 0;  // global rank

@@ -9,7 +9,16 @@
 //          (EngineCounters, zero/zero_engine.h); Moe: the MoeStats field of the same name
 //          (moe/moe_stats.h), already per step; Timing: the StepTiming field of the same
 //          name (core/trace.h: comm_ms is the union of the rank's collective intervals,
-//          exposed_comm_ms the part of it the compute stream waits through; exposed <= comm).
+//          exposed_comm_ms the part of it the compute stream waits through; exposed <= comm);
+//          Link: the step's delta of the comm::LinkBytes field of the same name (comm/net_model.h:
+//          the bytes this rank sent, by tier, over all its collectives, as the network model
+//          routes their algorithms; comm::LocalWorld::link_bytes).
+// Link counters (README "Metrics"): intra_node_bytes, bytes this rank sent to ranks of its own
+// node (the fast tier); inter_node_bytes, bytes it sent to other nodes (the slow link). Nodes
+// are comm_emulation.ranks_per_node ranks; with one tier (ranks_per_node = 0, every rank its own
+// node) every byte is inter_node_bytes and intra_node_bytes is 0. Counted by the threads backend
+// (World::run) whether or not the link is emulated; 0 on backends that do not count them (NCCL,
+// MPI, simulated). A step's delta includes the previous step's statistics exchange.
 // The allocator's peaks (peak_bytes by tag, peak_total_bytes) are not counters (they are
 // maxima, not sums) and are handled beside this list; so is the ratio active_fraction
 // (active_layer_experts / layer_expert_slots), written beside them.
@@ -27,6 +36,8 @@
   X(reduce_scattered_bytes, Count, Engine) \
   X(all_reduced_bytes, Count, Engine)      \
   X(a2a_bytes, Count, Moe)                 \
+  X(intra_node_bytes, Count, Link)         \
+  X(inter_node_bytes, Count, Link)         \
   X(gathered_dense_bytes, Count, Engine)   \
   X(gathered_expert_bytes, Count, Engine)  \
   X(prefetch_hits, Count, Engine)          \

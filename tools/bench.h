@@ -59,7 +59,9 @@ using Value = std::optional<double>;
 
 // The fields of a row, in column order (after "strategy"); "utilisation" and "spread" are
 // filled from all rows / all repeats. Every other field is a median over the measured steps
-// (rank 0, per optimizer step), then over repeats, except those of is_maximum_field.
+// (rank 0, per optimizer step), then over repeats, except those of is_maximum_field; the link
+// tiers' intra_node_bytes and inter_node_bytes are each step's mean over ranks (a ring's hops
+// differ by rank, so rank 0 alone does not speak for the step), then medians likewise.
 const std::vector<std::string>& row_fields();
 // Fields aggregated by their maximum instead of a median: over ranks, measured steps and
 // repeats (peak_state_bytes: the largest state any rank held in any measured step).

@@ -129,7 +129,21 @@ Value max_over_ranks(const moe::StepLog& s, std::string_view name) {
   return best;
 }
 
-// Every field of one step (rank 0), row_fields() order.
+// The mean over the step's ranks of a counter (nullopt when absent or without ranks). The link
+// tiers' bytes are taken so: a ring's hops differ by rank (under 2 ranks per node, ranks 0 and 2
+// send only inside their node, ranks 1 and 3 only across), so no one rank speaks for the step.
+Value mean_over_ranks(const moe::StepLog& s, std::string_view name) {
+  if (s.ranks.empty()) return std::nullopt;
+  double sum = 0.0;
+  for (const moe::RankStepStats& r : s.ranks) {
+    const Value v = rank_counter(r, name);
+    if (!v) return std::nullopt;
+    sum += *v;
+  }
+  return sum / static_cast<double>(s.ranks.size());
+}
+
+// Every field of one step (rank 0, except the means and maxima over ranks), row_fields() order.
 std::vector<Value> step_values(const moe::StepLog& s) {
   const moe::RankStepStats& r0 = s.ranks.at(0);
   std::vector<Value> v(row_fields().size());
@@ -145,6 +159,8 @@ std::vector<Value> step_values(const moe::StepLog& s) {
         "all_reduced_bytes", "prefetch_hits", "prefetch_misses", "miss_bytes", "exact_prefetches",
         "wasted_bytes", "needed_expert_bytes"})
     set(name, rank_counter(r0, name));
+  for (const char* name : {"intra_node_bytes", "inter_node_bytes"})
+    set(name, mean_over_ranks(s, name));
   // A ratio, not a counter: the agreed active layer-experts over the slots, both summed over the
   // step's MoE layers and micro-batches (the same on every rank of an EDP group).
   const Value active = rank_counter(r0, "active_layer_experts");
@@ -266,6 +282,8 @@ const std::vector<std::string>& row_fields() {
                                                   "gathered_expert_bytes",
                                                   "gathered_dense_bytes",
                                                   "a2a_bytes",
+                                                  "intra_node_bytes",
+                                                  "inter_node_bytes",
                                                   "reduce_scattered_bytes",
                                                   "all_reduced_bytes",
                                                   "peak_state_bytes",

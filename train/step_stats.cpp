@@ -53,9 +53,11 @@ T from_word(uint64_t w) {
 }  // namespace
 
 RankStepStats rank_step_stats(const EngineCounters& now, const EngineCounters& before,
-                              const MoeStats& moe, const MemStats& mem, const StepTiming& timing) {
+                              const MoeStats& moe, const MemStats& mem, const StepTiming& timing,
+                              const comm::LinkBytes& link_now, const comm::LinkBytes& link_before) {
   RankStepStats s;
 #define MOEZERO_FROM_Engine(name) s.name = now.name - before.name;
+#define MOEZERO_FROM_Link(name) s.name = link_now.name - link_before.name;
 #define MOEZERO_FROM_Moe(name) s.name = moe.name;
 #define MOEZERO_FROM_Timing(name) s.name = timing.name;
 #define MOEZERO_SET(name, unit, source) MOEZERO_FROM_##source(name)
@@ -64,6 +66,7 @@ RankStepStats rank_step_stats(const EngineCounters& now, const EngineCounters& b
 #undef MOEZERO_FROM_Moe
 #undef MOEZERO_FROM_Timing
 #undef MOEZERO_FROM_Engine
+#undef MOEZERO_FROM_Link
   s.peak_bytes = mem.peak_bytes;
   s.peak_total_bytes = mem.total_peak_bytes;
   s.peak_state_bytes = mem.state_peak_bytes;

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "comm/net_model.h"
 #include "core/allocator.h"
 #include "core/config.h"
 #include "core/step_counters.h"
@@ -36,6 +37,8 @@ struct RankStepStats {
   uint64_t reduce_scattered_bytes = 0;  // this step
   uint64_t all_reduced_bytes = 0;       // this step
   uint64_t a2a_bytes = 0;               // this step: token all-to-all bytes sent to peers
+  uint64_t intra_node_bytes = 0;        // this step: bytes sent inside the node (fast tier)
+  uint64_t inter_node_bytes = 0;        // this step: bytes sent to other nodes (slow link)
   uint64_t gathered_dense_bytes = 0;    // this step, split of gathered_bytes
   uint64_t gathered_expert_bytes = 0;
   uint64_t prefetch_hits = 0;         // expert gathers planned before routing, then needed
@@ -62,9 +65,13 @@ constexpr size_t kRankStepStatsWords = sizeof(RankStepStats) / 8;
 // This rank's counters of one step. [in] now, before: the engine's counters at the end of this
 // step and of the last one; [in] moe: the step's MoE statistics; [in] mem: the allocator's,
 // peaks since the step's reset_peak.
-// [in] timing: the step's communication timing (TraceRecorder::finish_step).
+// [in] timing: the step's communication timing (TraceRecorder::finish_step). [in] link_now,
+// link_before: this rank's sent bytes by tier (comm::LocalWorld::link_bytes) at the end of this
+// step and of the last one (both zero where the backend does not count them).
 RankStepStats rank_step_stats(const EngineCounters& now, const EngineCounters& before,
-                              const MoeStats& moe, const MemStats& mem, const StepTiming& timing);
+                              const MoeStats& moe, const MemStats& mem, const StepTiming& timing,
+                              const comm::LinkBytes& link_now = {},
+                              const comm::LinkBytes& link_before = {});
 // The struct as kRankStepStatsWords 8-byte words, and back.
 void to_words(const RankStepStats& s, int64_t* words);
 RankStepStats from_words(const int64_t* words);

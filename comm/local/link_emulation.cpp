@@ -2,6 +2,9 @@
 #include "comm/local/link_emulation.h"
 
 #include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
 
 namespace moezero::comm {
 
@@ -38,6 +41,26 @@ CollectiveShape collective_shape(const std::vector<Arrival>& arrivals, const Pro
     for (size_t p = 0; p < n; ++p)
       shape.a2a_bytes[r][p] = static_cast<double>(arrivals[r].send_elems[p]) * elem_bytes;
   return shape;
+}
+
+void LinkTally::add(const Traffic& traffic) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Flow& f : traffic.flows) {
+    if (f.dir != Direction::Send) continue;
+    MOEZERO_CHECK(f.rank >= 0 && static_cast<size_t>(f.rank) < sent_.size(), "LinkTally: rank ",
+                  f.rank, " outside the world of ", sent_.size());
+    LinkBytes& b = sent_[static_cast<size_t>(f.rank)];
+    // Flows hold whole bytes (element counts times element sizes) as doubles.
+    const auto bytes = static_cast<uint64_t>(std::llround(f.bytes));
+    (f.tier == Tier::IntraNode ? b.intra_node_bytes : b.inter_node_bytes) += bytes;
+  }
+}
+
+LinkBytes LinkTally::of(int global_rank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  MOEZERO_CHECK(global_rank >= 0 && static_cast<size_t>(global_rank) < sent_.size(),
+                "LinkTally: rank ", global_rank, " outside the world of ", sent_.size());
+  return sent_[static_cast<size_t>(global_rank)];
 }
 
 }  // namespace moezero::comm

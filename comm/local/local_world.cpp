@@ -1,6 +1,7 @@
 // comm/local/local_world.cpp — channel registry and world abort.
 #include "comm/local/local_world.h"
 
+#include "comm/local/link_emulation.h"
 #include "comm/local/local_communicator.h"
 #include "core/error.h"
 
@@ -21,7 +22,10 @@ LocalWorld::LocalWorld(int world_size, CommOptions options)
                 options.emulation.intra_node_gbps, ", intra_node_latency_us ",
                 options.emulation.intra_node_latency_us);
   if (options.emulation.enabled()) network_ = std::make_shared<EmulatedNetwork>(options.emulation);
+  tally_ = std::make_shared<LinkTally>(world_size);
 }
+
+LinkBytes LocalWorld::link_bytes(int global_rank) const { return tally_->of(global_rank); }
 
 std::unique_ptr<Communicator> LocalWorld::make_communicator(const ProcessGroup& group,
                                                             int global_rank,
@@ -31,7 +35,8 @@ std::unique_ptr<Communicator> LocalWorld::make_communicator(const ProcessGroup& 
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto& entry = channels_[channel + "@" + group.str()];
-    if (!entry) entry = std::make_shared<Channel>(group, channel, options_, abort_, network_);
+    if (!entry)
+      entry = std::make_shared<Channel>(group, channel, options_, abort_, network_, tally_);
     ch = entry;
   }
   return std::make_unique<LocalCommunicator>(std::move(ch), global_rank);

@@ -36,12 +36,17 @@ class LocalWorld {
   bool aborted() const { return abort_->aborted.load(); }
   // The emulated network shared by every channel; null when emulation is off.
   const EmulatedNetwork* network() const { return network_.get(); }
+  // The bytes `global_rank` has sent so far by tier (LinkBytes, comm/net_model.h), over every
+  // group and channel of this world, as the network model routes each collective under
+  // options().emulation (counted also when emulation is off). Throws for a rank outside.
+  LinkBytes link_bytes(int global_rank) const;
 
  private:
   const int world_size_;
   const CommOptions options_;
   std::shared_ptr<AbortState> abort_ = std::make_shared<AbortState>();
   std::shared_ptr<EmulatedNetwork> network_;  // one NIC (and node link) per rank, all channels
+  std::shared_ptr<LinkTally> tally_;          // sent bytes by rank and tier, all channels
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Channel>> channels_;  // key: channel + "@" + group.str()
 };

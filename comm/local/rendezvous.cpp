@@ -7,9 +7,11 @@
 namespace moezero::comm {
 
 Channel::Channel(ProcessGroup group, std::string name, CommOptions options,
-                 std::shared_ptr<AbortState> abort, std::shared_ptr<EmulatedNetwork> network)
+                 std::shared_ptr<AbortState> abort, std::shared_ptr<EmulatedNetwork> network,
+                 std::shared_ptr<LinkTally> tally)
     : RendezvousCore(std::move(group), std::move(name), options, std::move(abort)),
-      network_(std::move(network)) {
+      network_(std::move(network)),
+      tally_(std::move(tally)) {
   for (int r = 0; r < group_.size(); ++r) members_.push_back(r);
 }
 
@@ -40,7 +42,11 @@ std::shared_ptr<Slot> Channel::arrive(int rank, uint64_t seq, Arrival arrival) {
       fail_locked(false, std::move(bad));
       throw_failure_locked();
     }
-    if (network_) slot->net_id = network_->start(collective_shape(slot->arrivals, group_), n);
+    if (network_ || tally_) {
+      const CollectiveShape shape = collective_shape(slot->arrivals, group_);
+      if (tally_) tally_->add(collective_traffic(options_.emulation, shape));
+      if (network_) slot->net_id = network_->start(shape, n);
+    }
     if (slot->arrivals[0].sig.op == CollectiveOp::AllReduce) {
       if (!staging_pool_.empty()) {
         slot->staging = std::move(staging_pool_.back());

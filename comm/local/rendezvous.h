@@ -38,6 +38,8 @@ namespace moezero::comm {
 
 using Arrival = HostCall;  // one rank's checked call (comm/host_communicator.h)
 
+class LinkTally;  // comm/local/link_emulation.h
+
 // One collective instance. Arrivals are immutable once every rank has arrived.
 struct Slot {
   explicit Slot(int n) : arrivals(static_cast<size_t>(n)), arrived(static_cast<size_t>(n), 0) {}
@@ -54,9 +56,12 @@ struct Slot {
 
 class Channel : public RendezvousCore {
  public:
-  // [in] network: the world's emulated network; null when emulation is off.
+  // [in] network: the world's emulated network; null when emulation is off. [in] tally: the
+  // world's sent bytes by tier (null: not counted); each collective's traffic under
+  // options.emulation is added when its last rank arrives.
   Channel(ProcessGroup group, std::string name, CommOptions options,
-          std::shared_ptr<AbortState> abort, std::shared_ptr<EmulatedNetwork> network);
+          std::shared_ptr<AbortState> abort, std::shared_ptr<EmulatedNetwork> network,
+          std::shared_ptr<LinkTally> tally = nullptr);
 
   // Step 1. Returns the slot once all ranks arrived. Throws TimeoutError / Error.
   std::shared_ptr<Slot> arrive(int rank, uint64_t seq, Arrival arrival);
@@ -69,6 +74,7 @@ class Channel : public RendezvousCore {
 
  private:
   std::shared_ptr<EmulatedNetwork> network_;
+  std::shared_ptr<LinkTally> tally_;
   std::vector<int> members_;  // every group rank, 0..n-1
   std::map<uint64_t, std::shared_ptr<Slot>> slots_;
   // all_reduce staging buffers kept between calls (at most kMaxPooled), so a steady stream of

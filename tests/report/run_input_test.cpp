@@ -21,6 +21,8 @@ json good_step(int step, int experts = 4) {
                {"reduce_scattered_bytes", 1},
                {"all_reduced_bytes", 2},
                {"a2a_bytes", 3},
+               {"intra_node_bytes", 11},
+               {"inter_node_bytes", 12},
                {"gathered_dense_bytes", 4},
                {"gathered_expert_bytes", 6},
                {"prefetch_hits", 1},
@@ -216,15 +218,16 @@ namespace moezero::report {
 namespace {
 
 // A line as trainers wrote it before the prediction-quality fields and the newer counters:
-// prefetch_wasted_bytes (since renamed), no miss_bytes ... exposed_comm_ms, no brier_*.
+// prefetch_wasted_bytes (since renamed), no miss_bytes ... exposed_comm_ms, no link tier bytes
+// (intra_node_bytes, inter_node_bytes), no brier_*.
 json old_style_step(int64_t step) {
   json j = good_step(step);
   j.erase("comm_ms");
   j.erase("exposed_comm_ms");
   for (json& r : j["ranks"]) {
-    for (const char* k :
-         {"miss_bytes", "exact_prefetches", "wasted_bytes", "needed_expert_bytes",
-          "active_layer_experts", "layer_expert_slots", "comm_ms", "exposed_comm_ms"})
+    for (const char* k : {"intra_node_bytes", "inter_node_bytes", "miss_bytes", "exact_prefetches",
+                          "wasted_bytes", "needed_expert_bytes", "active_layer_experts",
+                          "layer_expert_slots", "comm_ms", "exposed_comm_ms"})
       r.erase(k);
     r["prefetch_wasted_bytes"] = 7;
   }
@@ -235,8 +238,9 @@ TEST(RunInput, OldStyleMetricsStillReport) {
   const RunInput in = parse_run(lines({old_style_step(1), old_style_step(2)}), "old.jsonl");
   ASSERT_EQ(in.steps.size(), 2u);
   const std::vector<std::string> absent = {
-      "miss_bytes",           "exact_prefetches",   "wasted_bytes", "needed_expert_bytes",
-      "active_layer_experts", "layer_expert_slots", "comm_ms",      "exposed_comm_ms"};
+      "intra_node_bytes", "inter_node_bytes",    "miss_bytes",           "exact_prefetches",
+      "wasted_bytes",     "needed_expert_bytes", "active_layer_experts", "layer_expert_slots",
+      "comm_ms",          "exposed_comm_ms"};
   EXPECT_EQ(in.steps[0].ranks[1].absent, absent);
   EXPECT_FALSE(in.steps[0].moe_layers[0].prediction);
   const Report r = compute_report(in);

@@ -126,6 +126,23 @@ TEST(BenchRows, PeakStateIsTheMaximumOverRanksStepsAndRepeats) {
   EXPECT_EQ(r.values[at("spread")], 2.0);
 }
 
+// The link counters are columns: each step's mean over ranks of the bytes on each tier (a ring's
+// rank 0 may send only inside its node while rank 1 sends only across), medians over the
+// measured steps.
+TEST(BenchRows, LinkTierBytesAreMeansOverRanks) {
+  std::vector<moe::StepLog> run;
+  for (uint64_t k : {1, 2, 3}) {
+    moe::StepLog s = step(100, {1, 1});
+    s.ranks[0].intra_node_bytes = 10 * k;
+    s.ranks[1].intra_node_bytes = 30 * k;
+    s.ranks[1].inter_node_bytes = 1000 * k;
+    run.push_back(s);
+  }
+  const RunSummary a = summarise_run(run, 0);
+  EXPECT_EQ(a.values[at("intra_node_bytes")], 40.0);    // median of 20, 40, 60
+  EXPECT_EQ(a.values[at("inter_node_bytes")], 1000.0);  // median of 500, 1000, 1500
+}
+
 Row made_up(const std::string& name, double tokens_per_s, double peak) {
   const size_t n = row_fields().size();
   Row r{name, std::vector<Value>(n), std::vector<Value>(n), std::vector<Value>(n)};

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "core/config.h"
 #include "train/trainer.h"
 
@@ -35,6 +37,26 @@ Config emulated(int world, const std::string& policy, std::vector<std::string> m
                                 "prefetch.policy=" + policy};
   o.insert(o.end(), more.begin(), more.end());
   return parse_config("{}", "emulated", o);
+}
+
+// Link counters are the step's delta of the rank's sent bytes by tier, written by name.
+TEST(StepCounters, LinkBytesAreStepDeltasByTier) {
+  const comm::LinkBytes before{100, 5000}, now{160, 5000 + 4096};
+  const RankStepStats s = rank_step_stats(EngineCounters{}, EngineCounters{}, MoeStats{},
+                                          MemStats{}, StepTiming{}, now, before);
+  EXPECT_EQ(s.intra_node_bytes, 60u);
+  EXPECT_EQ(s.inter_node_bytes, 4096u);
+  const nlohmann::json j = rank_step_json(s);
+  EXPECT_EQ(j.at("intra_node_bytes"), 60);
+  EXPECT_EQ(j.at("inter_node_bytes"), 4096);
+  int64_t words[kRankStepStatsWords];
+  to_words(s, words);
+  EXPECT_EQ(from_words(words).inter_node_bytes, 4096u);
+  // Without the link's counts (a backend that does not count them): both 0.
+  const RankStepStats none =
+      rank_step_stats(EngineCounters{}, EngineCounters{}, MoeStats{}, MemStats{}, StepTiming{});
+  EXPECT_EQ(none.intra_node_bytes, 0u);
+  EXPECT_EQ(none.inter_node_bytes, 0u);
 }
 
 TEST(StepCounters, PolicyNoneHasNoPrefetchHitsButExactBackwardPrefetches) {
