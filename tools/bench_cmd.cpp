@@ -163,7 +163,7 @@ int bench(const std::vector<std::string>& args) {
       "the slowest and\nfastest repeat's tokens/s; peak_state_bytes: the largest of any rank in "
       "any measured step and repeat;\nexposed_comm_ms_max: the largest rank's; '-': counter not "
       "in this build; utilisation = compute's step_ms / step_ms;\nspread = max/min tokens/s over "
-      "repeats\n");
+      "repeats; intra_node_bytes, inter_node_bytes: the mean over ranks\n");
   if (!bench::rank_counter(moe::RankStepStats{}, "exposed_comm_ms"))
     std::printf("  comm_ms, exposed_comm_ms: the mean over ranks (no per-rank counter yet)\n");
   bench::print_table(rows, bench::RepeatRange::Show);
