@@ -1,0 +1,71 @@
+// core/config_checks.cpp — what a single key's check cannot see: the rules between keys
+// (validate), and the --set section.key=value overrides applied to the JSON before it is read.
+#include <string>
+
+#include "core/config_visitors.h"
+
+namespace moezero::config_detail {
+
+// Rules between keys, checked after every key is valid on its own.
+void validate(const Config& c, const std::string& src) {
+  const auto& m = c.model;
+  auto fail = [&](auto&&... why) { MOEZERO_USER_ERROR(src, ": ", why...); };
+  if (m.d_model % m.n_heads != 0)
+    fail("model.d_model (", m.d_model, ") must be divisible by model.n_heads (", m.n_heads, ")");
+  if ((m.d_model / m.n_heads) % 2 != 0)
+    fail("model.d_model / model.n_heads (head dim ", m.d_model / m.n_heads,
+         ") must be even for RoPE");
+  if (m.n_heads % m.n_kv_heads != 0)
+    fail("model.n_heads (", m.n_heads, ") must be divisible by model.n_kv_heads (", m.n_kv_heads,
+         ")");
+  if (m.num_experts > 0 && m.top_k > m.num_experts)
+    fail("model.top_k (", m.top_k, ") must be <= model.num_experts (", m.num_experts, ")");
+  if (c.train.min_lr > c.train.lr)
+    fail("train.min_lr (", c.train.min_lr, ") must be <= train.lr (", c.train.lr, ")");
+  const auto& ce = c.comm_emulation;
+  if (ce.ranks_per_node == 0 && (ce.intra_node_gbps > 0.0 || ce.intra_node_latency_us > 0.0))
+    fail(
+        "comm_emulation.intra_node_gbps / intra_node_latency_us need "
+        "comm_emulation.ranks_per_node > 0 (got 0: one tier)");
+  const auto& p = c.parallel;
+  if (p.world_size % p.ep_size != 0)
+    fail("parallel.ep_size (", p.ep_size, ") must divide parallel.world_size (", p.world_size, ")");
+  if (m.num_experts > 0 && m.num_experts % p.ep_size != 0)
+    fail("model.num_experts (", m.num_experts, ") must be divisible by parallel.ep_size (",
+         p.ep_size, ")");
+  if (c.train.micro_batch_size % p.world_size != 0)
+    fail("train.micro_batch_size (", c.train.micro_batch_size,
+         ") must be divisible by parallel.world_size (", p.world_size,
+         "): it counts the sequences of all ranks together");
+  if (m.num_experts == 0 && p.ep_size != 1)
+    fail("parallel.ep_size (", p.ep_size, ") must be 1 for a dense model (model.num_experts = 0)");
+  if (c.train.eval_every > 0 && c.data.val_path.empty() && c.data.val_fraction <= 0.0)
+    fail("train.eval_every (", c.train.eval_every,
+         ") needs held-out data: set data.val_path or data.val_fraction > 0");
+  if (c.data.format == DataFormat::Tokens && c.data.path.empty())
+    fail("data.format \"tokens\" needs data.path (a token shard or a glob of shards)");
+}
+
+void apply_override(json& root, const std::string& item, const std::string& source) {
+  auto eq = item.find('=');
+  if (eq == std::string::npos || eq == 0)
+    MOEZERO_USER_ERROR(source, ": override '", item, "' must look like section.key=value");
+  std::string path = item.substr(0, eq), text = item.substr(eq + 1);
+  auto dot = path.find('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == path.size() ||
+      path.find('.', dot + 1) != std::string::npos)
+    MOEZERO_USER_ERROR(source, ": override '", item, "': key must be section.key, got '", path,
+                       "'");
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = text;  // not JSON: a plain string
+  if (!value.is_string())  // a string key takes the text as it is: metrics_file=42 is "42"
+    for (const ConfigKeyDoc& k : config_reference())
+      if (k.path == path && k.type == "string") value = text;
+  std::string section = path.substr(0, dot), key = path.substr(dot + 1);
+  if (!root.contains(section)) root[section] = json::object();
+  if (!root[section].is_object())
+    MOEZERO_USER_ERROR(source, ": override '", item, "': section '", section, "' is not an object");
+  root[section][key] = value;
+}
+
+}  // namespace moezero::config_detail

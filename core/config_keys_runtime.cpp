@@ -1,0 +1,160 @@
+// core/config_keys_runtime.cpp — the key tables of the runtime sections: zero, moe, prefetch,
+// shard_cache, comm_emulation, comm and profile. A key is added in exactly one place: its visit
+// line (config_visitors.h: the visitors that walk these tables).
+#include "core/config_visitors.h"
+#include "core/step_list.h"
+
+namespace moezero::config_detail {
+
+template <class V>
+void visit_zero(V& v, ZeroConfig& c) {
+  v.field("stage", c.stage,
+          "0 data parallel, 1 shard optimizer states, 2 + gradients, 3 + parameters",
+          in_range<int64_t>(0, 3));
+  v.field("param_persistence_threshold", c.param_persistence_threshold,
+          "parameter groups with fewer elements stay replicated", at_least<int64_t>(0));
+  v.bytes("keep_dense_bytes", c.keep_dense_bytes,
+          "stage 3: bytes of dense parameter groups kept gathered from one micro-batch to the next "
+          "within a step (per gather communicator); 0 regathers them every micro-batch");
+  v.field("shard_single_rank", c.shard_single_rank,
+          "stage 3: gather groups held by one rank too (by default they stay resident)");
+  v.bytes("prefetch_bucket_size", c.prefetch_bucket_size,
+          "bytes of parameters fetched ahead of use");
+  v.bytes("max_live_parameters", c.max_live_parameters,
+          "bytes of gathered parameters alive at once");
+  v.bytes("reduce_bucket_size", c.reduce_bucket_size, "bytes per gradient reduce-scatter bucket");
+  v.choice(
+      "moe_gather", c.moe_gather,
+      Choices<MoeGather>{
+          {"experts", MoeGather::Experts}, {"leaf", MoeGather::Leaf}, {"fsdp", MoeGather::Fsdp}},
+      "stage-3 expert gathers: experts (active ones, prefetch policy, shard cache), leaf "
+      "(DeepSpeed leaf module: the block's experts coalesced, every pass, nothing cached), fsdp "
+      "(coalesced, kept from forward to backward; across micro-batches within "
+      "shard_cache.capacity_bytes)");
+  v.field("reshard_after_forward", c.reshard_after_forward,
+          "moe_gather=experts: release an active expert after forward (true) or keep it until "
+          "its backward in the same micro-batch (false)");
+}
+
+template <class V>
+void visit_moe(V& v, MoeConfig& c) {
+  v.field("aux_loss_coef", c.aux_loss_coef, "load-balancing loss coefficient (HF Mixtral form)",
+          at_least(0.0));
+  v.field("z_loss_coef", c.z_loss_coef, "router z-loss coefficient", at_least(0.0));
+  v.field("router_jitter", c.router_jitter, "multiplicative input jitter of the router (0: off)",
+          below(0.0, 1.0));
+  v.field("capacity_factor", c.capacity_factor, "expert capacity factor (0: dropless)",
+          at_least(0.0));
+  v.field("normalize_top_k", c.normalize_top_k,
+          "renormalise top-k weights (Mixtral); false keeps raw probabilities");
+  v.choice("score_function", c.score_function,
+           Choices<ScoreFunction>{{"softmax", ScoreFunction::Softmax},
+                                  {"sigmoid", ScoreFunction::Sigmoid}},
+           "router scores: softmax of the logits (Mixtral) or sigmoid (DeepSeek-V3; README, "
+           "MoE layers)");
+  v.field("expert_bias_update_rate", c.expert_bias_update_rate,
+          "auxiliary-loss-free balancing (DeepSeek-V3): per-expert selection bias += rate * "
+          "sign(mean load - load) after each optimizer step; 0: off",
+          at_least(0.0));
+  v.field("routing_replay", c.routing_replay,
+          "a routing trace (profile.routing_trace) whose per-rank per-expert token counts the "
+          "training micro-batches are forced to (README, MoE layers of today); empty: off");
+}
+
+template <class V>
+void visit_prefetch(V& v, PrefetchConfig& c) {
+  v.choice("policy", c.policy,
+           Choices<PrefetchPolicy>{{"none", PrefetchPolicy::None},
+                                   {"all", PrefetchPolicy::All},
+                                   {"frequency", PrefetchPolicy::Frequency},
+                                   {"cost", PrefetchPolicy::Cost}},
+           "expert prefetch policy");
+  v.field("ema_decay", c.ema_decay, "decay of the per-expert activation frequency average",
+          below(0.0, 1.0));
+  v.field("min_probability", c.min_probability, "prefetch experts predicted at least this likely",
+          in_range(0.0, 1.0));
+  v.bytes("budget_bytes", c.budget_bytes, "bytes of expert parameters prefetched per layer");
+  v.field("lookahead_layers", c.lookahead_layers,
+          "0: no expert prefetch before the router; n >= 1: a MoE layer's experts are planned "
+          "while its attention block runs, and those of the next n - 1 layers ahead of time (from "
+          "marginal statistics)",
+          in_range<int64_t>(0, 64));
+  v.field("link_gbps", c.link_gbps,
+          "link bandwidth in Gbit/s the cost policy prices a gathered byte at (0: "
+          "comm_emulation.link_gbps; both 0: the cost policy is frequency)",
+          at_least(0.0));
+}
+
+template <class V>
+void visit_shard_cache(V& v, ShardCacheConfig& c) {
+  v.bytes("capacity_bytes", c.capacity_bytes,
+          "bytes of gathered expert parameters kept resident (0: off)");
+  v.choice("eviction", c.eviction,
+           Choices<EvictionPolicy>{{"lfu", EvictionPolicy::Lfu}, {"lru", EvictionPolicy::Lru}},
+           "eviction order: frequency model (lfu) or recency (lru)");
+}
+
+template <class V>
+void visit_comm_emulation(V& v, CommEmulationConfig& c) {
+  v.field("link_gbps", c.link_gbps,
+          "emulated link bandwidth in Gbit/s (10^9 bits/s) for ranks-as-threads (0: off)",
+          at_least(0.0));
+  v.field("latency_us", c.latency_us,
+          "emulated latency per algorithm step over the link, in microseconds", at_least(0.0));
+  v.field("ranks_per_node", c.ranks_per_node,
+          "ranks per node for a two-tier emulated network (0: one tier, every link the NIC)",
+          at_least<int64_t>(0));
+  v.field("intra_node_gbps", c.intra_node_gbps,
+          "emulated link between ranks of one node in Gbit/s (0: no bandwidth cost)",
+          at_least(0.0));
+  v.field("intra_node_latency_us", c.intra_node_latency_us,
+          "emulated latency per algorithm step inside a node, in microseconds", at_least(0.0));
+}
+
+template <class V>
+void visit_comm(V& v, CommConfig& c) {
+  v.field("timeout_s", c.timeout_s,
+          "a collective whose peers do not arrive fails after this many seconds",
+          greater_than(0.0));
+  v.field("check_divergence", c.check_divergence,
+          "check that all ranks of a group issue the same collectives (debug)");
+}
+
+template <class V>
+void visit_profile(V& v, ProfileConfig& c) {
+  v.field("trace", c.trace, "Chrome trace-event JSON output (empty: none)");
+  v.field("steps", c.steps, "steps to trace, e.g. \"3-5,10\" (empty: all)",
+          std::function<std::string(const std::string&)>([](const std::string& s) {
+            StepList parsed;
+            return StepList::parse_into(s, parsed);
+          }));
+  v.field("routing_trace", c.routing_trace,
+          "JSON lines: per step, micro-batch, MoE layer and rank the tokens routed to every "
+          "expert (README, MoE layers of today); empty: none");
+  v.field("grad_norms", c.grad_norms, "per-shard and per-group gradient norms in the metrics");
+  v.field("check_finite", c.check_finite, "check gradients for NaN/Inf every step");
+}
+
+template void visit_zero<Reader>(Reader&, ZeroConfig&);
+template void visit_zero<Writer>(Writer&, ZeroConfig&);
+template void visit_zero<Documenter>(Documenter&, ZeroConfig&);
+template void visit_moe<Reader>(Reader&, MoeConfig&);
+template void visit_moe<Writer>(Writer&, MoeConfig&);
+template void visit_moe<Documenter>(Documenter&, MoeConfig&);
+template void visit_prefetch<Reader>(Reader&, PrefetchConfig&);
+template void visit_prefetch<Writer>(Writer&, PrefetchConfig&);
+template void visit_prefetch<Documenter>(Documenter&, PrefetchConfig&);
+template void visit_shard_cache<Reader>(Reader&, ShardCacheConfig&);
+template void visit_shard_cache<Writer>(Writer&, ShardCacheConfig&);
+template void visit_shard_cache<Documenter>(Documenter&, ShardCacheConfig&);
+template void visit_comm_emulation<Reader>(Reader&, CommEmulationConfig&);
+template void visit_comm_emulation<Writer>(Writer&, CommEmulationConfig&);
+template void visit_comm_emulation<Documenter>(Documenter&, CommEmulationConfig&);
+template void visit_comm<Reader>(Reader&, CommConfig&);
+template void visit_comm<Writer>(Writer&, CommConfig&);
+template void visit_comm<Documenter>(Documenter&, CommConfig&);
+template void visit_profile<Reader>(Reader&, ProfileConfig&);
+template void visit_profile<Writer>(Writer&, ProfileConfig&);
+template void visit_profile<Documenter>(Documenter&, ProfileConfig&);
+
+}  // namespace moezero::config_detail
