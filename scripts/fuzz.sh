@@ -19,15 +19,16 @@ CXX=${FUZZ_CXX:-clang++-14}
 out=build-fuzz
 mkdir -p "$out"
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I.)
-srcs_config=(core/config.cpp core/error.cpp core/step_list.cpp core/dtype.cpp)
+srcs_config=(core/config.cpp core/config_checks.cpp core/config_keys_model.cpp core/config_keys_runtime.cpp core/config_reader.cpp core/json_duplicates.cpp
+  core/error.cpp core/step_list.cpp core/dtype.cpp)
 srcs_manifest=(train/checkpoint_io.cpp core/error.cpp)
 srcs_safetensors=(hf/safetensors.cpp core/error.cpp core/dtype.cpp)
 srcs_report=(report/run_input.cpp report/report.cpp report/report_text.cpp report/report_html.cpp
-  core/error.cpp)
-srcs_tokenizer=(hf/bpe_tokenizer.cpp core/error.cpp)
+  report/report_charts.cpp report/html_parts.cpp report/html_format.cpp core/error.cpp)
+srcs_tokenizer=(hf/bpe_tokenizer.cpp core/json_duplicates.cpp core/error.cpp)
 libs_tokenizer=(-lpcre2-8)
-srcs_hf_config=(hf/hf_export.cpp hf/safetensors.cpp core/config.cpp core/error.cpp
-  core/step_list.cpp core/dtype.cpp)
+srcs_hf_config=(hf/hf_export.cpp hf/safetensors.cpp core/config.cpp core/config_checks.cpp core/config_keys_model.cpp core/config_keys_runtime.cpp core/config_reader.cpp core/json_duplicates.cpp
+  core/error.cpp core/step_list.cpp core/dtype.cpp)
 libs_hf_config=(-Wl,--start-group build/model/libmoezero_model.a build/layers/libmoezero_layers.a
   build/moe/libmoezero_moe.a build/prefetch/libmoezero_prefetch.a build/zero/libmoezero_zero.a
   build/kernels/libmoezero_kernels.a build/kernels/cpu/libmoezero_kernels_cpu.a

@@ -64,6 +64,7 @@ Clock::time_point RankSession::now() const {
 void RankSession::run_steps() {
   const auto t_start = now();
   before_ = engine_->counters();
+  link_before_ = link_now();
   for (int64_t step = first_step_; step < end_step_; ++step) {
     const int sig = run_step(step, t_start);
     if (sig != 0 && step + 1 < end_step_) {  // a stop at the last step is a normal end

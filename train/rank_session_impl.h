@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/net_model.h"
 #include "core/process_groups.h"
 #include "model/transformer.h"
 #include "moe/routing_trace.h"
@@ -133,7 +134,11 @@ class RankSession {
   std::unique_ptr<StepStatsCollector> step_stats_;
   std::unique_ptr<RoutingTrace> routing_trace_;    // profile.routing_trace; null: off
   std::unique_ptr<RoutingReplay> routing_replay_;  // moe.routing_replay; null: off
-  EngineCounters before_;  // the engine's counters at the end of the last step
+  EngineCounters before_;        // the engine's counters at the end of the last step
+  comm::LinkBytes link_before_;  // this rank's sent bytes by tier at the end of the last step
+  // This rank's sent bytes by tier so far (zero where the world does not count them: NCCL,
+  // MPI, the simulator).
+  comm::LinkBytes link_now() const;
 };
 
 }  // namespace moezero::moe::session_detail

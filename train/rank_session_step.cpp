@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/local/local_world.h"
 #include "core/error.h"
 #include "core/host_exchange.h"
 #include "core/ops.h"
@@ -130,10 +131,16 @@ void RankSession::read_batch(int64_t mb, std::vector<int32_t>& tok,
 // This rank's counters of the step; the engine's counters now are the next step's baseline.
 RankStepStats RankSession::step_counters(const StepTiming& timing) {
   const EngineCounters now = engine_->counters();
-  const RankStepStats mine =
-      rank_step_stats(now, before_, moe_stats_, dev_.allocator().stats(), timing);
+  const comm::LinkBytes link = link_now();
+  const RankStepStats mine = rank_step_stats(now, before_, moe_stats_, dev_.allocator().stats(),
+                                             timing, link, link_before_);
   before_ = now;
+  link_before_ = link;
   return mine;
+}
+
+comm::LinkBytes RankSession::link_now() const {
+  return ctx_.world ? ctx_.world->link_bytes(ctx_.rank) : comm::LinkBytes{};
 }
 
 // One exchange per step: every rank's struct as raw 8-byte words and its stop signal (0: none;

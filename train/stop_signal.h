@@ -1,7 +1,7 @@
 // train/stop_signal.h — SIGTERM / SIGINT stop a run cleanly (`moezero train`).
 //
 // The first signal sets a flag; the trainer reads it once per step on every rank and agrees on
-// it through the step's counters exchange (rank_session.cpp), so every rank finishes the same
+// it through the step's counters exchange (rank_session_step.cpp), so every rank finishes the same
 // optimizer step, saves a checkpoint when train.save_dir is set, and the run ends with
 // TrainResult::stopped_by_signal. A second signal ends the process at once (exit status
 // 128 + signal, as a default-handled signal would). `moezero train` then exits with

@@ -90,6 +90,9 @@ TEST(BenchCli, TwoStrategiesGiveSaneRows) {
   EXPECT_EQ(compute["gathered_expert_bytes"].get<double>(), 0.0);
   EXPECT_EQ(compute["gathered_dense_bytes"].get<double>(), 0.0);
   EXPECT_GT(z3["gathered_expert_bytes"].get<double>(), 0.0);  // stage 3 gathers its experts
+  // One tier (no comm_emulation.ranks_per_node): every byte sent is inter_node_bytes.
+  EXPECT_GT(z3["inter_node_bytes"].get<double>(), 0.0);
+  for (const nlohmann::json& row : j["rows"]) EXPECT_EQ(row["intra_node_bytes"].get<double>(), 0.0);
   for (const nlohmann::json& row : j["rows"]) {
     const double tps = row["tokens_per_s"].get<double>();
     EXPECT_LE(row["tokens_per_s_min"].get<double>(), tps);
