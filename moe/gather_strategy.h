@@ -14,7 +14,8 @@
 // parameter groups are gathered, when, and when they are released.
 //
 // Adding a strategy: a new file with its class and a `make_*` factory, and one line in the
-// registry (moe/gather_strategy.cpp); the config key's choices (core/config_keys_runtime.cpp) name it.
+// registry (moe/gather_strategy.cpp); the config key's choices (core/config_keys_runtime.cpp) name
+// it.
 #pragma once
 
 #include <cstdint>
