@@ -42,6 +42,15 @@ struct ModelConfig {
 
 enum class NonFinitePolicy : uint8_t { Stop, Skip };
 
+// train.activation_checkpointing: which activations the trainer keeps from forward to backward
+// and which it recomputes in backward (model/transformer.h "Activation checkpointing").
+//   None:      keep every block's saved activations.
+//   Selective: recompute the core attention (softmax(q k^T) v and its log-sum-exp) in backward
+//              from the kept q, k, v; keep the rest.
+//   Full:      keep each transformer block's input (and a MoE block's agreed routing); recompute
+//              the whole block in backward.
+enum class ActivationCheckpointing : uint8_t { None, Selective, Full };
+
 struct TrainConfig {
   int64_t steps = 100;
   int64_t micro_batch_size = 8;  // sequences per micro-batch, ALL ranks together
@@ -66,6 +75,7 @@ struct TrainConfig {
   std::string init_from;      // a Hugging Face style directory to start from; empty: random init
   int64_t eval_every = 0;     // validation loss every n steps (and after the last); 0: off
   int64_t eval_batches = 4;   // micro-batches (micro_batch_size rows each) per evaluation
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::None;
 };
 
 // data.format: Bytes: data.path is a text file whose bytes are tokens (vocab 256); Tokens: llm.c

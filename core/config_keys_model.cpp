@@ -92,6 +92,13 @@ void visit_train(V& v, TrainConfig& c) {
   v.field("eval_batches", c.eval_batches,
           "micro-batches of micro_batch_size held-out sequences per evaluation",
           in_range<int64_t>(1, kMaxI));
+  v.choice("activation_checkpointing", c.activation_checkpointing,
+           Choices<ActivationCheckpointing>{{"none", ActivationCheckpointing::None},
+                                            {"selective", ActivationCheckpointing::Selective},
+                                            {"full", ActivationCheckpointing::Full}},
+           "recompute in backward instead of keeping: none; selective: the core attention "
+           "(softmax(q k^T) v) from the kept q, k, v; full: each transformer block from its input "
+           "(a MoE block reuses its forward's agreed routing). Same losses bit for bit");
 }
 
 template <class V>

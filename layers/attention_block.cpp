@@ -79,11 +79,26 @@ GroupSpec AttentionBlock::param_group() const {
   return g;
 }
 
+void AttentionBlock::core_attention(const ModuleContext& ctx, Saved& sv) const {
+  const int64_t R = ctx.rows(), B = ctx.batch, T = ctx.seq;
+  const int64_t Hq = n_heads_, Hkv = n_kv_heads_, D = head_dim_;
+  sv.att = ctx.alloc_act(Shape{R, Hq * D}, "attn.att");
+  sv.lse = ctx.alloc(DType::F32, Shape{B, Hq, T}, "attn.lse");
+  ctx.ops().attention_forward(
+      ctx.s(), sv.q.view().reshape(Shape{B, T, Hq, D}), sv.k.view().reshape(Shape{B, T, Hkv, D}),
+      sv.v.view().reshape(Shape{B, T, Hkv, D}), sv.att.view().reshape(Shape{B, T, Hq, D}), sv.lse);
+}
+
+void AttentionBlock::drop_core_attention(Saved& saved) {
+  saved.att.reset();
+  saved.lse.reset();
+}
+
 AttentionBlock::Saved AttentionBlock::forward(const ModuleContext& ctx, ParamProvider& params,
                                               const Tensor& x, const Tensor& out) const {
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
-  const int64_t R = ctx.rows(), B = ctx.batch, T = ctx.seq, C = d_model_;
+  const int64_t R = ctx.rows(), C = d_model_;
   const int64_t Hq = n_heads_, Hkv = n_kv_heads_, D = head_dim_;
 
   const Tensor flat = params.acquire(group_, s);
@@ -112,11 +127,7 @@ AttentionBlock::Saved AttentionBlock::forward(const ModuleContext& ctx, ParamPro
   ops.rope(s, q3, ctx.positions, rope_theta_, Ops::RopeDirection::Forward, q3);
   ops.rope(s, k3, ctx.positions, rope_theta_, Ops::RopeDirection::Forward, k3);
 
-  sv.att = ctx.alloc_act(Shape{R, Hq * D}, "attn.att");
-  sv.lse = ctx.alloc(DType::F32, Shape{B, Hq, T}, "attn.lse");
-  ops.attention_forward(
-      s, sv.q.view().reshape(Shape{B, T, Hq, D}), sv.k.view().reshape(Shape{B, T, Hkv, D}),
-      sv.v.view().reshape(Shape{B, T, Hkv, D}), sv.att.view().reshape(Shape{B, T, Hq, D}), sv.lse);
+  core_attention(ctx, sv);
 
   linear_forward(ctx, sv.att, lay.view(flat, kO), out);  // out = o_proj(att)
   params.release(group_, s);
@@ -132,6 +143,7 @@ void AttentionBlock::backward(const ModuleContext& ctx, ParamProvider& params, S
   const int64_t Hq = n_heads_, Hkv = n_kv_heads_, D = head_dim_;
   const Shape q4{B, T, Hq, D}, kv4{B, T, Hkv, D};
 
+  if (!sv.att) core_attention(ctx, sv);  // selective checkpointing: recomputed, same bits
   const Tensor flat = params.acquire(group_, s);
   const Tensor gflat = params.grad(group_, s);
   const GroupLayout& lay = params.layout(group_);

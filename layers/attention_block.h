@@ -46,16 +46,25 @@ class AttentionBlock {
   GroupSpec param_group() const;
   int group() const { return group_; }
 
+  // Selective activation checkpointing: frees the core attention's output and log-sum-exp
+  // (saved.att, saved.lse); backward then recomputes them from the kept q, k, v with the
+  // forward's kernel (the same bits), one attention forward more per layer.
+  static void drop_core_attention(Saved& saved);
+
   // [in] x (B*T, C); [out] out (B*T, C) `=` x + attn(rmsnorm(x)). Returns the saved activations.
   Saved forward(const ModuleContext& ctx, ParamProvider& params, const Tensor& x,
                 const Tensor& out) const;
-  // [in] saved: forward's (freed on return); [in] x: forward's input;
+  // [in] saved: forward's (freed on return; att and lse recomputed when dropped);
+  // [in] x: forward's input;
   // [in,out] dresid (B*T, C): dL/dout on entry, dL/dx on return (`+=` the attention path).
   // grad(group) `+=`.
   void backward(const ModuleContext& ctx, ParamProvider& params, Saved& saved, const Tensor& x,
                 const Tensor& dresid) const;
 
  private:
+  // att (B*T, Hq*D) and lse f32 (B, Hq, T) `=` attention(q, k, v) of the saved q, k, v.
+  void core_attention(const ModuleContext& ctx, Saved& sv) const;
+
   int64_t d_model_, n_heads_, n_kv_heads_, head_dim_;
   float rope_theta_, norm_eps_, init_std_;
   bool qkv_bias_;

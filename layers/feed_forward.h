@@ -47,6 +47,17 @@ class FeedForward {
   // [in] h (B*T, C) compute dtype; [out] out (B*T, C) `=` h + ffn(rmsnorm(h)).
   virtual std::unique_ptr<Saved> forward(const ModuleContext& ctx, ParamProvider& params,
                                          const Tensor& h, const Tensor& out) = 0;
+  // Full activation checkpointing (model/transformer.h), two steps:
+  // drop_for_recompute, right after forward: frees every activation recompute() rebuilds and
+  // keeps only what must not be computed twice (a MoE layer's agreed routing: recomputing the
+  // router would repeat its agreement and update learned state again).
+  virtual void drop_for_recompute(Saved& saved) const = 0;
+  // recompute, in backward before backward(): rebuilds `saved` from h with the forward's own
+  // ops (the same bits), acquiring parameters like forward; updates no learned state or
+  // statistics. [out] out (B*T, C): scratch (written or not; its value is not used).
+  virtual void recompute(const ModuleContext& ctx, ParamProvider& params, Saved& saved,
+                         const Tensor& h, const Tensor& out) = 0;
+
   // [in] saved: forward's (consumed); [in] h: forward's input;
   // [in,out] dresid (B*T, C): dL/dout on entry, dL/dh on return (`+=` the FFN path).
   // Gradients of its groups `+=`.

@@ -65,6 +65,22 @@ std::unique_ptr<FeedForward::Saved> DenseSwiGLU::forward(const ModuleContext& ct
   return sv;
 }
 
+void DenseSwiGLU::drop_for_recompute(Saved& saved) const {
+  auto* sv = dynamic_cast<DenseSaved*>(&saved);
+  MOEZERO_CHECK(sv != nullptr, "DenseSwiGLU::drop_for_recompute of layer ", layer_,
+                ": saved state is not a DenseSwiGLU's");
+  *sv = DenseSaved();
+}
+
+void DenseSwiGLU::recompute(const ModuleContext& ctx, ParamProvider& params, Saved& saved,
+                            const Tensor& h, const Tensor& out) {
+  auto* sv = dynamic_cast<DenseSaved*>(&saved);
+  MOEZERO_CHECK(sv != nullptr, "DenseSwiGLU::recompute of layer ", layer_,
+                ": saved state is not a DenseSwiGLU's");
+  std::unique_ptr<Saved> fresh = forward(ctx, params, h, out);
+  *sv = std::move(static_cast<DenseSaved&>(*fresh));
+}
+
 void DenseSwiGLU::backward(const ModuleContext& ctx, ParamProvider& params,
                            std::unique_ptr<Saved> saved, const Tensor& h, const Tensor& dresid) {
   auto* sv = dynamic_cast<DenseSaved*>(saved.get());

@@ -31,6 +31,10 @@ class DenseSwiGLU final : public FeedForward {
                                  const Tensor& out) override;
   void backward(const ModuleContext& ctx, ParamProvider& params, std::unique_ptr<Saved> saved,
                 const Tensor& h, const Tensor& dresid) override;
+  // Full checkpointing keeps nothing of this sub-layer; recompute runs forward again.
+  void drop_for_recompute(Saved& saved) const override;
+  void recompute(const ModuleContext& ctx, ParamProvider& params, Saved& saved, const Tensor& h,
+                 const Tensor& out) override;
 
  private:
   int64_t d_model_, d_ff_;

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "layers/ffn_dense.h"
+#include "model/recompute_params.h"
 #include "moe/moe_layer.h"
 
 namespace moezero::moe {
@@ -248,15 +249,48 @@ void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens
     span = begin_module(s, "attn", layer, "fwd");
     st->attn.push_back(attn_[l].forward(ctx, params, x, next_resid("h")));
     end_module(span);
+    if (checkpointing_ == ActivationCheckpointing::Selective)
+      AttentionBlock::drop_core_attention(st->attn.back());
     const Tensor h = st->resid.back();
     span = begin_module(s, is_moe_layer(cfg_, layer) ? "moe" : "ffn", layer, "fwd");
     st->ffn.push_back(ffn_[l]->forward(ctx, params, h, next_resid("x")));
     end_module(span);
+    if (checkpointing_ == ActivationCheckpointing::Full) {  // keep x_l (and the routing) only
+      st->attn.back() = AttentionBlock::Saved();
+      ffn_[l]->drop_for_recompute(*st->ffn.back());
+      st->resid[st->resid.size() - 2].reset();  // h_l (stream-safe: freed after its last use)
+    }
   }
   span = begin_module(s, "head", -1, "fwd");
   st->head = head_.forward(ctx, params, st->resid.back(), st->targets, loss_scale, loss_out);
   end_module(span);
   state_ = std::move(st);
+}
+
+void Transformer::set_activation_checkpointing(ActivationCheckpointing mode) {
+  MOEZERO_CHECK(state_ == nullptr,
+                "Transformer::set_activation_checkpointing between a forward and its backward");
+  checkpointing_ = mode;
+}
+
+void Transformer::recompute_layer(size_t l, RecomputeParams& params, State& st) {
+  const ModuleContext& ctx = st.ctx;
+  Stream& s = ctx.s();
+  const int layer = static_cast<int>(l);
+  const Shape rc{ctx.rows(), cfg_.d_model};
+  // resid ends [..., x_l, h_l (dropped)]: rebuild h_l = x_l + attn(x_l), then the FFN's state.
+  TensorBuffer& h = st.resid.back();
+  const Tensor x = st.resid[st.resid.size() - 2].view();
+  h = ctx.alloc_act(rc, "h");
+  params.hold_releases();
+  int span = begin_module(s, "attn", layer, "recompute");
+  st.attn[l] = attn_[l].forward(ctx, params, x, h);
+  end_module(span);
+  span = begin_module(s, is_moe_layer(cfg_, layer) ? "moe" : "ffn", layer, "recompute");
+  TensorBuffer out = ctx.alloc_act(rc, "recompute.x");  // x_{l+1} again: not used
+  ffn_[l]->recompute(ctx, params, *st.ffn[l], h, out);
+  end_module(span);
+  params.stop_holding();
 }
 
 void Transformer::backward(ParamProvider& params, Stream& s) {
@@ -271,28 +305,36 @@ void Transformer::backward(ParamProvider& params, Stream& s) {
                 "compute dtype changed since the forward");
   const int64_t R = ctx.rows(), C = cfg_.d_model;
 
+  // Full checkpointing: every acquire goes through rp, which keeps a block's groups from its
+  // recompute to its backward; otherwise the provider itself.
+  RecomputeParams rp(params);
+  const bool full = checkpointing_ == ActivationCheckpointing::Full;
+  ParamProvider& pp = full ? static_cast<ParamProvider&>(rp) : params;
+
   // dL/d(residual stream), updated in place from the head down to the embedding.
   TensorBuffer dresid = ctx.alloc_act(Shape{R, C}, "dresid");
   int span = begin_module(s, "head", -1, "bwd");
-  head_.backward(ctx, params, st->head, st->resid.back(), st->targets, dresid);
+  head_.backward(ctx, pp, st->head, st->resid.back(), st->targets, dresid);
   end_module(span);
   st->resid.pop_back();  // x_L
   for (size_t l = attn_.size(); l-- > 0;) {
     const int layer = static_cast<int>(l);
+    if (full) recompute_layer(l, rp, *st);
     span = begin_module(s, is_moe_layer(cfg_, layer) ? "moe" : "ffn", layer, "bwd");
-    ffn_[l]->backward(ctx, params, std::move(st->ffn[l]), st->resid.back(), dresid);
+    ffn_[l]->backward(ctx, pp, std::move(st->ffn[l]), st->resid.back(), dresid);
     end_module(span);
     st->resid.pop_back();  // h_l
     // The next FFN in backward starts its (exact) expert gathers now, overlapping this layer's
     // attention backward.
-    if (l > 0) ffn_[l - 1]->prepare_backward(ctx, params, *st->ffn[l - 1]);
+    if (l > 0) ffn_[l - 1]->prepare_backward(ctx, pp, *st->ffn[l - 1]);
     span = begin_module(s, "attn", layer, "bwd");
-    attn_[l].backward(ctx, params, st->attn[l], st->resid.back(), dresid);
+    attn_[l].backward(ctx, pp, st->attn[l], st->resid.back(), dresid);
     end_module(span);
     st->resid.pop_back();  // x_l
+    if (full) rp.finish_block(s);
   }
   span = begin_module(s, "embed", -1, "bwd");
-  embed_.backward(ctx, params, st->tokens, dresid);
+  embed_.backward(ctx, pp, st->tokens, dresid);
   end_module(span);
   // st (and dresid) free here: stream-safe, after everything above has been enqueued.
 }

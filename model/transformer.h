@@ -33,6 +33,23 @@
 //   acquire, grad, grad_ready (as soon as the group's last gradient write is enqueued),
 //   release. The embedding's backward needs no parameters: it calls grad and grad_ready only.
 //
+// Activation checkpointing (train.activation_checkpointing; set_activation_checkpointing):
+//   none:      every module keeps what its backward needs (Saved structs, the residual stream).
+//   selective: each attention block drops its core attention's output and log-sum-exp after
+//              o_proj; its backward recomputes them from the kept q, k, v (the attention
+//              kernel never keeps score or probability matrices: it is flash-style, so the
+//              core attention's output is what recomputing "attention's inner products"
+//              saves): (B*T, C) + f32 (B, Hq, T) per layer, one attention forward more.
+//   full:      only each block's input x_l is kept (and a MoE FFN's agreed routing, see
+//              FeedForward::drop_for_recompute). Backward of block l first runs the block's
+//              forward again (attention, then FeedForward::recompute), then its backward. The
+//              recompute acquires parameters as forward does, through a RecomputeParams
+//              (model/recompute_params.h) that keeps them acquired for the block's backward:
+//              under ZeRO-3 one gather serves both. Backward's group order becomes, per
+//              layer: attn, ffn groups (recompute), ffn groups, attn (backward, held ones
+//              without an acquire); every rank recomputes, so collectives stay matched.
+// Every mode runs the same ops on the same inputs: losses and gradients are bit-identical.
+//
 // One Transformer per rank: it holds the activations of the micro-batch between forward and
 // backward. Not thread-safe.
 #pragma once
@@ -51,6 +68,8 @@
 #include "moe/moe_runtime.h"
 
 namespace moezero::moe {
+
+class RecomputeParams;
 
 // True when decoder layer `layer` has a MoE FFN: model.num_experts > 0 and
 // layer % moe_every == moe_every - 1 (moe_every 1: every layer; 2: layers 1, 3, 5, ...).
@@ -98,6 +117,11 @@ class Transformer {
   // params.grad(g). Frees the activations.
   void backward(ParamProvider& params, Stream& s);
 
+  // train.activation_checkpointing (see above); only between micro-batches (no activations
+  // held). Default: none.
+  void set_activation_checkpointing(ActivationCheckpointing mode);
+  ActivationCheckpointing activation_checkpointing() const { return checkpointing_; }
+
   // True between a forward and its backward.
   bool has_activations() const { return state_ != nullptr; }
   // Drops the saved activations (evaluation: forward without backward).
@@ -129,6 +153,10 @@ class Transformer {
   // trace recorder is tracing; -1 otherwise. end_module(-1) does nothing.
   int begin_module(Stream& s, const char* module, int layer, const char* pass) const;
   void end_module(int span) const;
+  // Full checkpointing, backward of layer l: its forward again (h_l and every Saved).
+  void recompute_layer(size_t l, RecomputeParams& params, State& st);
+
+  ActivationCheckpointing checkpointing_ = ActivationCheckpointing::None;
   int64_t lookahead_ = 1;           // prefetch.lookahead_layers (how many FFNs are prepared ahead)
   TraceRecorder* trace_ = nullptr;  // MoeRuntime::trace: module spans while tracing
   // Host positions per (B, T), uploaded each forward; never modified once made. Shared with

@@ -187,6 +187,38 @@ TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& para
   return y;
 }
 
+TensorBuffer LocalExperts::recompute(const ModuleContext& ctx, ParamProvider& params,
+                                     const DispatchState& rows, const std::vector<char>& active,
+                                     const Tensor& x, TensorBuffer& gate, TensorBuffer& up,
+                                     std::vector<Tensor>& held) const {
+  if (held.empty()) return forward(ctx, params, rows, active, x, gate, up, held);
+  const int64_t R = rows.received, C = cfg_.d_model, F = cfg_.expert_width();
+  gate = ctx.alloc_act(Shape{R, F}, "moe.gate");
+  up = ctx.alloc_act(Shape{R, F}, "moe.up");
+  TensorBuffer act = ctx.alloc_act(Shape{R, F}, "moe.act");
+  TensorBuffer y = ctx.alloc_act(Shape{R, C}, "moe.yr");
+  std::vector<ExpertParams> kept;  // held since forward, id order
+  std::vector<char> rest = active;
+  for (int j = 0; j < experts_per_rank_; ++j) {
+    const size_t jj = static_cast<size_t>(j);
+    if (!active[jj] || jj >= held.size() || !held[jj].defined()) continue;
+    params.use_held(group(j));
+    kept.push_back({j, &params.layout(group(j)), held[jj], Tensor()});
+    rest[jj] = 0;
+  }
+  if (!kept.empty()) forward_experts(ctx, rows, kept, x, gate, up, act, y);
+  if (std::any_of(rest.begin(), rest.end(), [](char a) { return a != 0; })) {
+    std::vector<Tensor> more;
+    rt_.gather->forward(ctx, params, *this, rest, more, [&](const std::vector<ExpertParams>& ex) {
+      forward_experts(ctx, rows, ex, x, gate, up, act, y);
+    });
+    for (size_t j = 0; j < more.size() && j < held.size(); ++j)
+      if (more[j].defined()) held[j] = more[j];
+  }
+  act.reset();
+  return y;
+}
+
 TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& params,
                                     const DispatchState& rows, const std::vector<char>& active,
                                     const Tensor& x, const Tensor& gate, const Tensor& up,

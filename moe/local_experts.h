@@ -55,6 +55,13 @@ class LocalExperts {
   TensorBuffer forward(const ModuleContext& ctx, ParamProvider& params, const DispatchState& rows,
                        const std::vector<char>& active, const Tensor& x, TensorBuffer& gate,
                        TensorBuffer& up, std::vector<Tensor>& held) const;
+  // Full activation checkpointing: forward() again in backward, with the same results.
+  // Experts held since forward ([in,out] held) run without an acquire (ParamProvider::use_held);
+  // the other active ones go through the gather strategy's forward (which may hold them too:
+  // they join `held`). With nothing held, exactly forward()'s acquires.
+  TensorBuffer recompute(const ModuleContext& ctx, ParamProvider& params, const DispatchState& rows,
+                         const std::vector<char>& active, const Tensor& x, TensorBuffer& gate,
+                         TensorBuffer& up, std::vector<Tensor>& held) const;
   // [in] dy (R, C); x, gate, up: forward's; returns dx (R, C) `=`. Writes (`+=`) each active
   // expert's parameter gradient and marks it ready (grad_ready) before releasing the expert.
   TensorBuffer backward(const ModuleContext& ctx, ParamProvider& params, const DispatchState& rows,

@@ -294,6 +294,46 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   return sv;
 }
 
+void MoeFeedForward::drop_for_recompute(Saved& saved) const {
+  auto* sv = dynamic_cast<MoeSaved*>(&saved);
+  MOEZERO_CHECK(sv != nullptr, "MoeFeedForward::drop_for_recompute of layer ", layer_,
+                ": saved state is not a MoeFeedForward's");
+  sv->rstd.reset();
+  sv->hn.reset();
+  sv->xr.reset();
+  sv->gate.reset();
+  sv->up.reset();
+  sv->routes.ys.reset();  // dispatch() rebuilds perm, inv_perm, offsets; combine() ys
+  sv->routes.perm.reset();
+  sv->routes.inv_perm.reset();
+  sv->routes.offsets.reset();
+  sv->shared = SharedExperts::Saved();
+}
+
+void MoeFeedForward::recompute(const ModuleContext& ctx, ParamProvider& params, Saved& saved,
+                               const Tensor& h, const Tensor& out) {
+  auto* sv = dynamic_cast<MoeSaved*>(&saved);
+  MOEZERO_CHECK(sv != nullptr, "MoeFeedForward::recompute of layer ", layer_,
+                ": saved state is not a MoeFeedForward's");
+  const int64_t N = ctx.rows(), C = cfg_.d_model;
+  // 1. the norm (route() without the router: its state is the forward's).
+  const Tensor flat = params.acquire(first_group_, ctx.s());
+  const GroupLayout& lay = params.layout(first_group_);
+  sv->rstd = ctx.alloc(DType::F32, Shape{N}, "moe.rstd");
+  sv->hn = ctx.alloc_act(Shape{N, C}, "moe.hn");
+  ctx.ops().rmsnorm_forward(ctx.s(), h, lay.view(flat, kNorm), static_cast<float>(cfg_.norm_eps),
+                            sv->hn, sv->rstd);
+  params.release(first_group_, ctx.s());
+  // 3.-5. dispatch, compute, combine over the kept layout (the residual add is skipped: `out`
+  // is scratch); 6. the shared experts.
+  const Router::Routing& routing = router_.routing();
+  sv->xr = dispatcher_.dispatch(ctx, sv->hn, routing.expert_ids, sv->routes);
+  TensorBuffer yr =
+      experts_.recompute(ctx, params, sv->routes, sv->active, sv->xr, sv->gate, sv->up, sv->held);
+  dispatcher_.combine(ctx, yr, routing.weights, sv->routes, out);
+  if (shared_) shared_->forward(ctx, params, sv->hn, out, sv->shared);
+}
+
 void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
                               std::unique_ptr<Saved> saved, const Tensor& h, const Tensor& dresid) {
   auto* sv = dynamic_cast<MoeSaved*>(saved.get());

@@ -66,6 +66,17 @@ class MoeFeedForward final : public FeedForward {
                                  const Tensor& out) override;
   void backward(const ModuleContext& ctx, ParamProvider& params, std::unique_ptr<Saved> saved,
                 const Tensor& h, const Tensor& dresid) override;
+  // Full checkpointing keeps the forward's agreed routing: the router's state (expert ids,
+  // weights, probabilities, agreed statistics), the token layout's counts and the active set
+  // (and experts held since forward); it frees the norm output, the dispatched rows, the
+  // experts' pre-activations, the combine's saved outputs and the shared experts'.
+  void drop_for_recompute(Saved& saved) const override;
+  // Norm, dispatch, experts, combine and shared experts again from the kept routing: the
+  // router, the agreement all-reduce, the host sync and every statistic (frequency model,
+  // MoE stats, capacity drops, routing traces) are not run again. The token all-to-alls and
+  // the experts' acquires are (every rank recomputes, so they stay matched).
+  void recompute(const ModuleContext& ctx, ParamProvider& params, Saved& saved, const Tensor& h,
+                 const Tensor& out) override;
 
   int local_experts() const { return experts_.count(); }
 

@@ -26,7 +26,12 @@ uint64_t dtype_bytes(DType d) { return d == DType::F32 ? 4 : 2; }
 
 // The activations of one micro-batch on one rank, in elements of the compute dtype, and the
 // logits (fp32) — the saved tensors of every layer (model/, layers/, moe/: alloc_act) plus the
-// temporaries of the largest layer's backward.
+// temporaries of the largest layer's backward — under train.activation_checkpointing:
+//   none:      every layer's saved tensors;
+//   selective: less the core attention's output (att, C per token) of every layer;
+//   full:      every layer's input (C) and a MoE layer's kept routing (the router's
+//              probabilities, 2E), plus one layer's saved tensors and its recomputed h and
+//              output (2C), alive while that layer's backward runs.
 uint64_t activation_bytes(const Config& cfg) {
   const ModelConfig& m = cfg.model;
   const uint64_t b = dtype_bytes(cfg.train.dtype);
@@ -38,15 +43,20 @@ uint64_t activation_bytes(const Config& cfg) {
   const uint64_t kvd = static_cast<uint64_t>(m.n_kv_heads) * (C / static_cast<uint64_t>(m.n_heads));
   const uint64_t k = static_cast<uint64_t>(std::max<int64_t>(1, m.top_k));
   const uint64_t E = static_cast<uint64_t>(std::max<int64_t>(0, m.num_experts));
-  const uint64_t attn = 3 * C + 2 * kvd;  // xn, q, att; k, v
-  uint64_t per_token = 0, backward = 0;
+  const ActivationCheckpointing ac = cfg.train.activation_checkpointing;
+  // xn, q, att; k, v (selective: att is recomputed in backward)
+  const uint64_t attn = (ac == ActivationCheckpointing::Selective ? 2 * C : 3 * C) + 2 * kvd;
+  uint64_t per_token = 0, backward = 0, largest_layer = 0;
   for (int64_t l = 0; l < m.n_layers; ++l) {
     const bool moe = is_moe_layer(m, static_cast<int>(l));
+    const uint64_t routing = moe ? 2 * E : 0;  // the router's probabilities (MoE)
     // resid; attention; FFN: hn + gate + up (dense) or hn + k * (xs + xr + gate + up + y)
-    // and the router's probabilities (MoE)
-    per_token += C + attn + (moe ? C + k * (3 * C + 2 * F) + 2 * E : C + 2 * F);
+    const uint64_t layer = C + attn + (moe ? C + k * (3 * C + 2 * F) : C + 2 * F) + routing;
+    per_token += ac == ActivationCheckpointing::Full ? C + routing : layer;
+    largest_layer = std::max(largest_layer, layer);
     backward = std::max(backward, moe ? 2 * C + k * (C + 4 * F) : 3 * C + 4 * F);
   }
+  if (ac == ActivationCheckpointing::Full) per_token += largest_layer + 2 * C;
   backward = std::max(backward, 2 * C + 2 * kvd + 2 * C);  // attention's dq, dk, dv, datt, dx
   const uint64_t head = C + 2 * static_cast<uint64_t>(m.vocab_size) * 4 / b;  // xn; logits, grad
   return N * (per_token + backward + head) * b;

@@ -103,6 +103,7 @@ void RankSession::build_model() {
   rt_.gather = &moe::gather_strategy(cfg_.zero.moe_gather);
   rt_.reshard_after_forward = cfg_.zero.reshard_after_forward;
   model_ = std::make_unique<Transformer>(cfg_.model, &rt_);
+  model_->set_activation_checkpointing(cfg_.train.activation_checkpointing);
 }
 
 void RankSession::build_engine() {

@@ -65,6 +65,15 @@ TEST(MemoryEstimate, Zero3MoeExpertParallel) {
 TEST(MemoryEstimate, Zero3MoeBf16) {
   check_against_run({"parallel.world_size=2", "zero.stage=3", "train.dtype=bf16"});
 }
+// train.activation_checkpointing: the estimate follows what each mode keeps.
+TEST(MemoryEstimate, Zero3MoeSelectiveCheckpointing) {
+  check_against_run({"parallel.world_size=2", "zero.stage=3", "model.n_layers=4",
+                     "train.activation_checkpointing=selective"});
+}
+TEST(MemoryEstimate, Zero3MoeFullCheckpointing) {
+  check_against_run({"parallel.world_size=2", "parallel.ep_size=2", "zero.stage=3",
+                     "model.n_layers=4", "train.activation_checkpointing=full"});
+}
 TEST(MemoryEstimate, Zero2Dense) {
   check_against_run({"parallel.world_size=2", "zero.stage=2", "model.num_experts=0"});
 }
