@@ -1,5 +1,5 @@
-// tools/plan_cmd.cpp — `moezero plan --config FILE --cluster NODESxGPUS [--gpu NAME]
-// [--inter-node NAME] [--intra-node NAME] [--routing-trace FILE | --zipf S [--drift D]
+// tools/plan_cmd.cpp — `moezero plan --config FILE --cluster NODESxGPUS [--nics-per-node K]
+// [--gpu NAME] [--inter-node NAME] [--intra-node NAME] [--routing-trace FILE | --zipf S [--drift D]
 // [--coactivation C]] [--strategies LIST] [--steps N] [--warmup N] [--present ep|all]
 // [--set k=v ...] [--json OUT]`: what a MoE job will do on a cluster this machine does not have.
 // Runs the real trainer (ZeRO engine, prefetcher, shard cache, MoE layer decisions, step loop)
@@ -34,9 +34,12 @@ namespace {
 using ::moezero::bench::Row;
 using ::moezero::bench::Value;
 
+constexpr int kMaxNicsPerNode = 1024;
+
 struct PlanArgs {
   std::string config_path, json_path, routing_trace, cluster;
   int nodes = 0, gpus_per_node = 0;
+  int nics_per_node = 0;  // 0: not given (one per GPU)
   std::string gpu = "h100", inter = "eth_100g", intra = "nvlink4";
   double zipf = 1.0, drift = 0.0, coactivation = 0.0, rank_noise = 0.1;
   bool synthetic_given = false;
@@ -96,6 +99,12 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
       a.cluster = c;
       a.nodes = static_cast<int>(nodes);
       a.gpus_per_node = static_cast<int>(gpus);
+    } else if (f == "--nics-per-node") {
+      a.nics_per_node = static_cast<int>(std::min<int64_t>(
+          kMaxNicsPerNode + 1,
+          bench::parse_count(value("--nics-per-node"), "plan: --nics-per-node", 1)));
+      MOEZERO_REQUIRE(a.nics_per_node <= kMaxNicsPerNode, "plan: --nics-per-node is beyond ",
+                      kMaxNicsPerNode, " NICs per node");
     } else if (f == "--gpu") {
       a.gpu = value("--gpu");
     } else if (f == "--inter-node") {
@@ -143,6 +152,10 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
   if (a.strategies.empty()) a.strategies = bench::default_strategy_names();
   check_link(a.intra, "--intra-node", true);
   if (a.inter != "config") check_link(a.inter, "--inter-node", false);
+  MOEZERO_REQUIRE(a.inter != "config" || a.nics_per_node == 0,
+                  "plan: --nics-per-node does not apply to --inter-node config (the config's "
+                  "comm_emulation gives every rank its own NIC, as moezero bench emulates it)");
+  if (a.nics_per_node == 0) a.nics_per_node = a.gpus_per_node;
   return a;
 }
 
@@ -213,6 +226,7 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
   so.topology.nodes = a.nodes;
   so.topology.gpus_per_node = a.gpus_per_node;
   so.topology.intra_link = a.intra;
+  so.topology.nics_per_node = a.nics_per_node;
   so.gpu = gpu;
   so.device = moe::simulated_device_options(world);
   if (a.inter == "config") {  // the link `moezero bench` emulates for this config
@@ -299,12 +313,16 @@ int plan(const std::vector<std::string>& args) {
   const int world = a.nodes * a.gpus_per_node;
   const Config base = load_base_config(a, world);
   const sim::GpuProfile gpu = sim::gpu_profile(a.gpu);
+  const std::string nics = a.inter == "config" ? std::string("one NIC per rank")
+                                               : std::to_string(a.nics_per_node) + " NIC" +
+                                                     (a.nics_per_node > 1 ? "s" : "") + " per node";
   std::printf(
-      "moezero plan: %s on %d x %d %s (%s inside a node, %s between nodes), %s routing, "
+      "moezero plan: %s on %d x %d %s (%s inside a node, %s between nodes, %s), %s routing, "
       "steps %lld-%lld measured\n",
       a.config_path.c_str(), a.nodes, a.gpus_per_node, gpu.name.c_str(), a.intra.c_str(),
-      a.inter.c_str(), a.routing_trace.empty() ? "synthetic" : a.routing_trace.c_str(),
-      (long long)a.warmup + 1, (long long)(a.warmup + a.steps));
+      a.inter.c_str(), nics.c_str(),
+      a.routing_trace.empty() ? "synthetic" : a.routing_trace.c_str(), (long long)a.warmup + 1,
+      (long long)(a.warmup + a.steps));
   if (base.parallel.backend != BackendKind::Cpu)
     std::printf("  (the config's parallel.backend \"cuda\" is replaced by the simulated GPUs)\n");
   std::vector<Outcome> outcomes;

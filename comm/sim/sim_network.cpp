@@ -35,29 +35,12 @@ double uncontended_seconds(const CommEmulation& spec, const Traffic& traffic) {
   return slowest + traffic.latency_s;
 }
 
-Traffic tree_all_reduce_traffic(const CommEmulation& spec, const CollectiveShape& shape) {
-  Traffic out;
-  const int n = static_cast<int>(shape.ranks.size());
-  if (n <= 1) return out;
-  bool spans_nodes = false;
-  for (int r : shape.ranks)
-    spans_nodes = spans_nodes || tier_between(spec, shape.ranks[0], r) == Tier::InterNode;
-  const Tier tier = spans_nodes ? Tier::InterNode : Tier::IntraNode;
-  for (int r : shape.ranks) {
-    out.flows.push_back(Flow{r, tier, Direction::Send, 2.0 * shape.size_bytes});
-    out.flows.push_back(Flow{r, tier, Direction::Recv, 2.0 * shape.size_bytes});
-  }
-  const double step_s = (spans_nodes ? spec.latency_us : spec.intra_node_latency_us) * 1e-6;
-  out.latency_s = step_s * 2.0 * std::ceil(std::log2(static_cast<double>(n)));
-  return out;
-}
-
-Traffic choose_traffic(const CommEmulation& spec, const CollectiveShape& shape, Algorithm* algo) {
-  Traffic ring = collective_traffic(spec, shape);
+Traffic choose_traffic(const SimNetworkSpec& spec, const CollectiveShape& shape, Algorithm* algo) {
+  Traffic ring = nic_collective_traffic(spec, shape);
   Algorithm chosen = shape.op == CollectiveOp::AllToAllV ? Algorithm::Direct : Algorithm::Ring;
   if (shape.op == CollectiveOp::AllReduce && shape.ranks.size() > 2) {
-    Traffic tree = tree_all_reduce_traffic(spec, shape);
-    if (uncontended_seconds(spec, tree) < uncontended_seconds(spec, ring)) {
+    Traffic tree = nic_tree_all_reduce_traffic(spec, shape);
+    if (uncontended_seconds(spec.tiers, tree) < uncontended_seconds(spec.tiers, ring)) {
       if (algo) *algo = Algorithm::Tree;
       return tree;
     }
@@ -66,7 +49,9 @@ Traffic choose_traffic(const CommEmulation& spec, const CollectiveShape& shape, 
   return ring;
 }
 
-double PortTimelines::port_bytes_per_s(const Flow& f) const { return tier_rate(spec_, f.tier); }
+double PortTimelines::port_bytes_per_s(const Flow& f) const {
+  return tier_rate(spec_.tiers, f.tier);
+}
 
 double PortTimelines::place(Port& port, double start_s, double duration_s) {
   double t = std::max(start_s, port.floor_s);

@@ -6,7 +6,7 @@
 
 namespace moezero::comm {
 
-SimWorld::SimWorld(int world_size, std::vector<int> present, CommEmulation network,
+SimWorld::SimWorld(int world_size, std::vector<int> present, SimNetworkSpec network,
                    CommOptions options)
     : world_size_(world_size),
       present_(std::move(present)),
