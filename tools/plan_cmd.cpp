@@ -26,6 +26,7 @@
 #include "moe/routing_source.h"
 #include "tools/bench.h"
 #include "tools/cli.h"
+#include "tools/plan_choice.h"
 #include "train/trainer.h"
 
 namespace moezero::cli {
@@ -204,14 +205,15 @@ std::unique_ptr<moe::RoutingSource> make_routing(const PlanArgs& a, const Config
 struct Outcome {
   std::string name;
   std::optional<bench::RunSummary> summary;
-  uint64_t peak_total = 0;  // largest present rank's allocator peak of the measured steps
-  std::string failure;      // why it did not run (out of memory, config)
+  uint64_t peak_total = 0;      // largest present rank's allocator peak of the measured steps
+  std::vector<double> step_ms;  // rank 0's virtual step time of each measured step
+  std::string failure;          // why it did not run (out of memory, config)
   double wall_s = 0.0;
 };
 
 Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& base,
                      const sim::GpuProfile& gpu) {
-  Outcome out{name, std::nullopt, 0, {}, 0.0};
+  Outcome out{name, std::nullopt, 0, {}, {}, 0.0};
   const int world = a.nodes * a.gpus_per_node;
   Config c;
   try {
@@ -261,9 +263,13 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
   try {
     const moe::TrainResult r = moe::train(c, opt);
     out.summary = bench::summarise_run(r.steps, a.warmup);
-    for (size_t i = static_cast<size_t>(a.warmup); i < r.steps.size(); ++i)
-      for (const moe::RankStepStats& s : r.steps[i].ranks)
+    for (size_t i = static_cast<size_t>(a.warmup); i < r.steps.size(); ++i) {
+      const moe::StepLog& step = r.steps[i];
+      for (const moe::RankStepStats& s : step.ranks)
         out.peak_total = std::max(out.peak_total, s.peak_total_bytes);
+      if (step.tokens_per_s > 0)
+        out.step_ms.push_back(1000.0 * double(step.tokens) / step.tokens_per_s);
+    }
   } catch (const Error& e) {
     out.failure = e.message();
   }
@@ -306,6 +312,72 @@ void require_an_answer(const PlanArgs& a, const std::vector<Outcome>& outcomes, 
                   a.cluster, " (the peaks are in the table)");
 }
 
+const Outcome& outcome_of(const std::vector<Outcome>& outcomes, const std::string& name) {
+  return *std::find_if(outcomes.begin(), outcomes.end(),
+                       [&](const Outcome& x) { return x.name == name; });
+}
+
+// The recommendation (tools/plan_choice.h): the fastest strategy (not the compute-only
+// reference) that ran within the GPU's memory, or the least memory of those within its jitter.
+std::optional<PlanChoice> recommend(const std::vector<Outcome>& outcomes,
+                                    const std::vector<Row>& rows, const sim::GpuProfile& gpu) {
+  const auto& fields = bench::row_fields();
+  const size_t ms =
+      static_cast<size_t>(std::find(fields.begin(), fields.end(), "step_ms") - fields.begin());
+  std::vector<PlanCandidate> candidates;
+  for (const Row& r : rows) {
+    if (r.strategy == "compute" || !r.values[ms]) continue;
+    const Outcome& o = outcome_of(outcomes, r.strategy);
+    candidates.push_back(PlanCandidate{r.strategy, *r.values[ms], step_jitter(o.step_ms),
+                                       o.peak_total, o.peak_total <= gpu.memory_bytes});
+  }
+  const std::optional<PlanChoice> choice = choose_plan(candidates);
+  if (!choice) return choice;
+  auto describe = [&](const std::string& name) {
+    const auto c = std::find_if(candidates.begin(), candidates.end(),
+                                [&](const PlanCandidate& x) { return x.name == name; });
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s (%.1f ms per step, jitter %.1f %%, peak %s)", name.c_str(),
+                  c->step_ms, 100.0 * c->jitter, format_bytes(c->peak_bytes).c_str());
+    return std::string(buf);
+  };
+  if (choice->tied.size() > 1) {
+    std::printf("\ntie: within the measured steps' jitter of the fastest:");
+    for (const std::string& name : choice->tied) std::printf("\n  %s", describe(name).c_str());
+    std::printf("\nrecommended: %s, the least memory of the tie (of %s per GPU)\n",
+                choice->recommended.c_str(), format_bytes(gpu.memory_bytes).c_str());
+  } else {
+    std::printf("\nrecommended: %s of %s per GPU\n", describe(choice->recommended).c_str(),
+                format_bytes(gpu.memory_bytes).c_str());
+  }
+  return choice;
+}
+
+// The plan's input and verdict beside the rows of --json: a function of the input alone (no
+// wall times), so two runs of one input write the same file.
+nlohmann::ordered_json plan_json(const PlanArgs& a, const sim::GpuProfile& gpu,
+                                 const std::optional<PlanChoice>& choice) {
+  nlohmann::ordered_json p;
+  p["config"] = a.config_path;
+  p["nodes"] = a.nodes;
+  p["gpus_per_node"] = a.gpus_per_node;
+  p["nics_per_node"] =
+      a.inter == "config" ? nlohmann::ordered_json() : nlohmann::ordered_json(a.nics_per_node);
+  p["gpu"] = gpu.name;
+  p["intra_node"] = a.intra;
+  p["inter_node"] = a.inter;
+  p["routing"] = a.routing_trace.empty() ? "synthetic" : a.routing_trace;
+  p["warmup"] = a.warmup;
+  p["steps"] = a.steps;
+  p["overrides"] = a.overrides;
+  p["recommended"] =
+      choice ? nlohmann::ordered_json(choice->recommended) : nlohmann::ordered_json();
+  p["tied"] = choice ? nlohmann::ordered_json(choice->tied) : nlohmann::ordered_json::array();
+  nlohmann::ordered_json out;
+  out["plan"] = p;
+  return out;
+}
+
 }  // namespace
 
 int plan(const std::vector<std::string>& args) {
@@ -344,7 +416,8 @@ int plan(const std::vector<std::string>& args) {
   }
   std::vector<Row> rows = bench::combine(names, runs);
   // Times are virtual: exposed communication is the step's excess over the compute row's (the
-  // trace's wall-clock spans mean nothing here), and there is no spread.
+  // trace's wall-clock spans mean nothing here, so no wall-clock field reaches the table or
+  // the JSON), and the spread is over the measured steps, not over repeats.
   const auto& fields = bench::row_fields();
   auto at = [&](const char* f) {
     return static_cast<size_t>(std::find(fields.begin(), fields.end(), f) - fields.begin());
@@ -353,41 +426,25 @@ int plan(const std::vector<std::string>& args) {
   for (const Row& r : rows)
     if (r.strategy == "compute") compute_ms = r.values[at("step_ms")];
   for (Row& r : rows) {
-    r.values[at("comm_ms")].reset();
-    r.values[at("exposed_comm_ms_max")].reset();
-    r.values[at("spread")].reset();
-    r.values[at("exposed_comm_ms")].reset();
+    for (const char* wall : {"comm_ms", "exposed_comm_ms_max", "exposed_comm_ms", "spread"})
+      for (std::vector<bench::Value>* v : {&r.values, &r.min, &r.max}) (*v)[at(wall)].reset();
+    // spread: max / min of the measured steps' times (the jitter ties are judged by).
+    r.values[at("spread")] = 1.0 + step_jitter(outcome_of(outcomes, r.strategy).step_ms);
     if (compute_ms && r.values[at("step_ms")])
       r.values[at("exposed_comm_ms")] = std::max(0.0, *r.values[at("step_ms")] - *compute_ms);
   }
   std::printf(
       "\npredicted per optimizer step, rank 0 (virtual time); utilisation = compute's "
-      "step_ms / step_ms;\nexposed_comm_ms = step_ms - compute's step_ms\n");
+      "step_ms / step_ms;\nexposed_comm_ms = step_ms - compute's step_ms; spread = max / min of "
+      "the measured steps' step_ms\n");
   bench::print_table(rows);
-  // The recommendation: the fastest strategy (not the compute-only reference) that ran within
-  // the GPU's memory.
-  const Outcome* best = nullptr;
-  const Row* best_row = nullptr;
-  for (const Row& r : rows) {
-    if (r.strategy == "compute" || !r.values[at("step_ms")]) continue;
-    const Outcome& o = *std::find_if(outcomes.begin(), outcomes.end(),
-                                     [&](const Outcome& x) { return x.name == r.strategy; });
-    if (o.peak_total > gpu.memory_bytes) continue;
-    if (!best_row || *r.values[at("step_ms")] < *best_row->values[at("step_ms")]) {
-      best = &o;
-      best_row = &r;
-    }
-  }
-  if (best)
-    std::printf("\nrecommended: %s (%.1f ms per step, peak %s of %s per GPU)\n", best->name.c_str(),
-                *best_row->values[at("step_ms")], format_bytes(best->peak_total).c_str(),
-                format_bytes(gpu.memory_bytes).c_str());
+  const std::optional<PlanChoice> choice = recommend(outcomes, rows, gpu);
   if (!a.json_path.empty()) {
-    bench::write_json(rows, a.json_path, "plan");
+    bench::write_json(rows, a.json_path, "plan", plan_json(a, gpu, choice));
     std::printf("json: %s\n", a.json_path.c_str());
   }
   std::fflush(stdout);
-  require_an_answer(a, outcomes, best != nullptr, gpu);
+  require_an_answer(a, outcomes, choice.has_value(), gpu);
   return 0;
 }
 
