@@ -212,7 +212,7 @@ struct Outcome {
 };
 
 Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& base,
-                     const sim::GpuProfile& gpu) {
+                     const sim::GpuProfile& gpu, const moe::RoutingSource& routing) {
   Outcome out{name, std::nullopt, 0, {}, {}, 0.0};
   const int world = a.nodes * a.gpus_per_node;
   Config c;
@@ -222,7 +222,6 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
     out.failure = "the config rejects its overrides: " + e.message();
     return out;
   }
-  const std::unique_ptr<moe::RoutingSource> routing = make_routing(a, c);
   comm::SimWorldOptions so;
   so.world_size = world;
   so.topology.nodes = a.nodes;
@@ -250,7 +249,7 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
     so.present = pgs.ep_group_of(0).ranks;
   }
   moe::TrainOptions opt;
-  opt.routing_source = routing.get();
+  opt.routing_source = &routing;
   opt.data = [](const moe::BatchRequest& b, std::vector<int32_t>& tokens,
                 std::vector<int32_t>& targets) {  // not read: no kernel computes
     tokens.assign(static_cast<size_t>(b.rows * b.seq_len), 0);
@@ -397,9 +396,13 @@ int plan(const std::vector<std::string>& args) {
       (long long)(a.warmup + a.steps));
   if (base.parallel.backend != BackendKind::Cpu)
     std::printf("  (the config's parallel.backend \"cuda\" is replaced by the simulated GPUs)\n");
+  // One routing source for every strategy: the strategies change zero, prefetch, cache and
+  // link keys, never what it depends on (model, batch, world, seed, accumulation), so its
+  // totals over the world are computed once (moe/routing_source.h).
+  const std::unique_ptr<moe::RoutingSource> routing = make_routing(a, base);
   std::vector<Outcome> outcomes;
   for (const std::string& name : a.strategies) {
-    outcomes.push_back(run_strategy(a, name, base, gpu));
+    outcomes.push_back(run_strategy(a, name, base, gpu, *routing));
     const Outcome& o = outcomes.back();
     if (o.summary)
       std::printf("  %-18s simulated in %.1f s\n", name.c_str(), o.wall_s);

@@ -22,13 +22,23 @@ struct NodeMembers {
   std::vector<int> nics;  // sorted, unique
 };
 
+// [first, last) of the NIC port ids of `rank` (rank_nics without the vector).
+std::pair<int64_t, int64_t> nic_range(const SimNetworkSpec& spec, int rank) {
+  const int64_t g = ranks_per_node(spec), k = spec.nics_per_node;
+  const int64_t node = rank / g, l = rank % g;
+  const int64_t first = l * k / g;
+  const int64_t last = std::max(first + 1, (l + 1) * k / g);
+  return {node * k + first, node * k + last};
+}
+
 std::map<int, NodeMembers> members_by_node(const SimNetworkSpec& spec,
                                            const std::vector<int>& ranks) {
   std::map<int, NodeMembers> out;
   for (int r : ranks) {
     NodeMembers& m = out[r / ranks_per_node(spec)];
     m.ranks.push_back(r);
-    for (int nic : rank_nics(spec, r)) m.nics.push_back(nic);
+    const auto [first, last] = nic_range(spec, r);
+    for (int64_t nic = first; nic < last; ++nic) m.nics.push_back(static_cast<int>(nic));
   }
   for (auto& [node, m] : out) {
     std::sort(m.nics.begin(), m.nics.end());
@@ -56,14 +66,15 @@ class PortSum {
   std::map<std::tuple<int, int, int>, double> sums_;
 };
 
-// Adds `bytes` of one direction between nodes for `m`, spread over its NICs, and `intra` bytes
-// of that direction inside the node, spread over its members.
-void add_node(PortSum& sum, const NodeMembers& m, Direction d, double inter, double intra) {
+// Adds `inter` bytes of one direction between nodes for `m`, spread over its NICs, and
+// `intra` bytes of that direction inside the node, spread over its members. Every port of a
+// node belongs to that node alone, so each gets one flow per direction.
+void add_node(Traffic& out, const NodeMembers& m, Direction d, double inter, double intra) {
   for (int nic : m.nics)
-    sum.add(nic, Tier::InterNode, d, inter / static_cast<double>(m.nics.size()));
+    out.flows.push_back(Flow{nic, Tier::InterNode, d, inter / static_cast<double>(m.nics.size())});
   if (m.ranks.size() > 1)
     for (int r : m.ranks)
-      sum.add(r, Tier::IntraNode, d, intra / static_cast<double>(m.ranks.size()));
+      out.flows.push_back(Flow{r, Tier::IntraNode, d, intra / static_cast<double>(m.ranks.size())});
 }
 
 bool spans_nodes(const SimNetworkSpec& spec, const std::vector<int>& ranks) {
@@ -83,13 +94,14 @@ Traffic spread_per_node(const SimNetworkSpec& spec, const CollectiveShape& shape
     Sums& s = node_sums[f.rank / ranks_per_node(spec)];
     (f.tier == Tier::InterNode ? s.inter : s.intra)[static_cast<int>(f.dir)] += f.bytes;
   }
-  PortSum sum;
+  Traffic out;
+  out.latency_s = per_rank.latency_s;
   for (const auto& [node, m] : members_by_node(spec, shape.ranks)) {
     const Sums& s = node_sums[node];
     for (Direction d : {Direction::Send, Direction::Recv})
-      add_node(sum, m, d, s.inter[static_cast<int>(d)], s.intra[static_cast<int>(d)]);
+      add_node(out, m, d, s.inter[static_cast<int>(d)], s.intra[static_cast<int>(d)]);
   }
-  return sum.traffic(per_rank.latency_s);
+  return out;
 }
 
 // All-to-all-v: a rank's bytes between nodes through its own NIC(s).
@@ -100,8 +112,9 @@ Traffic onto_rank_nics(const SimNetworkSpec& spec, const Traffic& per_rank) {
       sum.add(f.rank, f.tier, f.dir, f.bytes);
       continue;
     }
-    const std::vector<int> nics = rank_nics(spec, f.rank);
-    for (int nic : nics) sum.add(nic, f.tier, f.dir, f.bytes / static_cast<double>(nics.size()));
+    const auto [first, last] = nic_range(spec, f.rank);
+    for (int64_t nic = first; nic < last; ++nic)
+      sum.add(static_cast<int>(nic), f.tier, f.dir, f.bytes / static_cast<double>(last - first));
   }
   return sum.traffic(per_rank.latency_s);
 }
@@ -110,12 +123,9 @@ Traffic onto_rank_nics(const SimNetworkSpec& spec, const Traffic& per_rank) {
 
 std::vector<int> rank_nics(const SimNetworkSpec& spec, int rank) {
   MOEZERO_CHECK(spec.nics_per_node > 0, "rank_nics: the network has per-rank NICs");
-  const int64_t g = ranks_per_node(spec), k = spec.nics_per_node;
-  const int64_t node = rank / g, l = rank % g;
-  const int64_t first = l * k / g;
-  const int64_t last = std::max(first + 1, (l + 1) * k / g);
+  const auto [first, last] = nic_range(spec, rank);
   std::vector<int> out;
-  for (int64_t j = first; j < last; ++j) out.push_back(static_cast<int>(node * k + j));
+  for (int64_t nic = first; nic < last; ++nic) out.push_back(static_cast<int>(nic));
   return out;
 }
 
@@ -135,19 +145,21 @@ Traffic nic_tree_all_reduce_traffic(const SimNetworkSpec& spec, const Collective
   const double step_s = (spans ? t.latency_us : t.intra_node_latency_us) * 1e-6;
   const double latency_s = step_s * 2.0 * std::ceil(std::log2(static_cast<double>(n)));
   const double s2 = 2.0 * shape.size_bytes;
-  PortSum sum;
+  Traffic out;
+  out.latency_s = latency_s;
   if (spans && spec.nics_per_node > 0) {
     for (const auto& [node, m] : members_by_node(spec, shape.ranks)) {
       const double chain = s2 * static_cast<double>(m.ranks.size() - 1);  // node's intra bytes
-      for (Direction d : {Direction::Send, Direction::Recv}) add_node(sum, m, d, s2, chain);
+      for (Direction d : {Direction::Send, Direction::Recv}) add_node(out, m, d, s2, chain);
     }
-    return sum.traffic(latency_s);
+    return out;
   }
   // net_model's per-rank NICs (or one node): every rank 2 S each way on the group's tier.
   const Tier tier = spans ? Tier::InterNode : Tier::IntraNode;
   for (int r : shape.ranks)
-    for (Direction d : {Direction::Send, Direction::Recv}) sum.add(r, tier, d, s2);
-  return sum.traffic(latency_s);
+    for (Direction d : {Direction::Send, Direction::Recv})
+      out.flows.push_back(Flow{r, tier, d, s2});
+  return out;
 }
 
 }  // namespace moezero::comm

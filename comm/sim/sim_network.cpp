@@ -53,6 +53,15 @@ double PortTimelines::port_bytes_per_s(const Flow& f) const {
   return tier_rate(spec_.tiers, f.tier);
 }
 
+bool PortTimelines::modelled(const Flow& f) const {
+  if (modelled_.empty()) return true;
+  const int per_node = f.tier == Tier::InterNode && spec_.nics_per_node > 0
+                           ? spec_.nics_per_node
+                           : std::max(1, spec_.tiers.ranks_per_node);
+  const size_t node = static_cast<size_t>(f.rank / per_node);
+  return node < modelled_.size() && modelled_[node];
+}
+
 double PortTimelines::place(Port& port, double start_s, double duration_s) {
   double t = std::max(start_s, port.floor_s);
   // The first reservation that could overlap [t, t + d): the one before t, then onwards.
@@ -96,8 +105,9 @@ double PortTimelines::reserve(const Traffic& traffic, double start_s) {
   double last = start_s;
   for (const Flow& f : traffic.flows) {
     const double rate = port_bytes_per_s(f);
-    if (rate <= 0.0 || f.bytes <= 0.0) continue;
-    Port& port = ports_[{f.rank, static_cast<int>(f.tier), static_cast<int>(f.dir)}];
+    if (rate <= 0.0 || f.bytes <= 0.0 || !modelled(f)) continue;
+    Port& port =
+        ports_[int64_t{f.rank} * 4 + static_cast<int>(f.tier) * 2 + static_cast<int>(f.dir)];
     last = std::max(last, place(port, start_s, f.bytes / rate));
   }
   return last + traffic.latency_s;

@@ -25,6 +25,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "comm/net_model.h"
@@ -48,6 +49,12 @@ class PortTimelines {
  public:
   explicit PortTimelines(SimNetworkSpec spec) : spec_(spec) {}
   const SimNetworkSpec& spec() const { return spec_; }
+  // Only the ports of these nodes are modelled (by node index; empty: every node). A world of
+  // representative ranks (sim_world.h) passes the nodes of its present ranks: under its
+  // symmetry assumption every other node's ports see the same reservations as a present
+  // node's, so a collective's end over the modelled ports is its end over all of them, at a
+  // fraction of the cost (a 1,024-rank world ring reserves thousands of ports).
+  void model_only_nodes(std::vector<char> node_modelled) { modelled_ = std::move(node_modelled); }
   // Reserves every flow of `traffic` from `start_s` (see above). Returns the end: the last
   // flow's end plus the latency. Thread-safe.
   double reserve(const Traffic& traffic, double start_s);
@@ -58,11 +65,15 @@ class PortTimelines {
     double floor_s = 0.0;           // nothing before this (forgotten reservations)
   };
   double port_bytes_per_s(const Flow& f) const;
+  bool modelled(const Flow& f) const;
   static double place(Port& port, double start_s, double duration_s);
 
   SimNetworkSpec spec_;
+  std::vector<char> modelled_;  // by node; empty: all
   std::mutex mu_;
-  std::map<std::tuple<int, int, int>, Port> ports_;  // (rank or NIC, tier, direction)
+  // By (rank or NIC) * 4 + tier * 2 + direction; hashed: a world collective of 1,024 ranks
+  // reserves thousands of ports.
+  std::unordered_map<int64_t, Port> ports_;
 };
 
 }  // namespace moezero::comm

@@ -323,8 +323,13 @@ TEST(SimComm, RepresentativeRanksGiveTheFullWorldsTimes) {
     rep.present = {0, 4};
     const std::map<int, double> all = run_times(full, symmetric_program);
     const std::map<int, double> two = run_times(rep, symmetric_program);
+    // Node 0 alone present: node 1's ports are not modelled (its symmetric copy).
+    rep.present = {0, 1, 2, 3};
+    const std::map<int, double> node0 = run_times(rep, symmetric_program);
     ASSERT_EQ(all.size(), 8u);
     ASSERT_EQ(two.size(), 2u);
+    EXPECT_NEAR(node0.at(0), all.at(0), 1e-12) << nics;
+    EXPECT_NEAR(node0.at(3), all.at(3), 1e-12) << nics;
     // The link was paid: the world all-gathers' bytes between nodes, over the node's NICs.
     EXPECT_GT(two.at(0), 3.0 * kBig * 7 / 8 / nics / bytes_per_s("eth_100g")) << nics;
     EXPECT_NEAR(two.at(0), all.at(0), 1e-12) << nics;
