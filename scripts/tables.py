@@ -124,7 +124,10 @@ def sweep_table(paths, strategies):
         rows = {r["strategy"]: r for r in load_rows(path)}
         plan = load_plan(path)
         nics = plan.get("nics_per_node")
-        label = f"{plan['gpu']}, {plan['inter_node']}"
+        label = f"{plan['gpu']}"
+        if plan.get("nodes") is not None:
+            label += f" {plan['nodes']}x{plan.get('gpus_per_node')}"
+        label += f", {plan['inter_node']}"
         if nics is not None:
             label += f" x {nics} per node"
         cells = [label, num(rows.get("compute", {}), "step_ms", ".0f")]
