@@ -84,7 +84,9 @@ void World::run(int world_size, const std::function<void(RankContext&)>& fn,
 
 void World::run_sim(const SimWorldOptions& options, const std::function<void(RankContext&)>& fn) {
   const SimTopology& topo = options.topology;
-  const CommEmulation network = options.network ? *options.network : topology_network(topo);
+  // A given network (ideal, or the link bench emulates) keeps net_model's per-rank NICs.
+  const SimNetworkSpec network =
+      options.network ? SimNetworkSpec{*options.network, 0} : topology_network(topo);
   const int cluster = topo.nodes * topo.gpus_per_node;
   const int world_size = options.world_size == 0 ? cluster : options.world_size;
   MOEZERO_REQUIRE(world_size == cluster, "simulated world: world size ", world_size,

@@ -66,7 +66,8 @@ struct SimWorldOptions {
   sim::SimDeviceOptions device;  // capacity (0: the profile's memory), backed threshold
   CommOptions comm;              // timeout (wall) of collectives; emulation is ignored
   // When set, this network instead of the topology's links (nodes and GPUs per node still
-  // size the world): CommEmulation{} is an ideal network (no bandwidth or latency cost, bench's
+  // size the world; every rank its own NIC, net_model.h, whatever topology.nics_per_node
+  // says): CommEmulation{} is an ideal network (no bandwidth or latency cost, bench's
   // compute-only row); a config's comm_emulation models the link `moezero bench` emulates.
   std::optional<CommEmulation> network;
 };

@@ -107,6 +107,9 @@ struct ParallelConfig {
 //   Fsdp:    FSDP2 with the block not resharded after forward: the same gather in forward,
 //            kept until the block's backward of that micro-batch, then freed.
 enum class MoeGather : uint8_t { Experts, Leaf, Fsdp };
+// Stage 1: the dtype of a rank's sum of its micro-batches' full gradients, kept until the
+// step's last backward reduce-scatters it (DeepSpeed's data_types.grad_accum_dtype).
+enum class GradAccumDtype : uint8_t { Fp32, Param };
 
 struct ZeroConfig {
   int64_t stage = 3;  // 0: data parallel, 1: +optimizer states, 2: +gradients, 3: +parameters
@@ -118,6 +121,7 @@ struct ZeroConfig {
   uint64_t max_live_parameters = 1ull << 30;    // bytes of full parameters alive at once
   uint64_t reduce_bucket_size = 64ull << 20;    // bytes per reduce-scatter bucket
   MoeGather moe_gather = MoeGather::Experts;
+  GradAccumDtype grad_accum_dtype = GradAccumDtype::Fp32;  // fp32, or the compute dtype
   // moe_gather=experts: false keeps each active expert acquired in forward (full parameters)
   // until its backward in the same micro-batch (FSDP2's reshard_after_forward=False, per
   // expert); true releases it after forward and gathers it again in backward.

@@ -31,6 +31,13 @@ void visit_zero(V& v, ZeroConfig& c) {
       "(DeepSpeed leaf module: the block's experts coalesced, every pass, nothing cached), fsdp "
       "(coalesced, kept from forward to backward; across micro-batches within "
       "shard_cache.capacity_bytes)");
+  v.choice(
+      "grad_accum_dtype", c.grad_accum_dtype,
+      Choices<GradAccumDtype>{{"fp32", GradAccumDtype::Fp32}, {"param", GradAccumDtype::Param}},
+      "stages 1-2: dtype of a rank's gradient accumulator over a step's micro-batches: fp32, "
+      "or param (the compute dtype, as DeepSpeed's grad_accum_dtype; half the bytes in "
+      "bf16). Stage 1 sums the full gradients on the rank; stages 2-3 reduce every "
+      "micro-batch into the gradient shard, which is in the compute dtype either way");
   v.field("reshard_after_forward", c.reshard_after_forward,
           "moe_gather=experts: release an active expert after forward (true) or keep it until "
           "its backward in the same micro-batch (false)");

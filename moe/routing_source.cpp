@@ -50,14 +50,27 @@ void check_shape(const RoutingShape& s, const char* who) {
 
 }  // namespace
 
+namespace {
+constexpr size_t kMaxTotals = size_t{1} << 16;  // (micro-batch, layer) totals kept, ~32 MiB at E 64
+}  // namespace
+
 std::vector<int64_t> RoutingSource::total(int64_t micro_batch, int moe_index,
                                           int world_size) const {
+  const std::tuple<int64_t, int, int> key{micro_batch, moe_index, world_size};
+  {
+    std::lock_guard lock(totals_mu_);
+    const auto hit = totals_.find(key);
+    if (hit != totals_.end()) return hit->second;
+  }
   std::vector<int64_t> sum;
   for (int r = 0; r < world_size; ++r) {
     const std::vector<int64_t> c = counts(micro_batch, moe_index, r);
     if (sum.empty()) sum.assign(c.size(), 0);
     for (size_t e = 0; e < c.size(); ++e) sum[e] += c[e];
   }
+  std::lock_guard lock(totals_mu_);
+  if (totals_.size() >= kMaxTotals) totals_.clear();  // a long run: start again
+  totals_.emplace(key, sum);
   return sum;
 }
 

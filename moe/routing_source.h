@@ -14,9 +14,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace moezero::moe {
@@ -27,8 +30,15 @@ class RoutingSource {
   // [in] micro_batch: global index ((step - 1) * grad_accum_steps + j); [in] moe_index: the
   // MoE layer's index among the model's MoE layers (forward order); [in] rank: global rank.
   virtual std::vector<int64_t> counts(int64_t micro_batch, int moe_index, int rank) const = 0;
-  // The agreed total of a world of `world_size` ranks: sum over ranks of counts().
+  // The agreed total of a world of `world_size` ranks: sum over ranks of counts(). Computed
+  // once per (micro-batch, layer, world) and kept (up to 65,536 of them) for whoever asks next:
+  // each present rank of a simulated world asks, and `moezero plan` asks again for every
+  // strategy; at 1,024 ranks the sum is most of the source's cost. Thread-safe.
   std::vector<int64_t> total(int64_t micro_batch, int moe_index, int world_size) const;
+
+ private:
+  mutable std::mutex totals_mu_;
+  mutable std::map<std::tuple<int64_t, int, int>, std::vector<int64_t>> totals_;
 };
 
 // What a run routes: the shape every count vector must respect.

@@ -9,6 +9,11 @@ measurement by a command, never edited by hand (docs/tables.md lists which table
   python3 scripts/tables.py bench ethernet.json          # docs/bench.md's columns
   python3 scripts/tables.py plan moe1024.json            # docs/plan.md's columns
   python3 scripts/tables.py validation bench.json plan.json [--tolerance 0.15]
+  python3 scripts/tables.py sweep a.json b.json ... [--strategies z2,z3-fsdp]
+
+`sweep` makes one line per plan file (GPU, link between nodes and NICs per node from the
+file's "plan" object, which `moezero plan --json` writes): the compute row's step ms and the
+utilisation of each named strategy (docs/plan.md's GPU x link table).
 
 A field a file lacks (an older build) or holds as null shows as "-". Exit status 1 with one
 line naming the file when a file cannot be read or is not such a JSON document.
@@ -100,6 +105,37 @@ def validation_table(bench_rows, plan_rows, tolerance):
     return ["strategy", "bench step ms (spread)", "plan step ms", "plan / bench", "within"], lines
 
 
+def load_plan(path):
+    """A plan file's "plan" object (its input and verdict), checked."""
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    plan = doc.get("plan") if isinstance(doc, dict) else None
+    if not isinstance(plan, dict) or not all(k in plan for k in ("gpu", "inter_node")):
+        raise TableError(f'{path}: no "plan" object with gpu and inter_node (moezero plan --json '
+                         "of this build writes one)")
+    return plan
+
+
+def sweep_table(paths, strategies):
+    """One line per plan file: its cluster, compute's step ms, each strategy's utilisation."""
+    header = ["GPU, link between nodes", "compute ms"] + [f"{s} utilisation" for s in strategies]
+    lines = []
+    for path in paths:
+        rows = {r["strategy"]: r for r in load_rows(path)}
+        plan = load_plan(path)
+        nics = plan.get("nics_per_node")
+        label = f"{plan['gpu']}"
+        if plan.get("nodes") is not None:
+            label += f" {plan['nodes']}x{plan.get('gpus_per_node')}"
+        label += f", {plan['inter_node']}"
+        if nics is not None:
+            label += f" x {nics} per node"
+        cells = [label, num(rows.get("compute", {}), "step_ms", ".0f")]
+        cells += [num(rows.get(s, {}), "utilisation", ".3f") for s in strategies]
+        lines.append(cells)
+    return header, lines
+
+
 def markdown(header, lines):
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(cells) + " |" for cells in lines]
@@ -116,12 +152,18 @@ def main(argv):
     v.add_argument("plan_json")
     v.add_argument("--tolerance", type=float, default=0.15,
                    help="allowed |plan/bench - 1| when the bench's spread is smaller")
+    w = sub.add_parser("sweep", help="one line per plan file: cluster, compute ms, utilisations")
+    w.add_argument("json", nargs="+")
+    w.add_argument("--strategies", default="z2,z3-fsdp",
+                   help="comma-separated strategies whose utilisation is shown")
     a = ap.parse_args(argv)
     try:
         if a.kind == "bench":
             text = markdown(BENCH_HEADER, [bench_cells(r) for r in load_rows(a.json)])
         elif a.kind == "plan":
             text = markdown(PLAN_HEADER, [plan_cells(r) for r in load_rows(a.json)])
+        elif a.kind == "sweep":
+            text = markdown(*sweep_table(a.json, a.strategies.split(",")))
         else:
             text = markdown(*validation_table(load_rows(a.bench_json), load_rows(a.plan_json),
                                               a.tolerance))

@@ -70,14 +70,16 @@ constexpr CommandUsage kCommands[] = {
      "      moezero-nopredict, moezero-cache=P), order rotated per repeat, N measured steps\n"
      "      (default 10) per run: medians with min/max, peak state over ranks, frontier table\n"},
     {"plan",
-     "  plan --config FILE --cluster NODESxGPUS [--gpu NAME] [--inter-node NAME]\n"
-     "       [--intra-node NAME] [--routing-trace FILE | --zipf S [--drift D] [--coactivation C]\n"
+     "  plan --config FILE --cluster NODESxGPUS [--nics-per-node K] [--gpu NAME]\n"
+     "       [--inter-node NAME] [--intra-node NAME] [--routing-trace FILE | --zipf S [--drift D] "
+     "[--coactivation C]\n"
      "       [--rank-noise R]]\n"
      "       [--strategies LIST] [--steps N] [--warmup N] [--present ep|all] [--set k=v ...]\n"
      "       [--json OUT]\n"
      "      what the job will do on a cluster: the real trainer per bench strategy on simulated\n"
      "      GPUs (h100, h200, a100) and links (nvlink4, ib_ndr, eth_100g, ..., or 'config': the\n"
-     "      config's comm_emulation), bench's table, and the fastest strategy that fits\n"},
+     "      config's comm_emulation; K NICs of that link per node, default one per GPU),\n"
+     "      bench's table, and the fastest strategy that fits\n"},
 
 };
 

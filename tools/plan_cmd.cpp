@@ -1,5 +1,5 @@
-// tools/plan_cmd.cpp — `moezero plan --config FILE --cluster NODESxGPUS [--gpu NAME]
-// [--inter-node NAME] [--intra-node NAME] [--routing-trace FILE | --zipf S [--drift D]
+// tools/plan_cmd.cpp — `moezero plan --config FILE --cluster NODESxGPUS [--nics-per-node K]
+// [--gpu NAME] [--inter-node NAME] [--intra-node NAME] [--routing-trace FILE | --zipf S [--drift D]
 // [--coactivation C]] [--strategies LIST] [--steps N] [--warmup N] [--present ep|all]
 // [--set k=v ...] [--json OUT]`: what a MoE job will do on a cluster this machine does not have.
 // Runs the real trainer (ZeRO engine, prefetcher, shard cache, MoE layer decisions, step loop)
@@ -26,6 +26,7 @@
 #include "moe/routing_source.h"
 #include "tools/bench.h"
 #include "tools/cli.h"
+#include "tools/plan_choice.h"
 #include "train/trainer.h"
 
 namespace moezero::cli {
@@ -34,9 +35,12 @@ namespace {
 using ::moezero::bench::Row;
 using ::moezero::bench::Value;
 
+constexpr int kMaxNicsPerNode = 1024;
+
 struct PlanArgs {
   std::string config_path, json_path, routing_trace, cluster;
   int nodes = 0, gpus_per_node = 0;
+  int nics_per_node = 0;  // 0: not given (one per GPU)
   std::string gpu = "h100", inter = "eth_100g", intra = "nvlink4";
   double zipf = 1.0, drift = 0.0, coactivation = 0.0, rank_noise = 0.1;
   bool synthetic_given = false;
@@ -96,6 +100,12 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
       a.cluster = c;
       a.nodes = static_cast<int>(nodes);
       a.gpus_per_node = static_cast<int>(gpus);
+    } else if (f == "--nics-per-node") {
+      a.nics_per_node = static_cast<int>(std::min<int64_t>(
+          kMaxNicsPerNode + 1,
+          bench::parse_count(value("--nics-per-node"), "plan: --nics-per-node", 1)));
+      MOEZERO_REQUIRE(a.nics_per_node <= kMaxNicsPerNode, "plan: --nics-per-node is beyond ",
+                      kMaxNicsPerNode, " NICs per node");
     } else if (f == "--gpu") {
       a.gpu = value("--gpu");
     } else if (f == "--inter-node") {
@@ -143,6 +153,10 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
   if (a.strategies.empty()) a.strategies = bench::default_strategy_names();
   check_link(a.intra, "--intra-node", true);
   if (a.inter != "config") check_link(a.inter, "--inter-node", false);
+  MOEZERO_REQUIRE(a.inter != "config" || a.nics_per_node == 0,
+                  "plan: --nics-per-node does not apply to --inter-node config (the config's "
+                  "comm_emulation gives every rank its own NIC, as moezero bench emulates it)");
+  if (a.nics_per_node == 0) a.nics_per_node = a.gpus_per_node;
   return a;
 }
 
@@ -191,14 +205,15 @@ std::unique_ptr<moe::RoutingSource> make_routing(const PlanArgs& a, const Config
 struct Outcome {
   std::string name;
   std::optional<bench::RunSummary> summary;
-  uint64_t peak_total = 0;  // largest present rank's allocator peak of the measured steps
-  std::string failure;      // why it did not run (out of memory, config)
+  uint64_t peak_total = 0;      // largest present rank's allocator peak of the measured steps
+  std::vector<double> step_ms;  // rank 0's virtual step time of each measured step
+  std::string failure;          // why it did not run (out of memory, config)
   double wall_s = 0.0;
 };
 
 Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& base,
-                     const sim::GpuProfile& gpu) {
-  Outcome out{name, std::nullopt, 0, {}, 0.0};
+                     const sim::GpuProfile& gpu, const moe::RoutingSource& routing) {
+  Outcome out{name, std::nullopt, 0, {}, {}, 0.0};
   const int world = a.nodes * a.gpus_per_node;
   Config c;
   try {
@@ -207,12 +222,12 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
     out.failure = "the config rejects its overrides: " + e.message();
     return out;
   }
-  const std::unique_ptr<moe::RoutingSource> routing = make_routing(a, c);
   comm::SimWorldOptions so;
   so.world_size = world;
   so.topology.nodes = a.nodes;
   so.topology.gpus_per_node = a.gpus_per_node;
   so.topology.intra_link = a.intra;
+  so.topology.nics_per_node = a.nics_per_node;
   so.gpu = gpu;
   so.device = moe::simulated_device_options(world);
   if (a.inter == "config") {  // the link `moezero bench` emulates for this config
@@ -234,7 +249,7 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
     so.present = pgs.ep_group_of(0).ranks;
   }
   moe::TrainOptions opt;
-  opt.routing_source = routing.get();
+  opt.routing_source = &routing;
   opt.data = [](const moe::BatchRequest& b, std::vector<int32_t>& tokens,
                 std::vector<int32_t>& targets) {  // not read: no kernel computes
     tokens.assign(static_cast<size_t>(b.rows * b.seq_len), 0);
@@ -247,9 +262,13 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
   try {
     const moe::TrainResult r = moe::train(c, opt);
     out.summary = bench::summarise_run(r.steps, a.warmup);
-    for (size_t i = static_cast<size_t>(a.warmup); i < r.steps.size(); ++i)
-      for (const moe::RankStepStats& s : r.steps[i].ranks)
+    for (size_t i = static_cast<size_t>(a.warmup); i < r.steps.size(); ++i) {
+      const moe::StepLog& step = r.steps[i];
+      for (const moe::RankStepStats& s : step.ranks)
         out.peak_total = std::max(out.peak_total, s.peak_total_bytes);
+      if (step.tokens_per_s > 0)
+        out.step_ms.push_back(1000.0 * double(step.tokens) / step.tokens_per_s);
+    }
   } catch (const Error& e) {
     out.failure = e.message();
   }
@@ -292,6 +311,72 @@ void require_an_answer(const PlanArgs& a, const std::vector<Outcome>& outcomes, 
                   a.cluster, " (the peaks are in the table)");
 }
 
+const Outcome& outcome_of(const std::vector<Outcome>& outcomes, const std::string& name) {
+  return *std::find_if(outcomes.begin(), outcomes.end(),
+                       [&](const Outcome& x) { return x.name == name; });
+}
+
+// The recommendation (tools/plan_choice.h): the fastest strategy (not the compute-only
+// reference) that ran within the GPU's memory, or the least memory of those within its jitter.
+std::optional<PlanChoice> recommend(const std::vector<Outcome>& outcomes,
+                                    const std::vector<Row>& rows, const sim::GpuProfile& gpu) {
+  const auto& fields = bench::row_fields();
+  const size_t ms =
+      static_cast<size_t>(std::find(fields.begin(), fields.end(), "step_ms") - fields.begin());
+  std::vector<PlanCandidate> candidates;
+  for (const Row& r : rows) {
+    if (r.strategy == "compute" || !r.values[ms]) continue;
+    const Outcome& o = outcome_of(outcomes, r.strategy);
+    candidates.push_back(PlanCandidate{r.strategy, *r.values[ms], step_jitter(o.step_ms),
+                                       o.peak_total, o.peak_total <= gpu.memory_bytes});
+  }
+  const std::optional<PlanChoice> choice = choose_plan(candidates);
+  if (!choice) return choice;
+  auto describe = [&](const std::string& name) {
+    const auto c = std::find_if(candidates.begin(), candidates.end(),
+                                [&](const PlanCandidate& x) { return x.name == name; });
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s (%.1f ms per step, jitter %.1f %%, peak %s)", name.c_str(),
+                  c->step_ms, 100.0 * c->jitter, format_bytes(c->peak_bytes).c_str());
+    return std::string(buf);
+  };
+  if (choice->tied.size() > 1) {
+    std::printf("\ntie: within the measured steps' jitter of the fastest:");
+    for (const std::string& name : choice->tied) std::printf("\n  %s", describe(name).c_str());
+    std::printf("\nrecommended: %s, the least memory of the tie (of %s per GPU)\n",
+                choice->recommended.c_str(), format_bytes(gpu.memory_bytes).c_str());
+  } else {
+    std::printf("\nrecommended: %s of %s per GPU\n", describe(choice->recommended).c_str(),
+                format_bytes(gpu.memory_bytes).c_str());
+  }
+  return choice;
+}
+
+// The plan's input and verdict beside the rows of --json: a function of the input alone (no
+// wall times), so two runs of one input write the same file.
+nlohmann::ordered_json plan_json(const PlanArgs& a, const sim::GpuProfile& gpu,
+                                 const std::optional<PlanChoice>& choice) {
+  nlohmann::ordered_json p;
+  p["config"] = a.config_path;
+  p["nodes"] = a.nodes;
+  p["gpus_per_node"] = a.gpus_per_node;
+  p["nics_per_node"] =
+      a.inter == "config" ? nlohmann::ordered_json() : nlohmann::ordered_json(a.nics_per_node);
+  p["gpu"] = gpu.name;
+  p["intra_node"] = a.intra;
+  p["inter_node"] = a.inter;
+  p["routing"] = a.routing_trace.empty() ? "synthetic" : a.routing_trace;
+  p["warmup"] = a.warmup;
+  p["steps"] = a.steps;
+  p["overrides"] = a.overrides;
+  p["recommended"] =
+      choice ? nlohmann::ordered_json(choice->recommended) : nlohmann::ordered_json();
+  p["tied"] = choice ? nlohmann::ordered_json(choice->tied) : nlohmann::ordered_json::array();
+  nlohmann::ordered_json out;
+  out["plan"] = p;
+  return out;
+}
+
 }  // namespace
 
 int plan(const std::vector<std::string>& args) {
@@ -299,17 +384,25 @@ int plan(const std::vector<std::string>& args) {
   const int world = a.nodes * a.gpus_per_node;
   const Config base = load_base_config(a, world);
   const sim::GpuProfile gpu = sim::gpu_profile(a.gpu);
+  const std::string nics = a.inter == "config" ? std::string("one NIC per rank")
+                                               : std::to_string(a.nics_per_node) + " NIC" +
+                                                     (a.nics_per_node > 1 ? "s" : "") + " per node";
   std::printf(
-      "moezero plan: %s on %d x %d %s (%s inside a node, %s between nodes), %s routing, "
+      "moezero plan: %s on %d x %d %s (%s inside a node, %s between nodes, %s), %s routing, "
       "steps %lld-%lld measured\n",
       a.config_path.c_str(), a.nodes, a.gpus_per_node, gpu.name.c_str(), a.intra.c_str(),
-      a.inter.c_str(), a.routing_trace.empty() ? "synthetic" : a.routing_trace.c_str(),
-      (long long)a.warmup + 1, (long long)(a.warmup + a.steps));
+      a.inter.c_str(), nics.c_str(),
+      a.routing_trace.empty() ? "synthetic" : a.routing_trace.c_str(), (long long)a.warmup + 1,
+      (long long)(a.warmup + a.steps));
   if (base.parallel.backend != BackendKind::Cpu)
     std::printf("  (the config's parallel.backend \"cuda\" is replaced by the simulated GPUs)\n");
+  // One routing source for every strategy: the strategies change zero, prefetch, cache and
+  // link keys, never what it depends on (model, batch, world, seed, accumulation), so its
+  // totals over the world are computed once (moe/routing_source.h).
+  const std::unique_ptr<moe::RoutingSource> routing = make_routing(a, base);
   std::vector<Outcome> outcomes;
   for (const std::string& name : a.strategies) {
-    outcomes.push_back(run_strategy(a, name, base, gpu));
+    outcomes.push_back(run_strategy(a, name, base, gpu, *routing));
     const Outcome& o = outcomes.back();
     if (o.summary)
       std::printf("  %-18s simulated in %.1f s\n", name.c_str(), o.wall_s);
@@ -326,7 +419,8 @@ int plan(const std::vector<std::string>& args) {
   }
   std::vector<Row> rows = bench::combine(names, runs);
   // Times are virtual: exposed communication is the step's excess over the compute row's (the
-  // trace's wall-clock spans mean nothing here), and there is no spread.
+  // trace's wall-clock spans mean nothing here, so no wall-clock field reaches the table or
+  // the JSON), and the spread is over the measured steps, not over repeats.
   const auto& fields = bench::row_fields();
   auto at = [&](const char* f) {
     return static_cast<size_t>(std::find(fields.begin(), fields.end(), f) - fields.begin());
@@ -335,41 +429,25 @@ int plan(const std::vector<std::string>& args) {
   for (const Row& r : rows)
     if (r.strategy == "compute") compute_ms = r.values[at("step_ms")];
   for (Row& r : rows) {
-    r.values[at("comm_ms")].reset();
-    r.values[at("exposed_comm_ms_max")].reset();
-    r.values[at("spread")].reset();
-    r.values[at("exposed_comm_ms")].reset();
+    for (const char* wall : {"comm_ms", "exposed_comm_ms_max", "exposed_comm_ms", "spread"})
+      for (std::vector<bench::Value>* v : {&r.values, &r.min, &r.max}) (*v)[at(wall)].reset();
+    // spread: max / min of the measured steps' times (the jitter ties are judged by).
+    r.values[at("spread")] = 1.0 + step_jitter(outcome_of(outcomes, r.strategy).step_ms);
     if (compute_ms && r.values[at("step_ms")])
       r.values[at("exposed_comm_ms")] = std::max(0.0, *r.values[at("step_ms")] - *compute_ms);
   }
   std::printf(
       "\npredicted per optimizer step, rank 0 (virtual time); utilisation = compute's "
-      "step_ms / step_ms;\nexposed_comm_ms = step_ms - compute's step_ms\n");
+      "step_ms / step_ms;\nexposed_comm_ms = step_ms - compute's step_ms; spread = max / min of "
+      "the measured steps' step_ms\n");
   bench::print_table(rows);
-  // The recommendation: the fastest strategy (not the compute-only reference) that ran within
-  // the GPU's memory.
-  const Outcome* best = nullptr;
-  const Row* best_row = nullptr;
-  for (const Row& r : rows) {
-    if (r.strategy == "compute" || !r.values[at("step_ms")]) continue;
-    const Outcome& o = *std::find_if(outcomes.begin(), outcomes.end(),
-                                     [&](const Outcome& x) { return x.name == r.strategy; });
-    if (o.peak_total > gpu.memory_bytes) continue;
-    if (!best_row || *r.values[at("step_ms")] < *best_row->values[at("step_ms")]) {
-      best = &o;
-      best_row = &r;
-    }
-  }
-  if (best)
-    std::printf("\nrecommended: %s (%.1f ms per step, peak %s of %s per GPU)\n", best->name.c_str(),
-                *best_row->values[at("step_ms")], format_bytes(best->peak_total).c_str(),
-                format_bytes(gpu.memory_bytes).c_str());
+  const std::optional<PlanChoice> choice = recommend(outcomes, rows, gpu);
   if (!a.json_path.empty()) {
-    bench::write_json(rows, a.json_path, "plan");
+    bench::write_json(rows, a.json_path, "plan", plan_json(a, gpu, choice));
     std::printf("json: %s\n", a.json_path.c_str());
   }
   std::fflush(stdout);
-  require_an_answer(a, outcomes, best != nullptr, gpu);
+  require_an_answer(a, outcomes, choice.has_value(), gpu);
   return 0;
 }
 

@@ -69,9 +69,12 @@ GradHealth::GradHealth(Device& device, Stream& stream, Communicator& misc, Commu
                 " for world rank ", misc.rank(), " of ", world);
   const std::vector<std::string> texts =
       eps == 1 ? std::vector<std::string>{text} : all_gather_strings(device, stream, *ep, text);
-  groups_.resize(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r)
-    for (const std::string& line : split(texts[static_cast<size_t>(r % eps)], '\n')) {
+  // Ranks r and r + eps hold the same groups: one list per EP position (at 1,024 ranks a
+  // list per rank was 1,024 copies of ~300 groups' names on every present rank).
+  world_ = world;
+  groups_.resize(static_cast<size_t>(eps));
+  for (int r = 0; r < eps; ++r)
+    for (const std::string& line : split(texts[static_cast<size_t>(r)], '\n')) {
       const std::vector<std::string> f = split(line, '\t');
       MOEZERO_CHECK(f.size() >= 3, "group name exchange: bad line '", line, "' from rank ", r);
       GroupInfo gi;
@@ -86,13 +89,15 @@ GradHealth::GradHealth(Device& device, Stream& stream, Communicator& misc, Commu
 GradNorms GradHealth::norms(const StepResult& r) const {
   GradNorms out;
   std::map<std::string, double> group_sq;  // every rank holding a group adds its shard
-  out.shards.resize(groups_.size());
-  for (size_t rank = 0; rank < groups_.size(); ++rank)
-    for (size_t g = 0; g < groups_[rank].size(); ++g) {
+  out.shards.resize(static_cast<size_t>(world_));
+  for (size_t rank = 0; rank < out.shards.size(); ++rank) {
+    const std::vector<GroupInfo>& groups = groups_of(static_cast<int>(rank));
+    for (size_t g = 0; g < groups.size(); ++g) {
       const double sq = r.shard_sq[rank * static_cast<size_t>(r.shard_sq_slots) + g];
-      out.shards[rank].emplace_back(groups_[rank][g].name, std::sqrt(sq));
-      group_sq[groups_[rank][g].name] += sq;
+      out.shards[rank].emplace_back(groups[g].name, std::sqrt(sq));
+      group_sq[groups[g].name] += sq;
     }
+  }
   double total = 0.0;
   for (const auto& [name, sq] : group_sq) {
     out.groups.emplace_back(name, std::sqrt(sq));
@@ -120,7 +125,7 @@ std::optional<NonFiniteReport> GradHealth::agree_nonfinite(const StepResult& r, 
     if (out && (w[5] > best_mb || (w[5] == best_mb && w[6] >= best_order))) continue;
     best_mb = w[5];
     best_order = w[6];
-    const GroupInfo& gi = groups_.at(static_cast<size_t>(rank)).at(static_cast<size_t>(w[1]));
+    const GroupInfo& gi = groups_of(rank).at(static_cast<size_t>(w[1]));
     NonFiniteReport rep;
     rep.rank = rank;
     rep.group = gi.name;

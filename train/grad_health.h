@@ -100,7 +100,12 @@ class GradHealth {
   Device& device_;
   Stream& stream_;
   Communicator& misc_;
-  std::vector<std::vector<GroupInfo>> groups_;  // [rank][engine group index]
+  // Rank r's groups are its EP position's (r mod the EP size): [position][engine group index].
+  const std::vector<GroupInfo>& groups_of(int rank) const {
+    return groups_.at(static_cast<size_t>(rank) % groups_.size());
+  }
+  std::vector<std::vector<GroupInfo>> groups_;
+  int world_ = 1;
 };
 
 // "w1" for "model.layers.1.block_sparse_moe.experts.3.w1.weight": the last name component

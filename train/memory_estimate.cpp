@@ -152,8 +152,15 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
   const uint64_t live = std::max<uint64_t>(cfg.zero.max_live_parameters, 2 * largest_sharded);
   // fp32 full gradients: below stage 2 every group's lives until the optimizer step (stage 1
   // defers the reduction to it); from stage 2 those of the groups in backward, until reduced.
-  const uint64_t grad_full =
-      stage <= 1 ? padded_total * 4 : std::min(padded_total * 4, 4 * largest_padded * 4);
+  // Stage 1 with zero.grad_accum_dtype=param sums them in the compute dtype instead, so only
+  // the groups in backward hold an fp32 gradient (as from stage 2).
+  const uint64_t in_backward = std::min(padded_total * 4, 4 * largest_padded * 4);
+  const bool accum_in_param =
+      stage == 1 && !fp32 && cfg.zero.grad_accum_dtype == GradAccumDtype::Param;
+  if (stage == 1) e.grad_accum = padded_total * (accum_in_param ? b : 4);
+  const uint64_t grad_full = accum_in_param ? e.grad_accum + in_backward
+                             : stage <= 1   ? padded_total * 4
+                                            : in_backward;
   e.gathered = std::min(sharded_full, live) + grad_full +
                2 * std::min<uint64_t>(cfg.zero.reduce_bucket_size, largest_padded * b);
   if (m.num_experts > 0 && moe::gather_strategy(cfg.zero.moe_gather).uses_shard_cache())

@@ -28,6 +28,9 @@ struct MemoryEstimate {
   // at least two of the largest sharded group: one in use, one prefetched), the fp32 full
   // gradient of the groups in backward, and the reduce buckets.
   uint64_t gathered = 0;
+  // Of `gathered`, stage 1: the rank's sum of its micro-batches' full gradients, every group's
+  // (4 bytes per parameter; zero.grad_accum_dtype=param: the compute dtype's). 0 at other stages.
+  uint64_t grad_accum = 0;
   uint64_t largest_group = 0;  // full bytes of the largest group (compute dtype), in gathered
   uint64_t cache = 0;          // the shard cache's budget (shard_cache.capacity_bytes when used)
   uint64_t activations = 0;    // one micro-batch's forward activations and backward temporaries

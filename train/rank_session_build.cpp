@@ -117,6 +117,8 @@ void RankSession::build_engine() {
   zo.max_live_bytes = cfg_.zero.max_live_parameters;
   zo.reduce_bucket_bytes = cfg_.zero.reduce_bucket_size;
   zo.micro_batches_per_step = tc_.grad_accum_steps;
+  zo.grad_accum_dtype =
+      cfg_.zero.grad_accum_dtype == GradAccumDtype::Param ? tc_.dtype : DType::F32;
   zo.seed = static_cast<uint64_t>(tc_.seed);
   zo.check_finite = cfg_.profile.check_finite;
   zo.materialize = !run_.options.run_world;  // simulated: states counted, not filled

@@ -61,8 +61,9 @@ struct GroupState {
   // one rank, fp32, the step's first micro-batch, when grad_acc is still zero and the reduction
   // would be grad_acc = 0 + grad_full (ZeroEngine::Impl::grad).
   bool grad_direct = false;
-  TensorBuffer grad_local;  // f32 (padded), stage 1: this rank's unreduced sum of the step's
-                            // earlier micro-batches (absent after the first, or at one)
+  // grad_accum_dtype (padded), stage 1: this rank's unreduced sum of the step's earlier
+  // micro-batches (absent after the first, or at one).
+  TensorBuffer grad_local;
 
   // Fetch state (fetch_coordinator.h): where the full parameters are, and of the latest
   // gather: who started it, and its position in the issue order of the gather stream (FIFO,

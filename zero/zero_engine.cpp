@@ -24,6 +24,10 @@ ZeroEngine::ZeroEngine(Device& device, EngineStreams streams, std::vector<GroupS
                 options.stage);
   MOEZERO_CHECK(options.compute_dtype == DType::F32 || options.compute_dtype == DType::BF16,
                 "compute dtype must be f32 or bf16, got ", dtype_name(options.compute_dtype));
+  MOEZERO_CHECK(
+      options.grad_accum_dtype == DType::F32 || options.grad_accum_dtype == options.compute_dtype,
+      "gradient accumulation dtype must be f32 or the compute dtype, got ",
+      dtype_name(options.grad_accum_dtype));
   MOEZERO_CHECK(streams.compute && streams.gather && streams.reduce,
                 "ZeroEngine needs compute, gather and reduce streams");
   for (auto& spec : groups) {
@@ -135,9 +139,16 @@ void ZeroEngine::Impl::grad_ready(int g, Stream& compute) {
 
 void ZeroEngine::Impl::accumulate_local(int g, Stream& compute) {
   GroupState& st = group(g);
-  if (!st.grad_local) {  // the first micro-batch's gradient becomes the sum
-    st.grad_local = std::move(st.grad_full);
-    st.grad_full.reset();  // a moved-from TensorBuffer keeps its view
+  if (!st.grad_local && options.grad_accum_dtype == DType::F32) {
+    st.grad_local = std::move(st.grad_full);  // the first micro-batch's gradient is the sum
+    st.grad_full.reset();                     // a moved-from TensorBuffer keeps its view
+    return;
+  }
+  if (!st.grad_local) {  // the sum in the compute dtype: the first gradient, rounded
+    st.grad_local = TensorBuffer(device, options.grad_accum_dtype, Shape{st.padded}, MemTag::Grad,
+                                 compute, st.layout.spec().name.c_str());
+    device.ops().cast(compute, st.grad_full, st.grad_local);
+    st.grad_full.reset();
     return;
   }
   device.ops().axpy(compute, 1.0f, st.grad_full, st.grad_local);

@@ -12,8 +12,9 @@
 // Stages 1 and 2 move two parameter volumes per optimizer step, as in the ZeRO paper: the
 // gradients reduce-scattered (bucketed, on the reduce stream, overlapped with backward) and the
 // updated parameters all-gathered. Stage 1 keeps each micro-batch's full gradient on the rank
-// (summed locally, fp32) and reduce-scatters the sum once, in the backward of the step's last
-// micro-batch (ZeroOptions::micro_batches_per_step); stage 2 reduce-scatters every micro-batch.
+// (summed locally) and reduce-scatters the sum once, in the backward of the step's last
+// micro-batch (ZeroOptions::micro_batches_per_step; the sum in ZeroOptions::grad_accum_dtype);
+// stage 2 reduce-scatters every micro-batch.
 //
 // Groups smaller than `persistence_threshold_elems` behave as stage 2 under stage 3 (full
 // parameters stay resident; they are not worth a collective each). So do groups held by one
@@ -98,6 +99,10 @@ struct ZeroOptions {
   // micro-batch micro_batches_per_step - 1 (0-based; later ones reduce too). A step that ends
   // with fewer micro-batches reduces the rest at step(), not overlapped.
   int64_t micro_batches_per_step = 1;
+  // Stage 1: the dtype of the rank's sum of a step's micro-batch gradients (until the last
+  // one's reduction): F32, or the compute dtype (zero.grad_accum_dtype=param: half the bytes in
+  // bf16, each micro-batch's addition rounded to it).
+  DType grad_accum_dtype = DType::F32;
   uint64_t seed = 1234;  // parameter initialisation
   // False on the simulated backend (issue 18): the states are allocated (and counted by tag)
   // but no initial value is computed or uploaded, so a rank can stand for a shard of a model

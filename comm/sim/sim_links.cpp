@@ -54,10 +54,12 @@ LinkProfile link_profile(const std::string& name) {
   MOEZERO_USER_ERROR("unknown link '", name, "' (known: ", known, ")");
 }
 
-CommEmulation topology_network(const SimTopology& t) {
+SimNetworkSpec topology_network(const SimTopology& t) {
   MOEZERO_REQUIRE(t.nodes >= 1, "cluster: nodes must be >= 1, got ", t.nodes);
   MOEZERO_REQUIRE(t.gpus_per_node >= 1, "cluster: gpus_per_node must be >= 1, got ",
                   t.gpus_per_node);
+  MOEZERO_REQUIRE(t.nics_per_node >= 0,
+                  "cluster: nics_per_node must be >= 0 (0: one per GPU), got ", t.nics_per_node);
   const LinkProfile intra = link_profile(t.intra_link);
   const LinkProfile inter = link_profile(t.inter_link);
   MOEZERO_REQUIRE(intra.intra_node, "cluster: intra-node link '", intra.name,
@@ -70,7 +72,7 @@ CommEmulation topology_network(const SimTopology& t) {
   e.intra_node_latency_us = intra.latency_us;
   e.link_gbps = inter.effective_gbps();
   e.latency_us = inter.latency_us;
-  return e;
+  return SimNetworkSpec{e, t.nics_per_node > 0 ? t.nics_per_node : t.gpus_per_node};
 }
 
 }  // namespace moezero::comm

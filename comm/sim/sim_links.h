@@ -1,11 +1,12 @@
 // comm/sim/sim_links.h — named link profiles (comm/sim/links.json, compiled in) and the
 // topology of a simulated cluster: nodes x GPUs per node, one tier inside a node and one
-// between nodes, as the network model (comm/net_model.h) sees it.
+// between nodes with a node's NICs (comm/sim/nic_traffic.h), as the network model sees it.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "comm/sim/nic_traffic.h"
 #include "core/communicator.h"
 
 namespace moezero::comm {
@@ -29,11 +30,13 @@ struct SimTopology {
   int gpus_per_node = 8;
   std::string intra_link = "nvlink4";
   std::string inter_link = "ib_ndr";
+  int nics_per_node = 0;  // NICs of inter_link per node, each at its rate; 0: gpus_per_node
 };
 
-// The network model's spec of `topology`: ranks_per_node = gpus_per_node, each tier at its
-// link's effective rate and latency. Throws UserError naming a bad field (unknown link, a
-// link of the wrong tier, nodes or gpus_per_node < 1).
-CommEmulation topology_network(const SimTopology& topology);
+// The simulated network of `topology`: ranks_per_node = gpus_per_node, each tier at its link's
+// effective rate and latency (the inter-node rate per NIC), nics_per_node NICs per node (one
+// per GPU when 0). Throws UserError naming a bad field (unknown link, a link of the wrong tier,
+// nodes or gpus_per_node < 1, nics_per_node < 0).
+SimNetworkSpec topology_network(const SimTopology& topology);
 
 }  // namespace moezero::comm

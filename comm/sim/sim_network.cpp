@@ -35,29 +35,12 @@ double uncontended_seconds(const CommEmulation& spec, const Traffic& traffic) {
   return slowest + traffic.latency_s;
 }
 
-Traffic tree_all_reduce_traffic(const CommEmulation& spec, const CollectiveShape& shape) {
-  Traffic out;
-  const int n = static_cast<int>(shape.ranks.size());
-  if (n <= 1) return out;
-  bool spans_nodes = false;
-  for (int r : shape.ranks)
-    spans_nodes = spans_nodes || tier_between(spec, shape.ranks[0], r) == Tier::InterNode;
-  const Tier tier = spans_nodes ? Tier::InterNode : Tier::IntraNode;
-  for (int r : shape.ranks) {
-    out.flows.push_back(Flow{r, tier, Direction::Send, 2.0 * shape.size_bytes});
-    out.flows.push_back(Flow{r, tier, Direction::Recv, 2.0 * shape.size_bytes});
-  }
-  const double step_s = (spans_nodes ? spec.latency_us : spec.intra_node_latency_us) * 1e-6;
-  out.latency_s = step_s * 2.0 * std::ceil(std::log2(static_cast<double>(n)));
-  return out;
-}
-
-Traffic choose_traffic(const CommEmulation& spec, const CollectiveShape& shape, Algorithm* algo) {
-  Traffic ring = collective_traffic(spec, shape);
+Traffic choose_traffic(const SimNetworkSpec& spec, const CollectiveShape& shape, Algorithm* algo) {
+  Traffic ring = nic_collective_traffic(spec, shape);
   Algorithm chosen = shape.op == CollectiveOp::AllToAllV ? Algorithm::Direct : Algorithm::Ring;
   if (shape.op == CollectiveOp::AllReduce && shape.ranks.size() > 2) {
-    Traffic tree = tree_all_reduce_traffic(spec, shape);
-    if (uncontended_seconds(spec, tree) < uncontended_seconds(spec, ring)) {
+    Traffic tree = nic_tree_all_reduce_traffic(spec, shape);
+    if (uncontended_seconds(spec.tiers, tree) < uncontended_seconds(spec.tiers, ring)) {
       if (algo) *algo = Algorithm::Tree;
       return tree;
     }
@@ -66,7 +49,18 @@ Traffic choose_traffic(const CommEmulation& spec, const CollectiveShape& shape, 
   return ring;
 }
 
-double PortTimelines::port_bytes_per_s(const Flow& f) const { return tier_rate(spec_, f.tier); }
+double PortTimelines::port_bytes_per_s(const Flow& f) const {
+  return tier_rate(spec_.tiers, f.tier);
+}
+
+bool PortTimelines::modelled(const Flow& f) const {
+  if (modelled_.empty()) return true;
+  const int per_node = f.tier == Tier::InterNode && spec_.nics_per_node > 0
+                           ? spec_.nics_per_node
+                           : std::max(1, spec_.tiers.ranks_per_node);
+  const size_t node = static_cast<size_t>(f.rank / per_node);
+  return node < modelled_.size() && modelled_[node];
+}
 
 double PortTimelines::place(Port& port, double start_s, double duration_s) {
   double t = std::max(start_s, port.floor_s);
@@ -111,8 +105,9 @@ double PortTimelines::reserve(const Traffic& traffic, double start_s) {
   double last = start_s;
   for (const Flow& f : traffic.flows) {
     const double rate = port_bytes_per_s(f);
-    if (rate <= 0.0 || f.bytes <= 0.0) continue;
-    Port& port = ports_[{f.rank, static_cast<int>(f.tier), static_cast<int>(f.dir)}];
+    if (rate <= 0.0 || f.bytes <= 0.0 || !modelled(f)) continue;
+    Port& port =
+        ports_[int64_t{f.rank} * 4 + static_cast<int>(f.tier) * 2 + static_cast<int>(f.dir)];
     last = std::max(last, place(port, start_s, f.bytes / rate));
   }
   return last + traffic.latency_s;

@@ -2,6 +2,7 @@
 // a collective uses (NCCL's choice by size), what it puts on which port (comm/net_model.h), and
 // when it completes while other collectives hold the same ports.
 //
+// Ports: a rank's port inside its node, and the node's NICs between nodes (nic_traffic.h).
 // Contention model (an addition to net_model.h's assumptions, for virtual time). Ranks and
 // streams run as threads, so collectives reach the network in wall order, not in virtual
 // order; net_model's NetworkModel (processor sharing on a clock that only moves forward)
@@ -24,9 +25,11 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "comm/net_model.h"
+#include "comm/sim/nic_traffic.h"
 
 namespace moezero::comm {
 
@@ -36,20 +39,22 @@ const char* algorithm_name(Algorithm a);  // "ring", "tree", "direct"
 // Seconds `traffic` takes on idle ports: its slowest flow plus its latency.
 double uncontended_seconds(const CommEmulation& spec, const Traffic& traffic);
 
-// Double binary tree all-reduce (NCCL's "tree"): every rank sends and receives 2 S bytes
-// (reduce up, broadcast down, two trees each carrying half), over 2 ceil(log2 n) latency
-// steps; every flow on the NIC when the group spans nodes, else on the node's tier.
-Traffic tree_all_reduce_traffic(const CommEmulation& spec, const CollectiveShape& shape);
-
-// The algorithm NCCL would pick and its traffic: all_reduce takes the faster of ring and tree
-// on idle ports (NCCL's tuner also picks the algorithm by its predicted time); every other op
-// uses net_model's algorithms (ring; all_to_all_v: direct).
-Traffic choose_traffic(const CommEmulation& spec, const CollectiveShape& shape, Algorithm* algo);
+// The algorithm NCCL would pick and its traffic on the cluster's NICs (comm/sim/nic_traffic.h):
+// all_reduce takes the faster of ring and double binary tree on idle ports (NCCL's tuner also
+// picks the algorithm by its predicted time); every other op uses net_model's algorithms
+// (ring; all_to_all_v: direct).
+Traffic choose_traffic(const SimNetworkSpec& spec, const CollectiveShape& shape, Algorithm* algo);
 
 class PortTimelines {
  public:
-  explicit PortTimelines(CommEmulation spec) : spec_(spec) {}
-  const CommEmulation& spec() const { return spec_; }
+  explicit PortTimelines(SimNetworkSpec spec) : spec_(spec) {}
+  const SimNetworkSpec& spec() const { return spec_; }
+  // Only the ports of these nodes are modelled (by node index; empty: every node). A world of
+  // representative ranks (sim_world.h) passes the nodes of its present ranks: under its
+  // symmetry assumption every other node's ports see the same reservations as a present
+  // node's, so a collective's end over the modelled ports is its end over all of them, at a
+  // fraction of the cost (a 1,024-rank world ring reserves thousands of ports).
+  void model_only_nodes(std::vector<char> node_modelled) { modelled_ = std::move(node_modelled); }
   // Reserves every flow of `traffic` from `start_s` (see above). Returns the end: the last
   // flow's end plus the latency. Thread-safe.
   double reserve(const Traffic& traffic, double start_s);
@@ -60,11 +65,15 @@ class PortTimelines {
     double floor_s = 0.0;           // nothing before this (forgotten reservations)
   };
   double port_bytes_per_s(const Flow& f) const;
+  bool modelled(const Flow& f) const;
   static double place(Port& port, double start_s, double duration_s);
 
-  CommEmulation spec_;
+  SimNetworkSpec spec_;
+  std::vector<char> modelled_;  // by node; empty: all
   std::mutex mu_;
-  std::map<std::tuple<int, int, int>, Port> ports_;  // (rank, tier, direction)
+  // By (rank or NIC) * 4 + tier * 2 + direction; hashed: a world collective of 1,024 ranks
+  // reserves thousands of ports.
+  std::unordered_map<int64_t, Port> ports_;
 };
 
 }  // namespace moezero::comm

@@ -1,12 +1,14 @@
 // comm/sim/sim_world.cpp — present ranks, channels, abort.
 #include "comm/sim/sim_world.h"
 
+#include <algorithm>
+
 #include "comm/sim/sim_communicator.h"
 #include "core/error.h"
 
 namespace moezero::comm {
 
-SimWorld::SimWorld(int world_size, std::vector<int> present, CommEmulation network,
+SimWorld::SimWorld(int world_size, std::vector<int> present, SimNetworkSpec network,
                    CommOptions options)
     : world_size_(world_size),
       present_(std::move(present)),
@@ -25,6 +27,11 @@ SimWorld::SimWorld(int world_size, std::vector<int> present, CommEmulation netwo
                     " listed twice");
     is_present_[static_cast<size_t>(r)] = 1;
   }
+  // The ports of nodes with a present rank (the rest are symmetric copies: sim_network.h).
+  const int per_node = std::max(1, network.tiers.ranks_per_node);
+  std::vector<char> nodes(static_cast<size_t>((world_size + per_node - 1) / per_node), 0);
+  for (int r : present_) nodes[static_cast<size_t>(r / per_node)] = 1;
+  timelines_->model_only_nodes(std::move(nodes));
 }
 
 SimWorld::~SimWorld() = default;

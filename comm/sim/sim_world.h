@@ -43,16 +43,16 @@ class SimChannel;
 class SimWorld {
  public:
   // [in] present: the global ranks run as threads (empty: all); [in] network: the cluster's
-  // tiers (topology_network of comm/sim/sim_links.h); [in] options: the timeout (emulation
-  // is ignored: the network is `network`).
-  SimWorld(int world_size, std::vector<int> present, CommEmulation network,
+  // tiers and NICs (topology_network of comm/sim/sim_links.h); [in] options: the timeout
+  // (emulation is ignored: the network is `network`).
+  SimWorld(int world_size, std::vector<int> present, SimNetworkSpec network,
            CommOptions options = {});
   ~SimWorld();
 
   int world_size() const { return world_size_; }
   const std::vector<int>& present() const { return present_; }
   bool is_present(int rank) const;
-  const CommEmulation& network() const { return timelines_->spec(); }
+  const SimNetworkSpec& network() const { return timelines_->spec(); }
 
   // The communicator of present rank `global_rank` on (group, channel): as LocalWorld's
   // (same rules), over the group's present members. Its stream must be a VirtualStream.

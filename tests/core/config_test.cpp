@@ -126,6 +126,8 @@ TEST(Config, RejectsWrongTypesAndValues) {
   // Keys of the network model, the baselines and the cost plan (issue 13).
   expect_rejected(R"({"zero": {"moe_gather": "magic"}})",
                   {"zero.moe_gather", "experts, leaf, fsdp", "magic"});
+  expect_rejected(R"({"zero": {"grad_accum_dtype": "bf16"}})",
+                  {"zero.grad_accum_dtype", "fp32, param", "bf16"});
   expect_rejected(R"({"zero": {"reshard_after_forward": "maybe"}})",
                   {"zero.reshard_after_forward", "true or false"});
   expect_rejected(R"({"comm_emulation": {"ranks_per_node": -1}})",

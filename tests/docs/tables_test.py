@@ -88,6 +88,26 @@ class Tables(unittest.TestCase):
         self.assertEqual(bench_line, "| big | - | 0.250 | 11710 | 8783 (-) | - | 1536.0 MiB | - "
                                      "| - | - | - / - / - | - | 81920.0 MiB | - |")
 
+    def test_sweep_one_line_per_plan_file(self):
+        rows = [{"strategy": "compute", "step_ms": 2212.9, "utilisation": 1.0},
+                {"strategy": "z2", "step_ms": 2536.5, "utilisation": 0.8724},
+                {"strategy": "z3-fsdp", "step_ms": 4356.1, "utilisation": 0.508}]
+        a = write("sweep_a.json", {"plan": {"gpu": "h100", "nodes": 8, "gpus_per_node": 8,
+                                            "inter_node": "eth_100g", "nics_per_node": 8},
+                                   "rows": rows})
+        b = write("sweep_b.json", {"plan": {"gpu": "a100", "inter_node": "config",
+                                            "nics_per_node": None}, "rows": rows[:2]})
+        self.assertEqual(self.rendered("sweep", a, b),
+                         "| GPU, link between nodes | compute ms | z2 utilisation | "
+                         "z3-fsdp utilisation |\n|---|---|---|---|\n"
+                         "| h100 8x8, eth_100g x 8 per node | 2213 | 0.872 | 0.508 |\n"
+                         "| a100, config | 2213 | 0.872 | - |\n")
+        bare = write("sweep_bare.json", {"rows": rows})
+        r = run("sweep", bare)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(bare, r.stderr)
+        self.assertIn('no "plan" object', r.stderr)
+
     def test_bad_input_names_the_file(self):
         cases = {"notjson.json": "{rows", "norows.json": {"table": []},
                  "noname.json": {"rows": [{"step_ms": 1}]},

@@ -22,9 +22,11 @@ namespace {
 
 constexpr size_t kBig = size_t{64} << 20;  // 64 MiB: unbacked
 
-SimWorldOptions cluster(int nodes, int gpus_per_node, std::vector<int> present = {}) {
+// nics: NICs per node (0: one per GPU). The formulas of the tests over two nodes that say "one
+// NIC per node" hold there; nic_traffic_test.cpp checks how a node's NICs share the traffic.
+SimWorldOptions cluster(int nodes, int gpus_per_node, std::vector<int> present = {}, int nics = 0) {
   SimWorldOptions o;
-  o.topology = SimTopology{nodes, gpus_per_node, "nvlink4", "eth_100g"};
+  o.topology = SimTopology{nodes, gpus_per_node, "nvlink4", "eth_100g", nics};
   o.present = std::move(present);
   o.gpu = sim::gpu_profile("h100");
   o.gpu.launch_s = 0.0;  // collectives start at 0: times are the formulas alone
@@ -75,12 +77,12 @@ TEST(SimComm, RingAllGatherOnOneNodeMatchesTheFormula) {
   }
 }
 
-TEST(SimComm, RingAllGatherOverTwoNodesIsAsSlowAsItsNicHops) {
+TEST(SimComm, RingAllGatherOverTwoNodesWithOneNicEachIsAsSlowAsItsNicHops) {
   for (int n = 2; n <= 8; n += 2) {
     const double size = static_cast<double>(kBig / n / 2 * 2 * n);
     const double want =
         (n - 1.0) / n * size / bytes_per_s("eth_100g") + (n - 1) * step_s("eth_100g");
-    EXPECT_NEAR(all_gather_time(cluster(2, n / 2), kBig), want, 1e-12) << n << " ranks";
+    EXPECT_NEAR(all_gather_time(cluster(2, n / 2, {}, 1), kBig), want, 1e-12) << n << " ranks";
   }
 }
 
@@ -97,7 +99,7 @@ TEST(SimComm, LargeAllReduceIsARing) {
   for (int n = 2; n <= 8; n += 2) {
     const double want =
         2.0 * (n - 1) / n * kBig / bytes_per_s("eth_100g") + 2 * (n - 1) * step_s("eth_100g");
-    EXPECT_NEAR(all_reduce_time(cluster(2, n / 2), kBig), want, 1e-12) << n << " ranks";
+    EXPECT_NEAR(all_reduce_time(cluster(2, n / 2, {}, 1), kBig), want, 1e-12) << n << " ranks";
   }
 }
 
@@ -109,7 +111,7 @@ TEST(SimComm, SmallAllReduceIsATree) {
     const double ring =
         2.0 * (n - 1) / n * s / bytes_per_s("eth_100g") + 2 * (n - 1) * step_s("eth_100g");
     ASSERT_LT(tree, ring);
-    EXPECT_NEAR(all_reduce_time(cluster(2, n / 2), s), tree, 1e-12) << n << " ranks";
+    EXPECT_NEAR(all_reduce_time(cluster(2, n / 2, {}, 1), s), tree, 1e-12) << n << " ranks";
   }
   // The choice itself, by name.
   CollectiveShape shape{CollectiveOp::AllReduce, {0, 1, 2, 3, 4, 5, 6, 7}, 4096.0, 0, {}};
@@ -212,8 +214,8 @@ TEST(SimComm, ConcurrentCollectivesShareOneNic) {
 }
 
 TEST(SimComm, PortTimelinesFillTheEarliestGap) {
-  CommEmulation spec;
-  spec.link_gbps = 8.0;  // 1e9 bytes/s
+  SimNetworkSpec spec;
+  spec.tiers.link_gbps = 8.0;  // 1e9 bytes/s
   PortTimelines ports(spec);
   auto one_flow = [](double bytes) {
     return Traffic{{Flow{0, Tier::InterNode, Direction::Send, bytes}}, 0.5};
@@ -314,18 +316,26 @@ void symmetric_program(RankContext& ctx, Stream& comm_stream) {
 }
 
 TEST(SimComm, RepresentativeRanksGiveTheFullWorldsTimes) {
-  SimWorldOptions full = cluster(2, 4);
-  full.gpu.launch_s = 4e-6;
-  SimWorldOptions rep = full;
-  rep.present = {0, 4};
-  const std::map<int, double> all = run_times(full, symmetric_program);
-  const std::map<int, double> two = run_times(rep, symmetric_program);
-  ASSERT_EQ(all.size(), 8u);
-  ASSERT_EQ(two.size(), 2u);
-  EXPECT_GT(two.at(0), 3 * kBig * 7 / 8 / bytes_per_s("eth_100g"));  // the link was paid
-  EXPECT_NEAR(two.at(0), all.at(0), 1e-12);
-  EXPECT_NEAR(two.at(4), all.at(4), 1e-12);
-  EXPECT_NEAR(all.at(0), all.at(5), 1e-12);  // symmetric: every rank alike
+  for (int nics : {1, 2, 4}) {  // NICs per node: shared by ranks, or one per GPU
+    SimWorldOptions full = cluster(2, 4, {}, nics);
+    full.gpu.launch_s = 4e-6;
+    SimWorldOptions rep = full;
+    rep.present = {0, 4};
+    const std::map<int, double> all = run_times(full, symmetric_program);
+    const std::map<int, double> two = run_times(rep, symmetric_program);
+    // Node 0 alone present: node 1's ports are not modelled (its symmetric copy).
+    rep.present = {0, 1, 2, 3};
+    const std::map<int, double> node0 = run_times(rep, symmetric_program);
+    ASSERT_EQ(all.size(), 8u);
+    ASSERT_EQ(two.size(), 2u);
+    EXPECT_NEAR(node0.at(0), all.at(0), 1e-12) << nics;
+    EXPECT_NEAR(node0.at(3), all.at(3), 1e-12) << nics;
+    // The link was paid: the world all-gathers' bytes between nodes, over the node's NICs.
+    EXPECT_GT(two.at(0), 3.0 * kBig * 7 / 8 / nics / bytes_per_s("eth_100g")) << nics;
+    EXPECT_NEAR(two.at(0), all.at(0), 1e-12) << nics;
+    EXPECT_NEAR(two.at(4), all.at(4), 1e-12) << nics;
+    EXPECT_NEAR(all.at(0), all.at(5), 1e-12) << nics;  // symmetric: every rank alike
+  }
 }
 
 TEST(SimComm, AMissingMemberTimesOutNamingTheOpAndGroup) {
@@ -368,6 +378,14 @@ TEST(SimComm, BadClustersAreRefusedByName) {
   EXPECT_THROW(World::run_sim(o, [](RankContext&) {}), UserError);
   o = cluster(2, 2, {0, 9});
   EXPECT_THROW(World::run_sim(o, [](RankContext&) {}), UserError);
+  o = cluster(2, 2, {}, -1);
+  try {
+    World::run_sim(o, [](RankContext&) {});
+    FAIL() << "expected an error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("cluster: nics_per_node must be >= 0"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(SimComm, RanksOnASimulatedDeviceSeeTheVirtualWorld) {

@@ -82,6 +82,34 @@ TEST(MemoryEstimate, Zero0OneRank) {
   check_against_run({"parallel.world_size=1", "zero.stage=0", "train.micro_batch_size=2"});
 }
 
+// zero.grad_accum_dtype=param: stage 1's sum of the micro-batches' full gradients in bf16 is
+// half the fp32 one (2 bytes per parameter instead of 4), plus the fp32 gradients of the
+// groups in backward (as from stage 2); the states do not move, and fp32 compute or another
+// stage is unchanged. The estimate holds against a run.
+TEST(MemoryEstimate, Zero1AccumulatesInTheParamDtype) {
+  const auto est = [](int stage, const std::string& dtype, const std::string& accum) {
+    return estimate_memory(small({"parallel.world_size=2", "zero.stage=" + std::to_string(stage),
+                                  "train.dtype=" + dtype, "train.grad_accum_steps=2",
+                                  "zero.grad_accum_dtype=" + accum}),
+                           false);
+  };
+  const MemoryEstimate f = est(1, "bf16", "fp32"), p = est(1, "bf16", "param");
+  // Every group is sharded over both ranks (EP 1): the full gradients hold world x the
+  // gradient shards' elements, at 4 or 2 bytes where the shards take 2.
+  EXPECT_EQ(f.grad_accum, 4 * f.grads);
+  EXPECT_EQ(p.grad_accum, 2 * p.grads);
+  EXPECT_EQ(f.states(), p.states());
+  // The rest of the working set gains the fp32 gradients of the groups in backward.
+  EXPECT_GT(p.gathered - p.grad_accum, f.gathered - f.grad_accum);
+  for (const auto& [stage, dtype] : {std::pair{1, "fp32"}, std::pair{2, "bf16"}}) {
+    const MemoryEstimate a = est(stage, dtype, "fp32"), b = est(stage, dtype, "param");
+    EXPECT_EQ(a.gathered, b.gathered) << stage << dtype;
+    EXPECT_EQ(a.grad_accum, b.grad_accum) << stage << dtype;
+  }
+  check_against_run({"parallel.world_size=2", "zero.stage=1", "train.dtype=bf16",
+                     "train.grad_accum_steps=2", "zero.grad_accum_dtype=param"});
+}
+
 // The shard cache is counted where it is built: experts and fsdp (kept across micro-batches,
 // FSDP2's reshard_after_backward=False), never leaf; fsdp's estimate holds against a run.
 TEST(MemoryEstimate, CacheCountedForExpertsAndFsdpNotLeaf) {

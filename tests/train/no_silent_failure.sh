@@ -168,6 +168,14 @@ plan_refuses)  # issue 28 item 5: plan refuses what it cannot plan, naming the i
   has "plan: --cluster NODES needs an integer >= 1, got '0'"
   run 1 "${plan[@]}" --cluster 100000x8
   has "plan: --cluster 100000x8 \(800000 GPUs\) cannot be planned with this config: .*parallel.world_size: must be in"
+  run 1 "${plan[@]}" --cluster 1x2 --nics-per-node 0
+  has "plan: --nics-per-node needs an integer >= 1, got '0'"
+  run 1 "${plan[@]}" --cluster 1x2 --nics-per-node 1.5
+  has "plan: --nics-per-node needs an integer >= 1, got '1.5'"
+  run 1 "${plan[@]}" --cluster 1x2 --nics-per-node 4294967297
+  has "plan: --nics-per-node is beyond 1024 NICs per node"
+  run 1 "${plan[@]}" --cluster 1x2 --nics-per-node 2 --inter-node config
+  has "plan: --nics-per-node does not apply to --inter-node config"
   run 1 "${plan[@]}" --cluster 1x2 --strategies compute
   has "plan: no strategy ran for .*tiny.json on --cluster 1x2 \(--strategies lists only compute\)"
   run 1 "${plan[@]}" --cluster 1x2 --strategies compute,z2 --set model.d_model=16384 \
@@ -177,6 +185,7 @@ plan_refuses)  # issue 28 item 5: plan refuses what it cannot plan, naming the i
   # a config for GPUs plans on a machine without one: the simulated GPUs replace its backend
   run 0 "${plan[@]}" --cluster 1x2 --strategies compute,z2 --set parallel.backend=cuda
   has "the config's parallel.backend \"cuda\" is replaced by the simulated GPUs"
+  has "between nodes, 2 NICs per node\)"  # the default: one NIC per GPU
   has "recommended: z2"
   no_source_path
   ;;
