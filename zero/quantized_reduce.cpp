@@ -1,6 +1,8 @@
 // zero/quantized_reduce.cpp — TwoHopReduce: the two-hop gradient reduce-scatter (see the header).
 #include "zero/quantized_reduce.h"
 
+#include <vector>
+
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -21,7 +23,7 @@ int64_t TwoHopReduce::send_row(int r) const {
 
 int64_t TwoHopReduce::int8_chunk_bytes(int64_t cols) const {
   const int64_t blocks = (cols + block_ - 1) / block_;
-  return blocks * static_cast<int64_t>(sizeof(float)) + cols;
+  return blocks * static_cast<int64_t>(sizeof(float)) + (cols + 3) / 4 * 4;  // next one aligned
 }
 
 uint64_t TwoHopReduce::reduce_scatter(Device& device, Stream& stream, const Tensor& send,
@@ -58,8 +60,49 @@ uint64_t TwoHopReduce::reduce_scatter(Device& device, Stream& stream, const Tens
   return wire + static_cast<uint64_t>(M - 1) * static_cast<uint64_t>(cols) * esz;
 }
 
-uint64_t TwoHopReduce::cross_int8(Device&, Stream&, const Tensor&, const Tensor&) const {
-  MOEZERO_THROW("two-hop reduction: the int8 inter-node hop needs Ops::quantize_int8_blocks");
+uint64_t TwoHopReduce::cross_int8(Device& device, Stream& stream, const Tensor& partial,
+                                  const Tensor& recv) const {
+  Ops& ops = device.ops();
+  const int M = nodes(), me = cross_->rank();
+  const int64_t cols = recv.numel();
+  const int64_t blocks = (cols + block_ - 1) / block_;
+  const int64_t chunk = int8_chunk_bytes(cols);
+  // One chunk per other node, in node order: its scales (4-byte aligned), then its values.
+  auto scales = [&](const TensorBuffer& b, int64_t k) {
+    return Tensor(static_cast<char*>(b.view().data()) + k * chunk, DType::F32, Shape{blocks},
+                  &device);
+  };
+  auto values = [&](const TensorBuffer& b, int64_t k) {
+    return Tensor(static_cast<char*>(b.view().data()) + k * chunk + blocks * 4, DType::I8,
+                  Shape{cols}, &device);
+  };
+  TensorBuffer out(device, DType::I8, Shape{(M - 1) * chunk}, MemTag::CommBuffer, stream,
+                   "reduce bucket, int8 out");
+  TensorBuffer in(device, DType::I8, Shape{(M - 1) * chunk}, MemTag::CommBuffer, stream,
+                  "reduce bucket, int8 in");
+  int64_t k = 0;
+  for (int m = 0; m < M; ++m) {
+    if (m == me) continue;
+    ops.quantize_int8_blocks(stream, partial.view_elems(m * cols, Shape{cols}), values(out, k),
+                             scales(out, k), block_);
+    ++k;
+  }
+  std::vector<size_t> counts(static_cast<size_t>(M), static_cast<size_t>(chunk));
+  counts[static_cast<size_t>(me)] = 0;
+  cross_->all_to_all_v(out.view().data(), counts, in.view().data(), counts, DType::I8, stream);
+  // This node's own sum, exact, then the other nodes' in node order, summed in fp32.
+  TensorBuffer acc32;
+  Tensor acc = recv;
+  if (recv.dtype() != DType::F32) {
+    acc32 = TensorBuffer(device, DType::F32, Shape{cols}, MemTag::CommBuffer, stream,
+                         "reduce bucket, fp32 sum");
+    acc = acc32.view();
+  }
+  ops.cast(stream, partial.view_elems(me * cols, Shape{cols}), acc);
+  for (k = 0; k < M - 1; ++k)
+    ops.dequantize_int8_blocks(stream, values(in, k), scales(in, k), acc, block_, true);
+  if (acc32) ops.cast(stream, acc, recv);
+  return static_cast<uint64_t>(M - 1) * static_cast<uint64_t>(chunk);
 }
 
 }  // namespace moezero

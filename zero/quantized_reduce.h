@@ -58,7 +58,8 @@ class TwoHopReduce {
   // ranks of S input bytes: S (k - 1) / k; all_to_all_v: its send bytes).
   uint64_t reduce_scatter(Device& device, Stream& stream, const Tensor& send,
                           const Tensor& recv) const;
-  // The bytes one int8 chunk of `cols` elements takes on the wire (scales, then values).
+  // The bytes one int8 chunk of `cols` elements takes on the wire: ceil(cols / block) fp32
+  // scales, then the values, padded to 4 bytes (so the next chunk's scales stay aligned).
   int64_t int8_chunk_bytes(int64_t cols) const;
 
  private:

@@ -149,6 +149,77 @@ TEST(TwoHopReduce, FullPrecisionHopMatchesOneHop) {
   }
 }
 
+// Int8 hop: rank r = m L + l gets its own node's sum exactly and every other node m''s sum
+// p_m' through int8 with one scale s_b = max|p_m'| / 127 per block of `block` elements:
+// |two-hop - exact| <= sum_{m' != m} s_b / 2 (times 1 + 1e-5 for the fp32 rounding of x / s_b)
+// plus the fp32 sums' 2 (n - 1) eps sum|x|. One node (rpn 4) quantises nothing: the one-hop
+// bits. Between the nodes each rank sends one int8 chunk per other node instead of its ring's
+// fp32 shares: on 2 nodes of 2 the inter-node bytes fall from 2 x 3 shards (ranks 1 and 3 feed
+// the ring across the nodes) to 4 chunks of 2 scales + 3000 values.
+TEST(TwoHopReduce, Int8HopWithinHalfAStepPerOtherNode) {
+  constexpr int64_t kBlock = 2048;
+  for (int rpn : {1, 2, 4}) {
+    const ReduceOut o = reduce_both(rpn, InterNodeHop::Int8, kBlock);
+    const int L = rpn, M = kWorld / L;
+    int64_t differing = 0;
+    for (int r = 0; r < kWorld; ++r) {
+      const int m = r / L;
+      // The node sums of row r, as the intra-node reduce-scatter makes them (fp32, node order).
+      std::vector<std::vector<float>> node_sum(size_t(M), std::vector<float>(kCols, 0.0f));
+      for (int n = 0; n < M; ++n)
+        for (int64_t j = 0; j < kCols; ++j) {
+          float acc = value(n * L, r, j);
+          for (int i = 1; i < L; ++i) acc += value(n * L + i, r, j);
+          node_sum[size_t(n)][size_t(j)] = acc;
+        }
+      for (int64_t j = 0; j < kCols; ++j) {
+        const float got = o.two_hop[size_t(r)][size_t(j)];
+        if (M == 1) {
+          ASSERT_EQ(got, o.one_hop[size_t(r)][size_t(j)]) << "one node: rank " << r;
+          continue;
+        }
+        double exact = 0, sum_abs = 0, bound = 0;
+        for (int q = 0; q < kWorld; ++q) {
+          exact += value(q, r, j);
+          sum_abs += std::abs(double(value(q, r, j)));
+        }
+        const int64_t b0 = j / kBlock * kBlock, b1 = std::min(b0 + kBlock, kCols);
+        for (int n = 0; n < M; ++n) {
+          if (n == m) continue;
+          double mx = 0;
+          for (int64_t i = b0; i < b1; ++i)
+            mx = std::max(mx, std::abs(double(node_sum[size_t(n)][size_t(i)])));
+          bound += mx / 127.0 / 2.0 * (1.0 + 1e-5);
+        }
+        bound += 2.0 * (kWorld - 1) * 0x1p-24 * sum_abs;
+        ASSERT_LE(std::abs(got - exact), bound) << "rpn " << rpn << " rank " << r << " element "
+                                                << j << ": " << got << " against " << exact;
+        differing += got != o.one_hop[size_t(r)][size_t(j)];
+      }
+    }
+    if (M > 1) {
+      EXPECT_GT(differing, 0) << "rpn " << rpn << ": nothing was quantised?";
+    }
+  }
+}
+
+TEST(TwoHopReduce, Int8HopSendsFewerInterNodeBytes) {
+  const ReduceOut o = reduce_both(2, InterNodeHop::Int8, 2048);
+  const uint64_t shard = kCols * 4, chunk = 2 * 4 + kCols;  // 2 fp32 scales + int8 values
+  uint64_t one = 0, two = 0;
+  for (int r = 0; r < kWorld; ++r) {
+    const bool feeds_other_node = r % 2 == 1;  // ring 0 -> 1 -> 2 -> 3 -> 0
+    EXPECT_EQ(o.one_links[size_t(r)].inter_node_bytes, feeds_other_node ? 3 * shard : 0u);
+    EXPECT_EQ(o.two_links[size_t(r)].inter_node_bytes, chunk) << "rank " << r;
+    EXPECT_EQ(o.two_links[size_t(r)].intra_node_bytes, 2 * shard) << "rank " << r;
+    EXPECT_EQ(o.wire[size_t(r)], 2 * shard + chunk) << "rank " << r;
+    one += o.one_links[size_t(r)].inter_node_bytes;
+    two += o.two_links[size_t(r)].inter_node_bytes;
+  }
+  EXPECT_EQ(one, 6 * shard);
+  EXPECT_EQ(two, 4 * chunk);
+}
+
 struct EngineRun {
   std::vector<std::vector<float>> params;  // per group, after training
   std::vector<double> norms;               // per step
