@@ -126,6 +126,9 @@ struct ZeroConfig {
   // until its backward in the same micro-batch (FSDP2's reshard_after_forward=False, per
   // expert); true releases it after forward and gathers it again in backward.
   bool reshard_after_forward = true;
+  // ZeRO++ qgZ (zero/quantized_reduce.h): gradients reduce-scattered in full precision inside
+  // each node (comm_emulation.ranks_per_node), then in block-quantised int8 across the nodes.
+  bool quantized_gradients = false;
 };
 
 // How the router turns gate logits into scores (README "MoE layers").

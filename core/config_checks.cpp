@@ -3,8 +3,31 @@
 #include <string>
 
 #include "core/config_visitors.h"
+#include "core/process_groups.h"
 
 namespace moezero::config_detail {
+
+namespace {
+// zero.quantized_gradients: a stage that reduce-scatters, and groups (the world, the EDP groups)
+// with the same number of ranks on every node (core/process_groups.h NodeSplit).
+template <class Fail>
+void check_quantized_gradients(const Config& c, Fail& fail) {
+  if (c.zero.stage == 0)
+    fail("zero.quantized_gradients needs zero.stage >= 1 (stage 0 all-reduces gradients)");
+  const auto rpn = static_cast<int>(c.comm_emulation.ranks_per_node);
+  const int world = static_cast<int>(c.parallel.world_size),
+            ep = static_cast<int>(c.parallel.ep_size);
+  std::vector<ProcessGroup> groups = {make_world_group(world)};
+  const ProcessGroups pgs(world, ep,
+                          c.model.num_experts > 0 ? static_cast<int>(c.model.num_experts) : ep);
+  groups.insert(groups.end(), pgs.edp_groups().begin(), pgs.edp_groups().end());
+  for (const ProcessGroup& g : groups)
+    if (const std::string why = node_split_error(g, rpn); !why.empty())
+      fail("zero.quantized_gradients with comm_emulation.ranks_per_node ", rpn,
+           " and parallel.ep_size ", ep, ": ", why,
+           "; the two-hop reduction needs the same number of a group's ranks on every node");
+}
+}  // namespace
 
 // Rules between keys, checked after every key is valid on its own.
 void validate(const Config& c, const std::string& src) {
@@ -33,6 +56,7 @@ void validate(const Config& c, const std::string& src) {
   if (m.num_experts > 0 && m.num_experts % p.ep_size != 0)
     fail("model.num_experts (", m.num_experts, ") must be divisible by parallel.ep_size (",
          p.ep_size, ")");
+  if (c.zero.quantized_gradients) check_quantized_gradients(c, fail);
   if (c.train.micro_batch_size % p.world_size != 0)
     fail("train.micro_batch_size (", c.train.micro_batch_size,
          ") must be divisible by parallel.world_size (", p.world_size,

@@ -41,6 +41,10 @@ void visit_zero(V& v, ZeroConfig& c) {
   v.field("reshard_after_forward", c.reshard_after_forward,
           "moe_gather=experts: release an active expert after forward (true) or keep it until "
           "its backward in the same micro-batch (false)");
+  v.field("quantized_gradients", c.quantized_gradients,
+          "stages 1-3 (ZeRO++ qgZ): reduce-scatter gradients in full precision inside each node "
+          "(comm_emulation.ranks_per_node), then in int8 with one scale per block across the "
+          "nodes; nothing is quantised when a group's ranks share one node");
 }
 
 template <class V>

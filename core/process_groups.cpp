@@ -33,6 +33,58 @@ ProcessGroup make_world_group(int world_size) {
   return g;
 }
 
+namespace {
+int node_of(int global_rank, int ranks_per_node) {
+  return ranks_per_node > 0 ? global_rank / ranks_per_node : global_rank;
+}
+}  // namespace
+
+std::string node_split_error(const ProcessGroup& group, int ranks_per_node) {
+  // Runs of members on one node, in group order.
+  std::vector<std::pair<int, int>> runs;  // (node, members)
+  for (int g : group.ranks) {
+    const int node = node_of(g, ranks_per_node);
+    if (!runs.empty() && runs.back().first == node)
+      ++runs.back().second;
+    else
+      runs.emplace_back(node, 1);
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j)
+      if (runs[j].first == runs[i].first)
+        return "group " + group.str() + " has members of node " + std::to_string(runs[i].first) +
+               " apart in group order";
+    if (runs[i].second != runs[0].second)
+      return "group " + group.str() + " has " + std::to_string(runs[0].second) +
+             " rank(s) on node " + std::to_string(runs[0].first) + " but " +
+             std::to_string(runs[i].second) + " on node " + std::to_string(runs[i].first) +
+             " (nodes of " + std::to_string(ranks_per_node) + " ranks)";
+  }
+  return {};
+}
+
+NodeSplit node_split(const ProcessGroup& group, int ranks_per_node, int global_rank) {
+  const std::string why = node_split_error(group, ranks_per_node);
+  if (!why.empty())
+    MOEZERO_USER_ERROR(
+        "the two-hop gradient reduction needs the same number of ranks of a group on every node: ",
+        why);
+  const int r = group.group_rank(global_rank);
+  const int first_node = node_of(group.ranks[0], ranks_per_node);
+  NodeSplit s;
+  s.per_node = 0;
+  for (int g : group.ranks) s.per_node += node_of(g, ranks_per_node) == first_node;
+  s.nodes = group.size() / s.per_node;
+  const int m = r / s.per_node, l = r % s.per_node;
+  s.intra.name = group.name + ".node" + std::to_string(m);
+  for (int i = 0; i < s.per_node; ++i)
+    s.intra.ranks.push_back(group.ranks[static_cast<size_t>(m * s.per_node + i)]);
+  s.cross.name = group.name + ".x" + std::to_string(l);
+  for (int i = 0; i < s.nodes; ++i)
+    s.cross.ranks.push_back(group.ranks[static_cast<size_t>(i * s.per_node + l)]);
+  return s;
+}
+
 ProcessGroups::ProcessGroups(int world_size, int ep_size, int num_experts)
     : world_size_(world_size), ep_size_(ep_size), num_experts_(num_experts) {
   if (world_size < 1) MOEZERO_THROW("process groups: world size must be >= 1, got ", world_size);

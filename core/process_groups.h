@@ -3,7 +3,8 @@
 // A ProcessGroup is an ordered list of global ranks; a rank's position in the list is its
 // group rank. ProcessGroups builds the three families moezero uses from (world size, ep_size):
 //   world : all ranks                                   {0, 1, ..., W-1}
-//   EP    : expert-parallel, consecutive ranks          ep g = {g*P, ..., g*P + P-1}   (P = ep_size)
+//   EP    : expert-parallel, consecutive ranks          ep g = {g*P, ..., g*P + P-1}   (P =
+//   ep_size)
 //           the all-to-all peers: experts are split across the P ranks of an EP group.
 //   EDP   : expert-data-parallel, same EP index         edp i = {i, i+P, i+2P, ...}
 //           the ranks holding the same experts; they share (ZeRO-shard) those experts.
@@ -30,6 +31,25 @@ struct ProcessGroup {
 
 // The world group of `world_size` ranks (name "world").
 ProcessGroup make_world_group(int world_size);
+
+// How a group's ranks sit on nodes of `ranks_per_node` consecutive global ranks (global rank g
+// on node g / ranks_per_node; 0: every rank its own node, CommEmulation's convention). The
+// two-hop gradient reduction (zero.quantized_gradients, zero/quantized_reduce.h) needs a regular
+// split: every node that holds members holds the same number L of them, consecutive in group
+// order, so that group rank r = m * L + l (m: the node's position among the group's nodes, l:
+// the rank's position inside its node).
+struct NodeSplit {
+  int nodes = 1;       // M: nodes holding members of the group
+  int per_node = 1;    // L: members on each of them
+  ProcessGroup intra;  // this rank's node's members, group order; name "<group>.node<m>"
+  ProcessGroup cross;  // the members of local index l, one per node; name "<group>.x<l>"
+};
+// Empty when `group`'s split over nodes of `ranks_per_node` (>= 0) is regular, else one line
+// saying why not (naming the group and the node counts).
+std::string node_split_error(const ProcessGroup& group, int ranks_per_node);
+// The split as seen from `global_rank` (a member). Throws moezero::UserError with
+// node_split_error's reason when the split is not regular.
+NodeSplit node_split(const ProcessGroup& group, int ranks_per_node, int global_rank);
 
 class ProcessGroups {
  public:

@@ -34,6 +34,7 @@
 #define MOEZERO_RANK_STEP_COUNTERS(X)      \
   X(gathered_bytes, Count, Engine)         \
   X(reduce_scattered_bytes, Count, Engine) \
+  X(reduce_wire_bytes, Count, Engine)      \
   X(all_reduced_bytes, Count, Engine)      \
   X(a2a_bytes, Count, Moe)                 \
   X(intra_node_bytes, Count, Link)         \

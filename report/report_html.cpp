@@ -314,14 +314,15 @@ void write_comms(std::ostream& o, const Report& r) {
   }
   o << "<h3 style=\"margin-top:10px\">Bytes and counters per rank</h3><p class=\"note\">Sums "
        "over the steps.</p><div class=\"scroll\"><table>"
-    << th_row({"rank", "gathered", "dense", "expert", "reduce-scattered", "all-reduced", "a2a",
-               "pf hit", "pf miss", "pf waste", "cache hit", "cache miss", "evictions",
-               "stall ms"});
+    << th_row({"rank", "gathered", "dense", "expert", "reduce-scattered", "reduce wire",
+               "all-reduced", "a2a", "pf hit", "pf miss", "pf waste", "cache hit", "cache miss",
+               "evictions", "stall ms"});
   for (const RankRow& k : r.rank_rows)
     o << "<tr>" << td(std::to_string(k.rank)) << td(format_bytes(double(k.gathered_bytes)))
       << td(format_bytes(double(k.gathered_dense_bytes)))
       << td(format_bytes(double(k.gathered_expert_bytes)))
       << td(format_bytes(double(k.reduce_scattered_bytes)))
+      << td(k.has("reduce_wire_bytes") ? format_bytes(double(k.reduce_wire_bytes)) : "n/a")
       << td(format_bytes(double(k.all_reduced_bytes))) << td(format_bytes(double(k.a2a_bytes)))
       << td(num(k.prefetch_hits)) << td(num(k.prefetch_misses))
       << td(k.has("wasted_bytes") ? format_bytes(double(k.wasted_bytes)) : "n/a")

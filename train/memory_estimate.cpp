@@ -161,8 +161,11 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
   const uint64_t grad_full = accum_in_param ? e.grad_accum + in_backward
                              : stage <= 1   ? padded_total * 4
                                             : in_backward;
-  e.gathered = std::min(sharded_full, live) + grad_full +
-               2 * std::min<uint64_t>(cfg.zero.reduce_bucket_size, largest_padded * b);
+  // The reduce bucket's send and receive buffers; zero.quantized_gradients adds the node sums,
+  // the int8 wire buffers and (bf16) an fp32 sum: at most about one bucket more.
+  const uint64_t bucket = std::min<uint64_t>(cfg.zero.reduce_bucket_size, largest_padded * b);
+  e.gathered =
+      std::min(sharded_full, live) + grad_full + (cfg.zero.quantized_gradients ? 3 : 2) * bucket;
   if (m.num_experts > 0 && moe::gather_strategy(cfg.zero.moe_gather).uses_shard_cache())
     e.cache = std::min<uint64_t>(cfg.shard_cache.capacity_bytes, expert_full);  // never more
                                                                                 // than every expert

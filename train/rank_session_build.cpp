@@ -15,6 +15,10 @@ namespace moezero::moe::session_detail {
 
 namespace {
 
+// Elements per int8 scale of the quantised gradient reduction (zero.quantized_gradients).
+// TODO(qwz): zero.quantization_block, once that key exists; ZeRO++'s 2048 until then.
+int64_t quantization_block(const Config&) { return 2048; }
+
 int count_moe_layers(const ModelConfig& model) {
   int n = 0;
   for (int l = 0; l < static_cast<int>(model.n_layers); ++l) n += is_moe_layer(model, l);
@@ -37,7 +41,7 @@ RankSession::RankSession(comm::RankContext& ctx, const TrainRun& run)
       streams_(create_streams()),
       cs_(*streams_.compute),
       ep_(static_cast<int>(run.cfg.parallel.ep_size)),
-      comms_(ctx, run.cfg.model, ep_, world_) {
+      comms_(ctx, run.cfg, ep_, world_) {
   // Under MPI, one time origin for the processes: just after a common exchange.
   if (run_.under_mpi && run_.trace_sink) {
     const int64_t here = 1;
@@ -121,7 +125,9 @@ void RankSession::build_engine() {
       cfg_.zero.grad_accum_dtype == GradAccumDtype::Param ? tc_.dtype : DType::F32;
   zo.seed = static_cast<uint64_t>(tc_.seed);
   zo.check_finite = cfg_.profile.check_finite;
-  zo.materialize = !run_.options.run_world;  // simulated: states counted, not filled
+  zo.materialize = !run_.options.run_world;
+  zo.inter_node_hop = InterNodeHop::Int8;
+  zo.quantization_block = quantization_block(cfg_);  // simulated: states counted, not filled
   if (run_.options.grad_hook)
     zo.grad_hook = [this](const GradReadyInfo& gi) {
       run_.options.grad_hook(GradHookInfo{ctx_.rank, hook_step_, gi.micro_batch, &gi.layout->spec(),
@@ -131,8 +137,10 @@ void RankSession::build_engine() {
       dev_, streams_, model_->param_groups(),
       [this](const GroupSpec& g) {
         if (g.kind == GroupKind::Expert)
-          return GroupComms{comms_.edp_gather.get(), comms_.edp_reduce.get()};
-        return GroupComms{comms_.gather.get(), comms_.reduce.get()};
+          return GroupComms{comms_.edp_gather.get(), comms_.edp_reduce.get(),
+                            comms_.edp_reduce_intra.get(), comms_.edp_reduce_cross.get()};
+        return GroupComms{comms_.gather.get(), comms_.reduce.get(), comms_.reduce_intra.get(),
+                          comms_.reduce_cross.get()};
       },
       *comms_.misc, zo,
       cfg_.shard_cache.capacity_bytes > 0 && moe_layers_ > 0 && rt_.gather->uses_shard_cache()

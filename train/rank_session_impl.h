@@ -34,21 +34,41 @@ struct RankComms {
   std::unique_ptr<Communicator> edp_gather, edp_reduce;
   std::unique_ptr<Communicator> a2a;     // EP group; null when ep_size == 1
   std::unique_ptr<Communicator> router;  // world; null for one rank
+  // zero.quantized_gradients (zero/quantized_reduce.h): the node's members and the members of
+  // this rank's local index on every node, of the world and of the EDP group ("reduce"
+  // channel); null where the group sits on one node (one hop, nothing quantised).
+  std::unique_ptr<Communicator> reduce_intra, reduce_cross, edp_reduce_intra, edp_reduce_cross;
 
-  RankComms(comm::RankContext& ctx, const ModelConfig& model, int ep, int world)
+  RankComms(comm::RankContext& ctx, const Config& cfg, int ep, int world)
       : gather(ctx.communicator(ctx.world_group(), "gather")),
         reduce(ctx.communicator(ctx.world_group(), "reduce")),
         misc(ctx.communicator(ctx.world_group(), "misc")),
-        pgs(world, ep, model.num_experts > 0 ? static_cast<int>(model.num_experts) : ep) {
+        pgs(world, ep, cfg.model.num_experts > 0 ? static_cast<int>(cfg.model.num_experts) : ep) {
     const ProcessGroup wg = ctx.world_group();
     edp_gather = ctx.communicator(pgs.edp_group_of(ctx.rank), "gather");
     edp_reduce = ctx.communicator(pgs.edp_group_of(ctx.rank), "reduce");
     if (ep > 1) a2a = ctx.communicator(pgs.ep_group_of(ctx.rank), "a2a");
     if (world > 1) router = ctx.communicator(wg, "router");
+    if (cfg.zero.quantized_gradients) {
+      const auto rpn = static_cast<int>(cfg.comm_emulation.ranks_per_node);
+      two_hop(ctx, wg, rpn, reduce_intra, reduce_cross);
+      two_hop(ctx, pgs.edp_group_of(ctx.rank), rpn, edp_reduce_intra, edp_reduce_cross);
+    }
   }
   std::vector<Communicator*> all() const {
-    return {gather.get(),     reduce.get(), misc.get(),  edp_gather.get(),
-            edp_reduce.get(), a2a.get(),    router.get()};
+    return {gather.get(),           reduce.get(),          misc.get(),
+            edp_gather.get(),       edp_reduce.get(),      a2a.get(),
+            router.get(),           reduce_intra.get(),    reduce_cross.get(),
+            edp_reduce_intra.get(), edp_reduce_cross.get()};
+  }
+
+ private:
+  static void two_hop(comm::RankContext& ctx, const ProcessGroup& g, int ranks_per_node,
+                      std::unique_ptr<Communicator>& intra, std::unique_ptr<Communicator>& cross) {
+    const NodeSplit s = node_split(g, ranks_per_node, ctx.rank);
+    if (s.nodes == 1) return;
+    intra = ctx.communicator(s.intra, "reduce");
+    cross = ctx.communicator(s.cross, "reduce");
   }
 };
 

@@ -35,6 +35,7 @@ namespace moezero::moe {
 struct RankStepStats {
   uint64_t gathered_bytes = 0;          // this step
   uint64_t reduce_scattered_bytes = 0;  // this step
+  uint64_t reduce_wire_bytes = 0;       // this step: what those reduce-scatters sent
   uint64_t all_reduced_bytes = 0;       // this step
   uint64_t a2a_bytes = 0;               // this step: token all-to-all bytes sent to peers
   uint64_t intra_node_bytes = 0;        // this step: bytes sent inside the node (fast tier)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
@@ -45,6 +46,8 @@ struct GroupState {
   int64_t shard_elems = 0;      // padded / n
   int64_t opt_offset = 0;       // first element of this rank's optimizer range
   int64_t opt_elems = 0;        // its length (shard_elems when opt_sharded, else padded)
+  // Set when comms name reduce_intra and reduce_cross: the two-hop gradient reduce-scatter.
+  std::optional<TwoHopReduce> two_hop;
 
   // Model states (persistent).
   TensorBuffer param_shard;          // compute dtype (shard_elems): params_sharded && bf16

@@ -247,18 +247,25 @@ void ZeroEngine::Impl::flush_bucket(Bucket& b) {
     for (int g : bucket) cols += group(g).shard_elems;
     TensorBuffer send(device, dt, Shape{n * cols}, MemTag::CommBuffer, rs, "reduce bucket");
     TensorBuffer recv(device, dt, Shape{cols}, MemTag::CommBuffer, rs, "reduce bucket");
+    const std::optional<TwoHopReduce>& hop = first.two_hop;  // rows permuted for two hops
     int64_t c = 0;
     for (int g : bucket) {  // layout (n, cols): rank r's part of every group, side by side
       GroupState& st = group(g);
       for (int r = 0; r < n; ++r)
-        ops.cast(rs, st.grad_full.view().view_elems(r * st.shard_elems, Shape{st.shard_elems}),
-                 send.view().view_elems(r * cols + c, Shape{st.shard_elems}));
+        ops.cast(
+            rs, st.grad_full.view().view_elems(r * st.shard_elems, Shape{st.shard_elems}),
+            send.view().view_elems((hop ? hop->send_row(r) : r) * cols + c, Shape{st.shard_elems}));
       c += st.shard_elems;
     }
     if (tracing())
       trace->label_next_collective(bucket_label(first.layout.spec().name, bucket.size()));
-    comm->reduce_scatter(send.view().data(), recv.view().data(), static_cast<size_t>(cols), dt,
-                         ReduceOp::Sum, rs);
+    if (hop) {
+      counters.reduce_wire_bytes += hop->reduce_scatter(device, rs, send.view(), recv.view());
+    } else {
+      comm->reduce_scatter(send.view().data(), recv.view().data(), static_cast<size_t>(cols), dt,
+                           ReduceOp::Sum, rs);
+      counters.reduce_wire_bytes += static_cast<uint64_t>(n - 1) * recv.view().size_bytes();
+    }
     counters.reduce_scattered_bytes += send.view().size_bytes();
     c = 0;
     for (int g : bucket) {

@@ -62,6 +62,7 @@
 #include "core/residency.h"
 #include "prefetch/prefetch_planner.h"
 #include "zero/gather_codec.h"
+#include "zero/quantized_reduce.h"
 
 namespace moezero {
 
@@ -116,6 +117,11 @@ struct ZeroOptions {
   std::function<void(const GradReadyInfo&)> grad_hook;
   // The wire format of parameter all-gathers (zero/gather_codec.h); null: IdentityCodec.
   std::shared_ptr<const GatherCodec> gather_codec;
+  // Gradient reduce-scatters of groups whose GroupComms name reduce_intra and reduce_cross take
+  // two hops (zero/quantized_reduce.h, zero.quantized_gradients): the inter-node hop's wire
+  // format, and its elements per int8 scale.
+  InterNodeHop inter_node_hop = InterNodeHop::Int8;
+  int64_t quantization_block = 2048;
 };
 
 // The communicators of a group's sharding group (world for dense groups, the EDP group for
@@ -123,6 +129,11 @@ struct ZeroOptions {
 struct GroupComms {
   Communicator* gather = nullptr;
   Communicator* reduce = nullptr;
+  // Both set: gradients are reduce-scattered in two hops (zero/quantized_reduce.h) over these
+  // subgroups of `reduce`'s group (core/process_groups.h NodeSplit): this rank's node's
+  // members, and the members of its local index on every node. Null: one reduce-scatter.
+  Communicator* reduce_intra = nullptr;
+  Communicator* reduce_cross = nullptr;
 };
 
 struct EngineStreams {
@@ -168,10 +179,14 @@ struct StepResult {
   std::optional<NonFiniteGrad> nonfinite;  // this rank's first non-finite value (check_finite)
 };
 
-// Exact, machine-independent counters (bytes this rank moved), cumulative.
+// Exact, machine-independent counters (bytes this rank moved), cumulative. reduce_wire_bytes:
+// the bytes the gradient reduce-scatters sent, as the network model counts their algorithms (a
+// ring over n ranks sends (n - 1) / n of its input; the two-hop reduction of
+// zero.quantized_gradients its node ring's share plus its cross-node all_to_all_v's bytes).
 struct EngineCounters {
   uint64_t gathered_bytes = 0;          // all-gather output bytes (full buffers filled)
   uint64_t reduce_scattered_bytes = 0;  // reduce-scatter input bytes
+  uint64_t reduce_wire_bytes = 0;       // what those reduce-scatters sent (see above)
   uint64_t all_reduced_bytes = 0;       // gradient all-reduce bytes (stage 0)
   uint64_t gathers = 0;                 // all-gathers issued (of parameter groups)
   uint64_t prefetched = 0;              // gathers issued ahead of their acquire

@@ -72,6 +72,17 @@ void ZeroEngine::Impl::add_group(GroupSpec spec, GroupComms comms) {
   st->shard_elems = st->padded / st->n;
   st->opt_offset = st->opt_sharded ? st->rank * st->shard_elems : 0;
   st->opt_elems = st->opt_sharded ? st->shard_elems : st->padded;
+  if (comms.reduce_intra || comms.reduce_cross) {
+    MOEZERO_CHECK(comms.reduce_intra && comms.reduce_cross, "group '", st->layout.spec().name,
+                  "': a two-hop reduction needs both reduce_intra and reduce_cross");
+    st->two_hop.emplace(*comms.reduce_intra, *comms.reduce_cross, options.inter_node_hop,
+                        options.quantization_block);
+    MOEZERO_CHECK(st->two_hop->per_node() * st->two_hop->nodes() == st->n &&
+                      st->two_hop->group_rank() == st->rank,
+                  "group '", st->layout.spec().name, "': the two-hop communicators (",
+                  comms.reduce_intra->group().str(), ", ", comms.reduce_cross->group().str(),
+                  ") do not split ", comms.reduce->group().str());
+  }
   st->gathered = device.create_event();
   st->expert = st->layout.spec().kind == GroupKind::Expert;
   groups.push_back(std::move(st));

@@ -130,6 +130,27 @@ TEST(Config, RejectsWrongTypesAndValues) {
                   {"zero.grad_accum_dtype", "fp32, param", "bf16"});
   expect_rejected(R"({"zero": {"reshard_after_forward": "maybe"}})",
                   {"zero.reshard_after_forward", "true or false"});
+  // zero.quantized_gradients (issue 27, qgZ): a bool, a stage that reduce-scatters, and the same
+  // number of a group's ranks on every node (the world, and the strided EDP groups).
+  expect_rejected(R"({"zero": {"quantized_gradients": 1}})",
+                  {"zero.quantized_gradients", "true or false"});
+  expect_rejected(R"({"zero": {"stage": 0, "quantized_gradients": true}})",
+                  {"zero.quantized_gradients needs zero.stage >= 1"});
+  expect_rejected(
+      R"({"zero": {"quantized_gradients": true}, "parallel": {"world_size": 4},
+                      "comm_emulation": {"ranks_per_node": 3}})",
+      {"zero.quantized_gradients", "world{0,1,2,3} has 3 rank(s) on node 0 but 1 on node 1",
+       "the same number of a group's ranks on every node"});
+  expect_rejected(
+      R"({"zero": {"quantized_gradients": true}, "comm_emulation": {"ranks_per_node": 3},
+                      "parallel": {"world_size": 6, "ep_size": 2}, "train": {"micro_batch_size": 6},
+                      "model": {"num_experts": 4}})",
+      {"zero.quantized_gradients", "parallel.ep_size 2", "edp0{0,2,4} has 2 rank(s) on node 0"});
+  EXPECT_TRUE(parse_config(R"({"zero": {"quantized_gradients": true}, "comm_emulation":
+                               {"ranks_per_node": 2}, "parallel": {"world_size": 4, "ep_size": 2},
+                               "model": {"num_experts": 4}})",
+                           "cfg.json")
+                  .zero.quantized_gradients);
   expect_rejected(R"({"comm_emulation": {"ranks_per_node": -1}})",
                   {"comm_emulation.ranks_per_node", "must be >= 0", "-1"});
   expect_rejected(R"({"comm_emulation": {"intra_node_gbps": 10}})",

@@ -19,6 +19,7 @@ using nlohmann::json;
 json good_step(int step, int experts = 4) {
   json rank = {{"gathered_bytes", 10},
                {"reduce_scattered_bytes", 1},
+               {"reduce_wire_bytes", 1},
                {"all_reduced_bytes", 2},
                {"a2a_bytes", 3},
                {"intra_node_bytes", 11},
@@ -225,9 +226,10 @@ json old_style_step(int64_t step) {
   j.erase("comm_ms");
   j.erase("exposed_comm_ms");
   for (json& r : j["ranks"]) {
-    for (const char* k : {"intra_node_bytes", "inter_node_bytes", "miss_bytes", "exact_prefetches",
-                          "wasted_bytes", "needed_expert_bytes", "active_layer_experts",
-                          "layer_expert_slots", "comm_ms", "exposed_comm_ms"})
+    for (const char* k :
+         {"reduce_wire_bytes", "intra_node_bytes", "inter_node_bytes", "miss_bytes",
+          "exact_prefetches", "wasted_bytes", "needed_expert_bytes", "active_layer_experts",
+          "layer_expert_slots", "comm_ms", "exposed_comm_ms"})
       r.erase(k);
     r["prefetch_wasted_bytes"] = 7;
   }
@@ -238,9 +240,9 @@ TEST(RunInput, OldStyleMetricsStillReport) {
   const RunInput in = parse_run(lines({old_style_step(1), old_style_step(2)}), "old.jsonl");
   ASSERT_EQ(in.steps.size(), 2u);
   const std::vector<std::string> absent = {
-      "intra_node_bytes", "inter_node_bytes",    "miss_bytes",           "exact_prefetches",
-      "wasted_bytes",     "needed_expert_bytes", "active_layer_experts", "layer_expert_slots",
-      "comm_ms",          "exposed_comm_ms"};
+      "reduce_wire_bytes",  "intra_node_bytes", "inter_node_bytes",    "miss_bytes",
+      "exact_prefetches",   "wasted_bytes",     "needed_expert_bytes", "active_layer_experts",
+      "layer_expert_slots", "comm_ms",          "exposed_comm_ms"};
   EXPECT_EQ(in.steps[0].ranks[1].absent, absent);
   EXPECT_FALSE(in.steps[0].moe_layers[0].prediction);
   const Report r = compute_report(in);
