@@ -13,7 +13,9 @@ DType parse_dtype(std::string_view s) {
   if (s == "f16" || s == "fp16" || s == "float16") return DType::F16;
   if (s == "i32" || s == "int32") return DType::I32;
   if (s == "i64" || s == "int64") return DType::I64;
-  MOEZERO_THROW("unknown dtype '", std::string(s), "' (expected one of f32, bf16, f16, i32, i64)");
+  if (s == "i8" || s == "int8") return DType::I8;
+  MOEZERO_THROW("unknown dtype '", std::string(s),
+                "' (expected one of f32, bf16, f16, i32, i64, i8)");
 }
 
 // IEEE binary16 conversion with round-to-nearest-even, subnormals, inf and NaN.

@@ -11,7 +11,8 @@
 
 namespace moezero {
 
-enum class DType : uint8_t { F32, BF16, F16, I32, I64 };
+// I8: signed int8, the wire values of block-quantised gathers (ops quantize_int8_blocks).
+enum class DType : uint8_t { F32, BF16, F16, I32, I64, I8 };
 
 constexpr size_t dtype_size_bytes(DType t) {
   switch (t) {
@@ -20,6 +21,7 @@ constexpr size_t dtype_size_bytes(DType t) {
     case DType::F16: return 2;
     case DType::I32: return 4;
     case DType::I64: return 8;
+    case DType::I8: return 1;
   }
   return 0;
 }
@@ -31,11 +33,13 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::F16: return "f16";
     case DType::I32: return "i32";
     case DType::I64: return "i64";
+    case DType::I8: return "i8";
   }
   return "?";
 }
 
-// Parses "f32"/"fp32"/"float32", "bf16"/"bfloat16", "f16"/"fp16"/"float16", "i32", "i64".
+// Parses "f32"/"fp32"/"float32", "bf16"/"bfloat16", "f16"/"fp16"/"float16", "i32", "i64",
+// "i8".
 // Throws moezero::Error naming the bad string.
 DType parse_dtype(std::string_view s);
 
@@ -79,5 +83,6 @@ template <> struct dtype_of<bf16> { static constexpr DType value = DType::BF16; 
 template <> struct dtype_of<fp16> { static constexpr DType value = DType::F16; };
 template <> struct dtype_of<int32_t> { static constexpr DType value = DType::I32; };
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::I64; };
+template <> struct dtype_of<int8_t> { static constexpr DType value = DType::I8; };
 
 }  // namespace moezero

@@ -9,6 +9,7 @@
 // them as no-ops where the output is empty).
 #include "core/ops.h"
 
+#include <cstdint>
 #include <string>
 
 #include "core/ops_check.h"
@@ -128,6 +129,50 @@ void Ops::find_nonfinite(Stream& s, const Tensor& x, const Tensor& result) {
     MOEZERO_THROW("find_nonfinite: result is ", desc(result), " but must be i64 with 3 elements");
   }
   do_find_nonfinite(s, x, result);
+}
+
+// ---- block-wise int8 quantisation ------------------------------------------------------------
+
+namespace {
+// The common checks of quantize_int8_blocks / dequantize_int8_blocks: x float (n), q i8 (n),
+// scales f32 (ceil(n / block)) and 4-byte aligned, block >= 1.
+void check_int8_blocks(const Check& ck, const Tensor& x, const Tensor& q, const Tensor& scales,
+                       int64_t block) {
+  ck.on_device("x", x);
+  ck.floating("x", x);
+  ck.on_device("q", q);
+  ck.dtype("q", q, DType::I8);
+  ck.on_device("scales", scales);
+  ck.dtype("scales", scales, DType::F32);
+  if (block < 1) MOEZERO_THROW(ck.op(), ": block is ", block, " but must be >= 1");
+  const int64_t n = x.numel(), blocks = (n + block - 1) / block;
+  if (q.numel() != n) {
+    MOEZERO_THROW(ck.op(), ": q is ", desc(q), " but x is ", desc(x), ": q must have ", n,
+                  " elements (one per element of x)");
+  }
+  if (scales.numel() != blocks) {
+    MOEZERO_THROW(ck.op(), ": scales is ", desc(scales), " but must have ", blocks,
+                  " elements (ceil(", n, " / block ", block, "))");
+  }
+  if (reinterpret_cast<uintptr_t>(scales.data()) % alignof(float) != 0) {
+    MOEZERO_THROW(ck.op(), ": scales is ", desc(scales),
+                  " at an address that is not 4-byte aligned");
+  }
+}
+}  // namespace
+
+void Ops::quantize_int8_blocks(Stream& s, const Tensor& x, const Tensor& q, const Tensor& scales,
+                               int64_t block) {
+  Check ck("quantize_int8_blocks", s);
+  check_int8_blocks(ck, x, q, scales, block);
+  do_quantize_int8_blocks(s, x, q, scales, block);
+}
+
+void Ops::dequantize_int8_blocks(Stream& s, const Tensor& q, const Tensor& scales, const Tensor& x,
+                                 int64_t block, bool accumulate) {
+  Check ck("dequantize_int8_blocks", s);
+  check_int8_blocks(ck, x, q, scales, block);
+  do_dequantize_int8_blocks(s, q, scales, x, block, accumulate);
 }
 
 // ---- embedding ------------------------------------------------------------------------------

@@ -77,6 +77,7 @@ void reduce_elems(void* out, std::span<const void* const> inputs, size_t count_e
     case DType::F16: return reduce_typed(static_cast<fp16*>(out), inputs, count_elems, op);
     case DType::I32: return reduce_typed(static_cast<int32_t*>(out), inputs, count_elems, op);
     case DType::I64: return reduce_typed(static_cast<int64_t*>(out), inputs, count_elems, op);
+    case DType::I8: return reduce_typed(static_cast<int8_t*>(out), inputs, count_elems, op);
   }
   MOEZERO_THROW("reduce: unknown dtype ", static_cast<int>(dtype));
 }

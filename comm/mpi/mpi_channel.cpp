@@ -51,6 +51,7 @@ MPI_Datatype mpi_elem_type(DType dtype) {
   static const MPI_Datatype b2 = make_bytes_type(2), b4 = make_bytes_type(4),
                             b8 = make_bytes_type(8);
   switch (dtype_size_bytes(dtype)) {
+    case 1: return MPI_BYTE;
     case 2: return b2;
     case 4: return b4;
     case 8: return b8;

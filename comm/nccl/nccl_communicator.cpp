@@ -27,6 +27,7 @@ ncclDataType_t nccl_dtype(DType t) {
     case DType::F16: return ncclFloat16;
     case DType::I32: return ncclInt32;
     case DType::I64: return ncclInt64;
+    case DType::I8: return ncclInt8;
   }
   MOEZERO_THROW("nccl: unsupported dtype ", static_cast<int>(t));
 }

@@ -229,7 +229,7 @@ GemmLibraryInfo gemm_library_info();
 // cpu::<op> for every op of core/ops.def, with the op's signature: each validates nothing
 // (core/ops.cpp did) and enqueues its work on the stream as a host task. Defined in the op's
 // family file (cpu_gemm.cpp, cpu_elementwise.cpp, cpu_norm.cpp, cpu_attention.cpp,
-// cpu_softmax.cpp, cpu_optim.cpp, cpu_moe.cpp).
+// cpu_softmax.cpp, cpu_optim.cpp, cpu_moe.cpp, cpu_quant.cpp).
 #define MOEZERO_OP(name, params, args) void name params;
 #include "core/ops.def"
 

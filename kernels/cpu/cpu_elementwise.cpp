@@ -139,6 +139,7 @@ void fill(Stream& s, const Tensor& x, double value) {
       case DType::F16: fill_as(float_to_fp16(static_cast<float>(value))); break;
       case DType::I32: fill_as(static_cast<int32_t>(value)); break;
       case DType::I64: fill_as(static_cast<int64_t>(value)); break;
+      case DType::I8: fill_as(static_cast<int8_t>(value)); break;
     }
   });
 }

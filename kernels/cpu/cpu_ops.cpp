@@ -1,7 +1,7 @@
 // kernels/cpu/cpu_ops.cpp — CpuOps: the CPU op table. Validation is done by the public methods
 // of Ops (core/ops.cpp); each do_* forwards to the op family's file (cpu_gemm.cpp,
 // cpu_elementwise.cpp, cpu_norm.cpp, cpu_attention.cpp, cpu_softmax.cpp, cpu_optim.cpp,
-// cpu_moe.cpp), which enqueues the work on the stream as a host task.
+// cpu_moe.cpp, cpu_quant.cpp), which enqueues the work on the stream as a host task.
 #include "kernels/cpu/cpu_ops.h"
 
 #include "kernels/cpu/cpu_common.h"

@@ -200,6 +200,10 @@ void CudaOps::do_fill(Stream& s, const Tensor& x, double value) {
       fill_int_kernel<int64_t>
           <<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<int64_t>(x), static_cast<int64_t>(value), n);
       break;
+    case DType::I8:
+      fill_int_kernel<int8_t>
+          <<<grid_for(n), kThreads, 0, ctx.st>>>(ptr<int8_t>(x), static_cast<int8_t>(value), n);
+      break;
     default:
       dispatch_float(x.dtype(), "fill", [&](auto tag) {
         using T = typename decltype(tag)::type;

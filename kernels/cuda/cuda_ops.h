@@ -12,6 +12,7 @@
 //   cuda_moe.cu               expert_histogram, sort_by_expert (CUB radix sort)
 //   cuda_moe_rows.cu          gather_rows, combine_rows, combine_rows_backward
 //   cuda_cols.cu              gather_cols, scatter_add_cols (the router's (N, E) <-> (N, k))
+//   cuda_quant.cu             quantize_int8_blocks, dequantize_int8_blocks (ZeRO++ int8 wire)
 //
 // Determinism: every op is run-to-run deterministic on a given GPU: no floating-point
 // atomics anywhere (weight-gradient reductions use fixed-order partial sums; embedding

@@ -15,6 +15,7 @@ void add_elementwise_cases(std::vector<OpCase>& out);  // add .. find_nonfinite,
 void add_norm_cases(std::vector<OpCase>& out);         // embedding, rmsnorm, rope
 void add_router_cases(std::vector<OpCase>& out);       // softmax, topk, CE, logsumexp, cols
 void add_moe_cases(std::vector<OpCase>& out);          // histogram, sort, gather/combine rows
+void add_quant_cases(std::vector<OpCase>& out);        // int8 block quantise / dequantise
 
 // "(3, 17)"-style shape text and "f32" dtype text for case names.
 inline std::string dt(DType t) { return std::string(dtype_name(t)); }

@@ -31,6 +31,7 @@ const std::vector<OpCase>& all_cases() {
     add_norm_cases(t);
     add_router_cases(t);
     add_moe_cases(t);
+    add_quant_cases(t);
     for (OpCase& c : t) {
       if (c.bytes == 0.0) c.bytes = tensor_bytes(c);
     }
@@ -147,6 +148,11 @@ std::vector<uint8_t> to_bytes(DType t, const std::vector<double>& v) {
         std::memcpy(p, &x, 8);
         break;
       }
+      case DType::I8: {
+        const auto x = static_cast<int8_t>(v[i]);
+        std::memcpy(p, &x, 1);
+        break;
+      }
     }
   }
   return bytes;
@@ -186,6 +192,12 @@ std::vector<double> from_bytes(DType t, const std::vector<uint8_t>& bytes) {
         int64_t x;
         std::memcpy(&x, p, 8);
         v[i] = static_cast<double>(x);
+        break;
+      }
+      case DType::I8: {
+        int8_t x;
+        std::memcpy(&x, p, 1);
+        v[i] = x;
         break;
       }
     }
@@ -235,8 +247,10 @@ HostValues initial_values(const OpCase& c, uint64_t seed) {
   for (size_t i = 0; i < c.tensors.size(); ++i) {
     const TensorSpec& t = c.tensors[i];
     if (t.role != Role::Out || !v[i].empty()) continue;
-    const double poison = is_floating(t.dtype) ? std::numeric_limits<double>::quiet_NaN()
-                                               : static_cast<double>(0x7ffffff0);
+    // i8: -128, outside the [-127, 127] that quantize_int8_blocks writes (and in range).
+    const double poison = is_floating(t.dtype)   ? std::numeric_limits<double>::quiet_NaN()
+                          : t.dtype == DType::I8 ? -128.0
+                                                 : static_cast<double>(0x7ffffff0);
     v[i].assign(static_cast<size_t>(t.shape.numel()), poison);
   }
   return v;

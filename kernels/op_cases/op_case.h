@@ -41,7 +41,7 @@ const char* size_class_name(SizeClass c);
 // What a tensor is to the op.
 enum class Role : uint8_t {
   In,     // read only; given by inputs()
-  Out,    // `=` output; poisoned (NaN / 0x7ffffff0) before a check so a missed write shows
+  Out,    // `=` output; poisoned (NaN / 0x7ffffff0; i8 -128) before a check so a missed write shows
   InOut,  // `+=` output or updated in place; initial values given by inputs()
 };
 

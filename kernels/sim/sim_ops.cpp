@@ -79,6 +79,14 @@ OpCost cost_cast(Stream&, const Tensor& src, const Tensor& dst) {
 OpCost cost_sum_squares(Stream&, const Tensor& x, const Tensor& out) {
   return streaming(sum_bytes(x, out));
 }
+OpCost cost_quantize_int8_blocks(Stream&, const Tensor& x, const Tensor& q, const Tensor& scales,
+                                 int64_t) {
+  return streaming(sum_bytes(x, q, scales));  // a block is read again from cache, not memory
+}
+OpCost cost_dequantize_int8_blocks(Stream&, const Tensor& q, const Tensor& scales, const Tensor& x,
+                                   int64_t, bool accumulate) {
+  return streaming(nb(q) + nb(scales) + nb(x) * (accumulate ? 2.0 : 1.0));
+}
 OpCost cost_find_nonfinite(Stream&, const Tensor& x, const Tensor& result) {
   return streaming(sum_bytes(x, result));
 }

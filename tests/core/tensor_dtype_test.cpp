@@ -45,6 +45,11 @@ TEST(DType, ParseAndNames) {
   EXPECT_EQ(parse_dtype("float32"), DType::F32);
   EXPECT_EQ(dtype_name(DType::I64), "i64");
   EXPECT_EQ(dtype_size_bytes(DType::F16), 2u);
+  EXPECT_EQ(parse_dtype("i8"), DType::I8);
+  EXPECT_EQ(parse_dtype("int8"), DType::I8);
+  EXPECT_EQ(dtype_name(DType::I8), "i8");
+  EXPECT_EQ(dtype_size_bytes(DType::I8), 1u);
+  EXPECT_FALSE(is_floating(DType::I8));
   try {
     parse_dtype("f8");
     FAIL();
@@ -73,9 +78,9 @@ TEST(BF16, RoundsToNearestEven) {
 TEST(FP16, ConvertsAllValuesExactly) {
   EXPECT_EQ(float_to_fp16(1.0f).bits, 0x3c00);
   EXPECT_EQ(float_to_fp16(65504.0f).bits, 0x7bff);
-  EXPECT_EQ(float_to_fp16(1e6f).bits, 0x7c00);                    // overflow -> inf
-  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -24)).bits, 0x0001);   // smallest subnormal
-  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -26)).bits, 0x0000);   // underflow to zero
+  EXPECT_EQ(float_to_fp16(1e6f).bits, 0x7c00);                   // overflow -> inf
+  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -24)).bits, 0x0001);  // smallest subnormal
+  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -26)).bits, 0x0000);  // underflow to zero
   EXPECT_EQ(float_to_fp16(-2.0f).bits, 0xc000);
   for (uint32_t b = 0; b < 65536; ++b) {
     fp16 h{static_cast<uint16_t>(b)};

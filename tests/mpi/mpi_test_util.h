@@ -75,12 +75,18 @@ inline Bytes random_elems(DType dtype, size_t count, int rank, uint64_t salt) {
         std::memcpy(p, &v, 8);
         break;
       }
+      case DType::I8: {
+        auto v = static_cast<int8_t>(integer(rng) % 100);
+        std::memcpy(p, &v, 1);
+        break;
+      }
     }
   }
   return out;
 }
 
-inline constexpr DType kAllDtypes[] = {DType::F32, DType::BF16, DType::F16, DType::I32, DType::I64};
+inline constexpr DType kAllDtypes[] = {DType::F32, DType::BF16, DType::F16,
+                                       DType::I32, DType::I64,  DType::I8};
 
 class MpiTest : public ::testing::Test {
  protected:

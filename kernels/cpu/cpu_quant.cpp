@@ -1,0 +1,84 @@
+// kernels/cpu/cpu_quant.cpp — block-wise int8 quantisation on the CPU: quantize_int8_blocks and
+// dequantize_int8_blocks (core/ops.def states the arithmetic; cuda_quant.cu computes the same
+// bits). Blocks of `block` elements are independent; tasks take whole blocks (at least ~16K
+// elements each), so every element is computed by one task in a fixed order. The library is
+// compiled with -ffp-contract=off: q * scale + x is a product, then a sum, as on the GPU.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/cpu_common.h"
+
+namespace moezero::cpu {
+namespace {
+
+constexpr int64_t kTaskElems = 16384;
+
+// Blocks per task: whole blocks, at least ~kTaskElems elements.
+int64_t block_grain(int64_t block) { return block >= kTaskElems ? 1 : kTaskElems / block; }
+
+// Quantises one block p[0, len) into q and returns its scale (core/ops.def).
+template <typename T>
+float quantize_block(const T* p, int64_t len, int8_t* q) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t i = 0; i < len; ++i) {
+    const float a = std::fabs(to_f32(p[i]));
+    finite = finite && a <= std::numeric_limits<float>::max();  // false for NaN and Inf
+    amax = a > amax ? a : amax;
+  }
+  if (!finite) {
+    std::fill(q, q + len, int8_t{0});
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  const float scale = amax / 127.0f;
+  if (scale == 0.0f) {
+    std::fill(q, q + len, int8_t{0});
+    return 0.0f;
+  }
+  for (int64_t i = 0; i < len; ++i) {
+    const float r = std::nearbyint(to_f32(p[i]) / scale);  // default mode: to nearest even
+    q[i] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+  }
+  return scale;
+}
+
+}  // namespace
+
+void quantize_int8_blocks(Stream& s, const Tensor& x, const Tensor& q, const Tensor& scales,
+                          int64_t block) {
+  s.enqueue_host([x, q, scales, block] {
+    const int64_t n = x.numel(), nb = (n + block - 1) / block;
+    int8_t* pq = static_cast<int8_t*>(q.data());
+    float* ps = static_cast<float*>(scales.data());
+    dispatch_float(x.dtype(), "quantize_int8_blocks", [&]<typename T>() {
+      const T* px = static_cast<const T*>(x.data());
+      parallel_for_each(nb, block_grain(block), [&](int64_t b) {
+        const int64_t lo = b * block, len = std::min(n, lo + block) - lo;
+        ps[b] = quantize_block(px + lo, len, pq + lo);
+      });
+    });
+  });
+}
+
+void dequantize_int8_blocks(Stream& s, const Tensor& q, const Tensor& scales, const Tensor& x,
+                            int64_t block, bool accumulate) {
+  s.enqueue_host([q, scales, x, block, accumulate] {
+    const int64_t n = x.numel(), nb = (n + block - 1) / block;
+    const int8_t* pq = static_cast<const int8_t*>(q.data());
+    const float* ps = static_cast<const float*>(scales.data());
+    dispatch_float(x.dtype(), "dequantize_int8_blocks", [&]<typename T>() {
+      T* px = static_cast<T*>(x.data());
+      parallel_for_each(nb, block_grain(block), [&](int64_t b) {
+        const int64_t lo = b * block, hi = std::min(n, lo + block);
+        const float scale = ps[b];
+        for (int64_t i = lo; i < hi; ++i) {
+          const float v = static_cast<float>(pq[i]) * scale;
+          px[i] = from_f32<T>(accumulate ? to_f32(px[i]) + v : v);
+        }
+      });
+    });
+  });
+}
+
+}  // namespace moezero::cpu
