@@ -112,6 +112,10 @@ struct ZeroConfig {
   // until its backward in the same micro-batch (FSDP2's reshard_after_forward=False, per
   // expert); true releases it after forward and gathers it again in backward.
   bool reshard_after_forward = true;
+  // Stage 3: parameter all-gathers carry block-wise int8 values and one fp32 scale per
+  // `quantization_block` elements (ZeRO++ qwZ; zero/int8_codec.h). fp32 masters never are.
+  bool quantized_weights = false;
+  int64_t quantization_block = 2048;  // elements per scale
 };
 
 // How the router turns gate logits into scores (README "MoE layers").

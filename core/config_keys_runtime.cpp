@@ -34,6 +34,13 @@ void visit_zero(V& v, ZeroConfig& c) {
   v.field("reshard_after_forward", c.reshard_after_forward,
           "moe_gather=experts: release an active expert after forward (true) or keep it until "
           "its backward in the same micro-batch (false)");
+  v.field("quantized_weights", c.quantized_weights,
+          "stage 3: parameter all-gathers send block-wise int8 values with one fp32 scale per "
+          "zero.quantization_block elements (ZeRO++ qwZ); fp32 masters are never quantised");
+  v.field("quantization_block", c.quantization_block,
+          "zero.quantized_weights: elements per scale (ZeRO++ quantises in blocks of a few "
+          "thousand elements)",
+          greater_than<int64_t>(0));
 }
 
 template <class V>

@@ -155,9 +155,9 @@ std::vector<Value> step_values(const moe::StepLog& s) {
   set("comm_ms", rank0_time(s, "comm_ms", s.comm.comm_ms));
   set("peak_state_bytes", double(peak_state_over_ranks(s)));
   for (const char* name :
-       {"gathered_expert_bytes", "gathered_dense_bytes", "a2a_bytes", "reduce_scattered_bytes",
-        "all_reduced_bytes", "prefetch_hits", "prefetch_misses", "miss_bytes", "exact_prefetches",
-        "wasted_bytes", "needed_expert_bytes"})
+       {"gathered_expert_bytes", "gathered_dense_bytes", "gathered_wire_bytes", "a2a_bytes",
+        "reduce_scattered_bytes", "all_reduced_bytes", "prefetch_hits", "prefetch_misses",
+        "miss_bytes", "exact_prefetches", "wasted_bytes", "needed_expert_bytes"})
     set(name, rank_counter(r0, name));
   for (const char* name : {"intra_node_bytes", "inter_node_bytes"})
     set(name, mean_over_ranks(s, name));
@@ -281,6 +281,7 @@ const std::vector<std::string>& row_fields() {
                                                   "comm_ms",
                                                   "gathered_expert_bytes",
                                                   "gathered_dense_bytes",
+                                                  "gathered_wire_bytes",
                                                   "a2a_bytes",
                                                   "intra_node_bytes",
                                                   "inter_node_bytes",

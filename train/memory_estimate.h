@@ -26,7 +26,8 @@ struct MemoryEstimate {
   uint64_t params = 0, grads = 0, optim = 0;
   // The largest gathered working set: full parameters alive at once (zero.max_live_parameters,
   // at least two of the largest sharded group: one in use, one prefetched), the fp32 full
-  // gradient of the groups in backward, and the reduce buckets.
+  // gradient of the groups in backward, and the reduce buckets; with zero.quantized_weights
+  // also the largest group's int8 wire buffers (its send part and the n parts received).
   uint64_t gathered = 0;
   uint64_t largest_group = 0;  // full bytes of the largest group (compute dtype), in gathered
   uint64_t cache = 0;          // the shard cache's budget (shard_cache.capacity_bytes when used)

@@ -10,6 +10,7 @@
 #include "moe/gather_strategy.h"
 #include "prefetch/shard_cache.h"
 #include "train/rank_session_impl.h"
+#include "zero/int8_codec.h"
 
 namespace moezero::moe::session_detail {
 
@@ -119,6 +120,8 @@ void RankSession::build_engine() {
   zo.seed = static_cast<uint64_t>(tc_.seed);
   zo.check_finite = cfg_.profile.check_finite;
   zo.materialize = !run_.options.run_world;  // simulated: states counted, not filled
+  if (cfg_.zero.quantized_weights)
+    zo.gather_codec = std::make_shared<BlockInt8Codec>(cfg_.zero.quantization_block);
   if (run_.options.grad_hook)
     zo.grad_hook = [this](const GradReadyInfo& gi) {
       run_.options.grad_hook(GradHookInfo{ctx_.rank, hook_step_, gi.micro_batch, &gi.layout->spec(),

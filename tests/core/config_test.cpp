@@ -128,6 +128,15 @@ TEST(Config, RejectsWrongTypesAndValues) {
                   {"zero.moe_gather", "experts, leaf, fsdp", "magic"});
   expect_rejected(R"({"zero": {"reshard_after_forward": "maybe"}})",
                   {"zero.reshard_after_forward", "true or false"});
+  // Quantised weight gathers (issue 27, ZeRO++ qwZ).
+  expect_rejected(R"({"zero": {"quantized_weights": "yes"}})",
+                  {"zero.quantized_weights", "true or false"});
+  expect_rejected(R"({"zero": {"quantization_block": 0}})",
+                  {"zero.quantization_block", "must be > 0", "0"});
+  expect_rejected(R"({"zero": {"quantization_block": 2.5}})",
+                  {"zero.quantization_block", "expected an integer"});
+  expect_rejected("{}", {"zero.quantization_block", "must be > 0", "-3"},
+                  {"zero.quantization_block=-3"});
   expect_rejected(R"({"comm_emulation": {"ranks_per_node": -1}})",
                   {"comm_emulation.ranks_per_node", "must be >= 0", "-1"});
   expect_rejected(R"({"comm_emulation": {"intra_node_gbps": 10}})",
@@ -168,6 +177,8 @@ TEST(Config, RejectsInconsistentCombinations) {
   expect_rejected(R"({"model": {"num_experts": 6}, "parallel": {"world_size": 4, "ep_size": 4}})",
                   {"model.num_experts (6)", "parallel.ep_size (4)"});
   expect_rejected(R"({"model": {"num_experts": 2, "top_k": 3}})", {"model.top_k (3)"});
+  expect_rejected(R"({"zero": {"stage": 2, "quantized_weights": true}})",
+                  {"zero.quantized_weights needs zero.stage = 3", "got 2"});
   expect_rejected(R"({"train": {"micro_batch_size": 10}, "parallel": {"world_size": 4}})",
                   {"train.micro_batch_size (10)", "parallel.world_size (4)"});
 }
