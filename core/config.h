@@ -129,6 +129,10 @@ struct ZeroConfig {
   // ZeRO++ qgZ (zero/quantized_reduce.h): gradients reduce-scattered in full precision inside
   // each node (comm_emulation.ranks_per_node), then in block-quantised int8 across the nodes.
   bool quantized_gradients = false;
+  // Stage 3: parameter all-gathers carry block-wise int8 values and one fp32 scale per
+  // `quantization_block` elements (ZeRO++ qwZ; zero/int8_codec.h). fp32 masters never are.
+  bool quantized_weights = false;
+  int64_t quantization_block = 2048;  // elements per scale
 };
 
 // How the router turns gate logits into scores (README "MoE layers").

@@ -66,6 +66,9 @@ void validate(const Config& c, const std::string& src) {
   if (c.train.eval_every > 0 && c.data.val_path.empty() && c.data.val_fraction <= 0.0)
     fail("train.eval_every (", c.train.eval_every,
          ") needs held-out data: set data.val_path or data.val_fraction > 0");
+  if (c.zero.quantized_weights && c.zero.stage != 3)
+    fail("zero.quantized_weights needs zero.stage = 3 (got ", c.zero.stage,
+         "): only stage 3 gathers parameters through the wire codec");
   if (c.data.format == DataFormat::Tokens && c.data.path.empty())
     fail("data.format \"tokens\" needs data.path (a token shard or a glob of shards)");
 }

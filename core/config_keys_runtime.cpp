@@ -45,6 +45,13 @@ void visit_zero(V& v, ZeroConfig& c) {
           "stages 1-3 (ZeRO++ qgZ): reduce-scatter gradients in full precision inside each node "
           "(comm_emulation.ranks_per_node), then in int8 with one scale per block across the "
           "nodes; nothing is quantised when a group's ranks share one node");
+  v.field("quantized_weights", c.quantized_weights,
+          "stage 3: parameter all-gathers send block-wise int8 values with one fp32 scale per "
+          "zero.quantization_block elements (ZeRO++ qwZ); fp32 masters are never quantised");
+  v.field("quantization_block", c.quantization_block,
+          "zero.quantized_weights and zero.quantized_gradients: elements per int8 scale (ZeRO++ "
+          "quantises in blocks of a few thousand elements)",
+          greater_than<int64_t>(0));
 }
 
 template <class V>

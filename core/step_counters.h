@@ -41,6 +41,7 @@
   X(inter_node_bytes, Count, Link)         \
   X(gathered_dense_bytes, Count, Engine)   \
   X(gathered_expert_bytes, Count, Engine)  \
+  X(gathered_wire_bytes, Count, Engine)    \
   X(prefetch_hits, Count, Engine)          \
   X(prefetch_misses, Count, Engine)        \
   X(miss_bytes, Count, Engine)             \

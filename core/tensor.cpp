@@ -67,6 +67,16 @@ Tensor Tensor::view_elems(int64_t offset_elems, Shape s) const {
                 device_);
 }
 
+Tensor Tensor::view_bytes(int64_t offset_bytes, DType dtype, Shape s) const {
+  const auto es = static_cast<int64_t>(dtype_size_bytes(dtype));
+  MOEZERO_CHECK(offset_bytes >= 0 && offset_bytes % es == 0, "view_bytes at byte ", offset_bytes,
+                " of ", str(), ": not a multiple of ", dtype_name(dtype), "'s ", es, " bytes");
+  MOEZERO_CHECK(offset_bytes + s.numel() * es <= static_cast<int64_t>(size_bytes()),
+                "view_bytes at byte ", offset_bytes, " of ", dtype_name(dtype), s.str(),
+                " exceeds ", str(), " (", size_bytes(), " bytes)");
+  return Tensor(static_cast<char*>(data_) + offset_bytes, dtype, s, device_);
+}
+
 std::string Tensor::str() const {
   std::ostringstream os;
   os << dtype_name(dtype_) << shape_.str();

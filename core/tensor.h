@@ -66,6 +66,11 @@ class Tensor {
   Tensor slice_rows(int64_t begin, int64_t end) const;
   // Flat elements [offset, offset + count) viewed as `s` (numel(s) == count).
   Tensor view_elems(int64_t offset_elems, Shape s) const;
+  // The bytes [offset_bytes, offset_bytes + numel(s) * size(dtype)) of this tensor's memory
+  // reinterpreted as a `dtype` tensor of shape `s` (a wire buffer of packed parts: int8 values,
+  // then fp32 scales). offset_bytes must be a multiple of dtype's size (its alignment, given
+  // an aligned base) and the range inside size_bytes().
+  Tensor view_bytes(int64_t offset_bytes, DType dtype, Shape s) const;
 
   std::string str() const;  // "f32(3, 4)@cpu:0"
 

@@ -314,11 +314,12 @@ void write_comms(std::ostream& o, const Report& r) {
   }
   o << "<h3 style=\"margin-top:10px\">Bytes and counters per rank</h3><p class=\"note\">Sums "
        "over the steps.</p><div class=\"scroll\"><table>"
-    << th_row({"rank", "gathered", "dense", "expert", "reduce-scattered", "reduce wire",
+    << th_row({"rank", "gathered", "wire", "dense", "expert", "reduce-scattered", "reduce wire",
                "all-reduced", "a2a", "pf hit", "pf miss", "pf waste", "cache hit", "cache miss",
                "evictions", "stall ms"});
   for (const RankRow& k : r.rank_rows)
     o << "<tr>" << td(std::to_string(k.rank)) << td(format_bytes(double(k.gathered_bytes)))
+      << td(k.has("gathered_wire_bytes") ? format_bytes(double(k.gathered_wire_bytes)) : "n/a")
       << td(format_bytes(double(k.gathered_dense_bytes)))
       << td(format_bytes(double(k.gathered_expert_bytes)))
       << td(format_bytes(double(k.reduce_scattered_bytes)))

@@ -176,11 +176,12 @@ void write_comms(std::ostream& os, const Report& r) {
 
 void write_rank_bytes(std::ostream& os, const Report& r) {
   section(os, "Bytes moved per rank (sums over the steps)");
-  Table bt({"rank", "gathered", "dense", "expert", "reduce-scattered", "reduce wire", "all-reduced",
-            "a2a", "pf hit", "pf miss", "pf waste", "cache hit", "cache miss", "evict",
-            "stall ms"});
+  Table bt({"rank", "gathered", "wire", "dense", "expert", "reduce-scattered", "reduce wire",
+            "all-reduced", "a2a", "pf hit", "pf miss", "pf waste", "cache hit", "cache miss",
+            "evict", "stall ms"});
   for (const RankRow& k : r.rank_rows)
     bt.add({num(k.rank), format_bytes(double(k.gathered_bytes)),
+            k.has("gathered_wire_bytes") ? format_bytes(double(k.gathered_wire_bytes)) : "n/a",
             format_bytes(double(k.gathered_dense_bytes)),
             format_bytes(double(k.gathered_expert_bytes)),
             format_bytes(double(k.reduce_scattered_bytes)),

@@ -24,6 +24,14 @@ namespace {
 
 uint64_t dtype_bytes(DType d) { return d == DType::F32 ? 4 : 2; }
 
+// A quantised gather's comm buffers for one group (zero/int8_codec.h): its send part and the
+// n parts it receives, each the shard's int8 values padded to 4 bytes plus 4 bytes per block.
+uint64_t int8_wire_bytes(uint64_t shard_elems, int n, int64_t block) {
+  const uint64_t blk = static_cast<uint64_t>(block);
+  const uint64_t part = (shard_elems + 3) / 4 * 4 + 4 * ((shard_elems + blk - 1) / blk);
+  return part * static_cast<uint64_t>(n + 1);
+}
+
 // The activations of one micro-batch on one rank, in elements of the compute dtype, and the
 // logits (fp32) — the saved tensors of every layer (model/, layers/, moe/: alloc_act) plus the
 // temporaries of the largest layer's backward — under train.activation_checkpointing:
@@ -118,6 +126,7 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
   const bool fp32 = cfg.train.dtype == DType::F32;
   uint64_t sharded_full = 0, largest_sharded = 0, largest_padded = 0, expert_full = 0;
   uint64_t padded_total = 0;
+  uint64_t largest_wire = 0;  // zero.quantized_weights: the largest group's wire staging
   int experts_seen = 0;
   const int experts_per_rank = m.num_experts > 0 ? static_cast<int>(m.num_experts) / ep : 0;
   for (const GroupSpec& g : full_param_groups(m)) {
@@ -139,6 +148,9 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
       sharded_full += padded * b;
       if (expert) expert_full += padded * b;
       largest_sharded = std::max(largest_sharded, padded * b);
+      if (cfg.zero.quantized_weights)
+        largest_wire =
+            std::max(largest_wire, int8_wire_bytes(shard, n, cfg.zero.quantization_block));
     } else {
       e.params += padded * b;
       if (!fp32) e.optim += opt_elems * 4;
@@ -164,8 +176,8 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
   // The reduce bucket's send and receive buffers; zero.quantized_gradients adds the node sums,
   // the int8 wire buffers and (bf16) an fp32 sum: at most about one bucket more.
   const uint64_t bucket = std::min<uint64_t>(cfg.zero.reduce_bucket_size, largest_padded * b);
-  e.gathered =
-      std::min(sharded_full, live) + grad_full + (cfg.zero.quantized_gradients ? 3 : 2) * bucket;
+  e.gathered = std::min(sharded_full, live) + grad_full +
+               (cfg.zero.quantized_gradients ? 3 : 2) * bucket + largest_wire;
   if (m.num_experts > 0 && moe::gather_strategy(cfg.zero.moe_gather).uses_shard_cache())
     e.cache = std::min<uint64_t>(cfg.shard_cache.capacity_bytes, expert_full);  // never more
                                                                                 // than every expert

@@ -26,7 +26,8 @@ struct MemoryEstimate {
   uint64_t params = 0, grads = 0, optim = 0;
   // The largest gathered working set: full parameters alive at once (zero.max_live_parameters,
   // at least two of the largest sharded group: one in use, one prefetched), the fp32 full
-  // gradient of the groups in backward, and the reduce buckets.
+  // gradient of the groups in backward, and the reduce buckets; with zero.quantized_weights
+  // also the largest group's int8 wire buffers (its send part and the n parts received).
   uint64_t gathered = 0;
   // Of `gathered`, stage 1: the rank's sum of its micro-batches' full gradients, every group's
   // (4 bytes per parameter; zero.grad_accum_dtype=param: the compute dtype's). 0 at other stages.

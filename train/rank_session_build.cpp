@@ -10,14 +10,11 @@
 #include "moe/gather_strategy.h"
 #include "prefetch/shard_cache.h"
 #include "train/rank_session_impl.h"
+#include "zero/int8_codec.h"
 
 namespace moezero::moe::session_detail {
 
 namespace {
-
-// Elements per int8 scale of the quantised gradient reduction (zero.quantized_gradients).
-// TODO(qwz): zero.quantization_block, once that key exists; ZeRO++'s 2048 until then.
-int64_t quantization_block(const Config&) { return 2048; }
 
 int count_moe_layers(const ModelConfig& model) {
   int n = 0;
@@ -125,9 +122,11 @@ void RankSession::build_engine() {
       cfg_.zero.grad_accum_dtype == GradAccumDtype::Param ? tc_.dtype : DType::F32;
   zo.seed = static_cast<uint64_t>(tc_.seed);
   zo.check_finite = cfg_.profile.check_finite;
-  zo.materialize = !run_.options.run_world;
+  zo.materialize = !run_.options.run_world;  // simulated: states counted, not filled
   zo.inter_node_hop = InterNodeHop::Int8;
-  zo.quantization_block = quantization_block(cfg_);  // simulated: states counted, not filled
+  zo.quantization_block = cfg_.zero.quantization_block;
+  if (cfg_.zero.quantized_weights)
+    zo.gather_codec = std::make_shared<BlockInt8Codec>(cfg_.zero.quantization_block);
   if (run_.options.grad_hook)
     zo.grad_hook = [this](const GradReadyInfo& gi) {
       run_.options.grad_hook(GradHookInfo{ctx_.rank, hook_step_, gi.micro_batch, &gi.layout->spec(),

@@ -42,6 +42,7 @@ struct RankStepStats {
   uint64_t inter_node_bytes = 0;        // this step: bytes sent to other nodes (slow link)
   uint64_t gathered_dense_bytes = 0;    // this step, split of gathered_bytes
   uint64_t gathered_expert_bytes = 0;
+  uint64_t gathered_wire_bytes = 0;   // this step: gathered_bytes in the codec's wire format
   uint64_t prefetch_hits = 0;         // expert gathers planned before routing, then needed
   uint64_t prefetch_misses = 0;       // needed expert gathers started after routing
   uint64_t miss_bytes = 0;            // their bytes

@@ -195,8 +195,8 @@ bool FetchCoordinator::offer(int g, State kept_as) {
   if (st.expert && m_.tracing()) m_.trace->counter("cache_bytes", r.counters().bytes_resident);
   if (!a.admitted) return false;
   st.full.buffer().retag(MemTag::Cache);
-  // The gathered buffer holds this rank's shard: give the shard's memory back.
-  alias_shard(g);
+  // The gathered buffer holds this rank's shard (exact codecs): give the shard's memory back.
+  if (codec_->exact()) alias_shard(g);
   st.state = kept_as;
   return true;
 }
@@ -220,10 +220,12 @@ void FetchCoordinator::alias_shard(int g) {
   if (!st.param_shard)
     st.master_view = st.full.view().view_elems(st.rank * st.shard_elems, Shape{st.shard_elems});
   shard.reset();
+  st.shard_in_full = true;
 }
 
 void FetchCoordinator::unalias_shard(int g) {
   GroupState& st = group(g);
+  st.shard_in_full = false;
   // On the gather stream: after the group's all-gather (FIFO), before the next gathers that
   // read the shard; the optimizer step's compute waits for the gather stream (drain_passes).
   Stream& gs = *m_.streams.gather;

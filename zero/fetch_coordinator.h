@@ -86,7 +86,8 @@ class FetchCoordinator {
   void gather(std::span<const int> todo, Origin origin, bool coalesced);
   void gather_in_place(int g, Origin origin);
   // Transition Sharded -> Gathering of group g, its gather recorded on the gather stream.
-  void on_gathered(int g, Origin origin, uint64_t ticket);
+  // wire_bytes: the all-gather's output bytes of this group in the codec's wire format.
+  void on_gathered(int g, Origin origin, uint64_t ticket, uint64_t wire_bytes);
   void prefetch_ahead();  // the dense recorded order of every gather communicator
 
   // ---- transitions and residency

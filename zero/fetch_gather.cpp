@@ -72,7 +72,8 @@ void FetchCoordinator::gather(std::span<const int> todo, Origin origin, bool coa
     c += w;
     if (st.expert)  // the collective's time, shared by bytes
       timed_gathers_.push_back({g, &t0, &t1, static_cast<double>(w) / static_cast<double>(cols)});
-    on_gathered(g, origin, ticket);
+    on_gathered(g, origin, ticket,
+                static_cast<uint64_t>(n) * static_cast<uint64_t>(w) * dtype_size_bytes(wire_dt));
   }
 }
 
@@ -97,11 +98,11 @@ void FetchCoordinator::gather_in_place(int g, Origin origin) {
                               static_cast<size_t>(st.shard_elems), dt, gs);
   if (timed_end) timed_end->record(gs);
   m_.counters.gathers += 1;
-  on_gathered(g, origin, next_ticket_++);
+  on_gathered(g, origin, next_ticket_++, st.full_bytes(dt));  // the wire part is the shard
 }
 
 // The transition Sharded -> Gathering: every gather's counters, in one place.
-void FetchCoordinator::on_gathered(int g, Origin origin, uint64_t ticket) {
+void FetchCoordinator::on_gathered(int g, Origin origin, uint64_t ticket, uint64_t wire_bytes) {
   GroupState& st = group(g);
   st.gathered->record(*m_.streams.gather);
   st.state = State::Gathering;
@@ -112,6 +113,7 @@ void FetchCoordinator::on_gathered(int g, Origin origin, uint64_t ticket) {
   const size_t bytes = st.full_bytes(m_.options.compute_dtype);
   EngineCounters& k = m_.counters;
   k.gathered_bytes += bytes;
+  k.gathered_wire_bytes += wire_bytes;
   (st.expert ? k.gathered_expert_bytes : k.gathered_dense_bytes) += bytes;
   GroupCounters& gc = m_.group_counters[static_cast<size_t>(g)];
   gc.gathers += 1;

@@ -39,6 +39,11 @@ class GatherCodec {
   // True when the wire part IS the shard (same dtype and elements, no transformation): a single
   // group may then be gathered from its shard straight into its full buffer, no copies.
   virtual bool in_place() const { return false; }
+  // True when decode(encode(shard)) is the shard bit for bit. A kept group's gathered buffer then
+  // holds this rank's shard exactly, so the shard's own buffer may be given back while the group
+  // stays resident (FetchCoordinator::alias_shard); a lossy codec keeps it (in fp32 mode the
+  // shard is the master, which must never take dequantised values).
+  virtual bool exact() const { return false; }
   // shard (param dtype, shard_elems) -> wire (wire_shape of it), enqueued on `s`.
   virtual void encode(Ops& ops, Stream& s, const Tensor& shard, const Tensor& wire) const = 0;
   // One rank's wire part -> that rank's slice of the full parameters (param dtype), on `s`.
@@ -53,6 +58,7 @@ class IdentityCodec final : public GatherCodec {
     return WireShape{param, shard_elems};
   }
   bool in_place() const override { return true; }
+  bool exact() const override { return true; }
   void encode(Ops& ops, Stream& s, const Tensor& shard, const Tensor& wire) const override;
   void decode(Ops& ops, Stream& s, const Tensor& wire, const Tensor& slice) const override;
 };

@@ -82,12 +82,11 @@ struct GroupState {
   Tensor grad_now() const { return grad_direct ? grad_acc.view() : grad_full.view(); }
   // What the all-gather reads: the compute-dtype shard (the master itself in fp32 mode).
   const Tensor& param_source() const { return param_shard ? param_shard.view() : master.view(); }
-  // Held by a residency policy: this rank's compute-dtype shard is the slice
-  // [rank * shard_elems, +shard_elems) of `full` (alias_shard).
-  bool shard_aliased() const {
-    return state == FetchState::Held || state == FetchState::HeldUnused ||
-           state == FetchState::HeldFull;
-  }
+  // Held by a residency policy with an exact codec: this rank's compute-dtype shard is the
+  // slice [rank * shard_elems, +shard_elems) of `full` (alias_shard; a lossy codec keeps the
+  // shard's own buffer).
+  bool shard_aliased() const { return shard_in_full; }
+  bool shard_in_full = false;  // set by alias_shard, cleared by unalias_shard
   bool acquired() const { return state == FetchState::Full || state == FetchState::HeldFull; }
   // Gathered and not acquired since: wasted if freed like this (experts).
   bool unused() const { return state == FetchState::Gathering || state == FetchState::HeldUnused; }

@@ -185,6 +185,10 @@ struct StepResult {
 // zero.quantized_gradients its node ring's share plus its cross-node all_to_all_v's bytes).
 struct EngineCounters {
   uint64_t gathered_bytes = 0;          // all-gather output bytes (full buffers filled)
+  // The same all-gathers' output bytes in their wire format (GatherCodec::wire_shape, n parts):
+  // equal to gathered_bytes with the identity codec; about (1 + 4 / block) / 4 of the fp32
+  // gathered_bytes with BlockInt8Codec.
+  uint64_t gathered_wire_bytes = 0;
   uint64_t reduce_scattered_bytes = 0;  // reduce-scatter input bytes
   uint64_t reduce_wire_bytes = 0;       // what those reduce-scatters sent (see above)
   uint64_t all_reduced_bytes = 0;       // gradient all-reduce bytes (stage 0)

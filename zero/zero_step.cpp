@@ -358,6 +358,7 @@ void ZeroEngine::Impl::refresh_replicated() {
                                 static_cast<size_t>(st.shard_elems), options.compute_dtype,
                                 *streams.gather);
     counters.gathered_bytes += st.full_bytes(options.compute_dtype);
+    counters.gathered_wire_bytes += st.full_bytes(options.compute_dtype);  // no codec here
   }
   if (refreshed) replicated_ready->record(*streams.gather);
 }

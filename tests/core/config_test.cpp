@@ -151,6 +151,15 @@ TEST(Config, RejectsWrongTypesAndValues) {
                                "model": {"num_experts": 4}})",
                            "cfg.json")
                   .zero.quantized_gradients);
+  // Quantised weight gathers (issue 27, ZeRO++ qwZ).
+  expect_rejected(R"({"zero": {"quantized_weights": "yes"}})",
+                  {"zero.quantized_weights", "true or false"});
+  expect_rejected(R"({"zero": {"quantization_block": 0}})",
+                  {"zero.quantization_block", "must be > 0", "0"});
+  expect_rejected(R"({"zero": {"quantization_block": 2.5}})",
+                  {"zero.quantization_block", "expected an integer"});
+  expect_rejected("{}", {"zero.quantization_block", "must be > 0", "-3"},
+                  {"zero.quantization_block=-3"});
   expect_rejected(R"({"comm_emulation": {"ranks_per_node": -1}})",
                   {"comm_emulation.ranks_per_node", "must be >= 0", "-1"});
   expect_rejected(R"({"comm_emulation": {"intra_node_gbps": 10}})",
@@ -191,6 +200,8 @@ TEST(Config, RejectsInconsistentCombinations) {
   expect_rejected(R"({"model": {"num_experts": 6}, "parallel": {"world_size": 4, "ep_size": 4}})",
                   {"model.num_experts (6)", "parallel.ep_size (4)"});
   expect_rejected(R"({"model": {"num_experts": 2, "top_k": 3}})", {"model.top_k (3)"});
+  expect_rejected(R"({"zero": {"stage": 2, "quantized_weights": true}})",
+                  {"zero.quantized_weights needs zero.stage = 3", "got 2"});
   expect_rejected(R"({"train": {"micro_batch_size": 10}, "parallel": {"world_size": 4}})",
                   {"train.micro_batch_size (10)", "parallel.world_size (4)"});
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/dtype.h"
@@ -38,6 +39,23 @@ TEST(Tensor, ViewsShareMemory) {
   EXPECT_THROW(t.view_elems(6, Shape{7}), Error);
   EXPECT_THROW(t.data_as<bf16>(), Error);
   EXPECT_EQ(t.data_as<float>(), data);
+}
+
+TEST(Tensor, ViewBytesReinterpretsAlignedRanges) {
+  alignas(8) int8_t bytes[16] = {};
+  const Tensor wire(bytes, DType::I8, Shape{16}, nullptr);
+  const Tensor scales = wire.view_bytes(8, DType::F32, Shape{2});
+  EXPECT_EQ(scales.dtype(), DType::F32);
+  EXPECT_EQ(scales.data(), bytes + 8);
+  EXPECT_EQ(scales.shape(), (Shape{2}));
+  scales.data_as<float>()[1] = 1.5f;
+  float back = 0;
+  std::memcpy(&back, bytes + 12, 4);
+  EXPECT_EQ(back, 1.5f);
+  EXPECT_EQ(wire.view_bytes(16, DType::F32, Shape{0}).numel(), 0);  // the end is in range
+  EXPECT_THROW(wire.view_bytes(6, DType::F32, Shape{1}), Error);    // not 4-byte aligned
+  EXPECT_THROW(wire.view_bytes(12, DType::F32, Shape{2}), Error);   // past the end
+  EXPECT_THROW(wire.view_bytes(-4, DType::F32, Shape{1}), Error);
 }
 
 TEST(DType, ParseAndNames) {

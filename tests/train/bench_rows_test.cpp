@@ -31,7 +31,8 @@ bool has(const Strategy& s, const std::string& override_) {
 TEST(BenchRows, IncumbentsAtTheirBestAreDefaultRows) {
   const Config base = load_config(kPresets + "ethernet.json");
   const std::vector<std::string> names = default_strategy_names();
-  for (const char* n : {"z3-leaf-reuse", "z3-fsdp-keep", "z3-none-hold", "moezero-nopredict"})
+  for (const char* n : {"z3-leaf-reuse", "z3-fsdp-keep", "z3-none-hold", "moezero-nopredict",
+                        "zeropp", "moezero-qw"})
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
   // FSDP2 kept across micro-batches: the fsdp gather within moezero's own budgets (no cache or
   // dense-keep override, so the config's values apply to both rows alike).
@@ -54,6 +55,16 @@ TEST(BenchRows, IncumbentsAtTheirBestAreDefaultRows) {
   // The ablation: the default with the prediction off, nothing else.
   EXPECT_EQ(resolve_strategy("moezero-nopredict", base).overrides,
             std::vector<std::string>{"prefetch.policy=none"});
+  // ZeRO++: DeepSpeed's reuse distance plus quantised weight gathers (qwZ), nothing else yet.
+  const Strategy zpp = resolve_strategy("zeropp", base);
+  for (const std::string& o : reuse.overrides) EXPECT_TRUE(has(zpp, o)) << o;
+  EXPECT_TRUE(has(zpp, "zero.quantized_weights=true"));
+  EXPECT_EQ(zpp.overrides.size(), reuse.overrides.size() + 1);
+  // moezero's default plus quantised weight gathers, nothing else.
+  EXPECT_EQ(resolve_strategy("moezero-qw", base).overrides,
+            std::vector<std::string>{"zero.quantized_weights=true"});
+  EXPECT_TRUE(is_incumbent_row("zeropp"));
+  EXPECT_FALSE(is_incumbent_row("moezero-qw"));
 }
 
 TEST(BenchRows, EveryPresetLoadsWithEveryStrategy) {

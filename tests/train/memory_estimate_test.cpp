@@ -125,6 +125,23 @@ TEST(MemoryEstimate, CacheCountedForExpertsAndFsdpNotLeaf) {
                      "train.grad_accum_steps=2"});
 }
 
+// zero.quantized_weights: the largest group's int8 wire buffers (its part and the n parts it
+// receives: int8 values padded to 4 bytes, a 4-byte scale per block) join the working set, and
+// the estimate still holds against a run.
+TEST(MemoryEstimate, QuantisedGathersCountTheirWireBuffers) {
+  const std::vector<std::string> o = {"parallel.world_size=2", "zero.stage=3"};
+  std::vector<std::string> q = o;
+  q.push_back("zero.quantized_weights=true");
+  q.push_back("zero.quantization_block=64");
+  const MemoryEstimate plain = estimate_memory(small(o), false),
+                       quant = estimate_memory(small(q), false);
+  const uint64_t shard = plain.largest_group / 4 / 2;  // fp32, 2 ranks
+  const uint64_t part = (shard + 3) / 4 * 4 + 4 * ((shard + 63) / 64);
+  EXPECT_EQ(quant.gathered - plain.gathered, 3 * part);
+  EXPECT_EQ(quant.states(), plain.states());
+  check_against_run(q);
+}
+
 TEST(MemoryEstimate, StagesShardStates) {
   const auto states = [](int stage) {
     return estimate_memory(small({"parallel.world_size=4", "zero.stage=" + std::to_string(stage)}),
