@@ -156,6 +156,10 @@ struct MoeConfig {
 };
 
 enum class PrefetchPolicy : uint8_t { None, All, Frequency, Cost };
+// What a speculative (before routing) expert gather of the cost policy is priced to gain
+// (prefetch/prefetch_policy.h): Idle, only the part of its link time that fits in the link's
+// measured idle time (agreed at the step boundary); Priced, its whole on-demand gather.
+enum class Speculate : uint8_t { Idle, Priced };
 
 struct PrefetchConfig {
   PrefetchPolicy policy = PrefetchPolicy::Cost;
@@ -164,6 +168,7 @@ struct PrefetchConfig {
   uint64_t budget_bytes = 64ull << 20;
   int64_t lookahead_layers = 1;
   double link_gbps = 0.0;  // the cost policy's link in Gbit/s; 0: comm_emulation.link_gbps
+  Speculate speculate = Speculate::Idle;  // the cost policy's gain of a speculative gather
 };
 
 enum class EvictionPolicy : uint8_t { Lfu, Lru };

@@ -101,6 +101,12 @@ void visit_prefetch(V& v, PrefetchConfig& c) {
           "link bandwidth in Gbit/s the cost policy prices a gathered byte at (0: "
           "comm_emulation.link_gbps; both 0: the cost policy is frequency)",
           at_least(0.0));
+  v.choice("speculate", c.speculate,
+           Choices<Speculate>{{"idle", Speculate::Idle}, {"priced", Speculate::Priced}},
+           "what the cost policy counts as the gain of an expert gathered before routing: `idle` "
+           "only link time that fits in the link's idle time measured in the previous step and "
+           "agreed by all ranks (none measured: nothing is speculated); `priced` the whole "
+           "on-demand gather it would save (the rule before issue 27)");
 }
 
 template <class V>

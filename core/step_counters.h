@@ -27,6 +27,11 @@
 // routing; exact_prefetches, backward's gathers from the known routing; wasted_bytes, expert
 // gathers freed without ever being acquired (kept by the cache and used later: not waste);
 // needed_expert_bytes, full bytes of every expert acquire.
+// The gate of speculative gathers (docs/prefetch.md): speculation_gated, candidates the cost
+// policy refused that `frequency` would have gathered before routing; idle_link_ms, time in
+// the speculation windows (a MoE layer's plan to its router's output) with none of the rank's
+// collectives in flight other than the speculative gathers themselves. The next step's free link
+// time is agreed from every rank's idle_link_ms (prefetch/link_idle.h).
 #pragma once
 
 #include <cstddef>
@@ -53,9 +58,11 @@
   X(cache_hits, Count, Engine)             \
   X(cache_misses, Count, Engine)           \
   X(cache_evictions, Count, Engine)        \
+  X(speculation_gated, Count, Moe)         \
   X(stall_ms, Ms, Engine)                  \
   X(comm_ms, Ms, Timing)                   \
-  X(exposed_comm_ms, Ms, Timing)
+  X(exposed_comm_ms, Ms, Timing)           \
+  X(idle_link_ms, Ms, Timing)
 
 // MOEZERO_EXPERT_STEP_COUNTERS(X) calls X(name, type, combine, source) once per per-expert
 // counter of an MoE layer: one step's vector of E values, an entry of a metrics line's

@@ -282,6 +282,14 @@ void TraceRecorder::end_span(int span) {
   s.end->record(*s.stream);  // the stream the span began on
 }
 
+int TraceRecorder::begin_window(Stream& stream) {
+  Span s;
+  s.cat = Cat::Window;
+  return open(stream, std::move(s));
+}
+
+void TraceRecorder::end_window(int window) { end_span(window); }
+
 void TraceRecorder::a2a_wait(Stream& waiter, const Event& ready) {
   Span s;
   s.cat = Cat::Stall;
@@ -312,6 +320,7 @@ uint64_t TraceRecorder::begin_collective(const Communicator& comm, CollectiveOp 
   s.traced = tracing_;
   s.op = op;
   s.bytes = bytes;
+  s.speculative = speculative_;
   if (tracing_) {
     s.group = comm.group().name;
     s.group_size = comm.size();
@@ -449,6 +458,7 @@ double TraceRecorder::resolve(const Span& s, double step_offset_us,
         e.channel = s.channel;
         e.value = s.bytes;
         break;
+      case Cat::Window: break;  // never traced (begin_window)
     }
     out.push_back(e);
     if (s.cat == Cat::Experts) share_out(s, e, out);
@@ -498,11 +508,13 @@ StepTiming TraceRecorder::finish_step() {
     MOEZERO_CHECK(s.end != nullptr, "trace span '", s.name, "' is still open at the end of step ",
                   step_);
   std::vector<TraceEvent> out;
-  std::vector<Interval> comm, waits;  // ms since the step's base event
+  std::vector<Interval> comm, waits, windows, busy;  // ms since the step's base event
   for (Span& s : spans_) {
     const double dur_ms = resolve(s, step_offset_us, out);
     const double t0 = s.start->elapsed_ms_since(*step_base_), t1 = t0 + dur_ms;
     if (s.cat == Cat::Collective) comm.push_back({t0, t1});
+    if (s.cat == Cat::Collective && !s.speculative) busy.push_back({t0, t1});
+    if (s.cat == Cat::Window) windows.push_back({t0, t1});
     if ((s.cat == Cat::Collective && s.stream == &compute_) || s.comm_wait)
       waits.push_back({t0, t1});
     if (s.a2a_wait) t.a2a_wait_ms += dur_ms;
@@ -510,6 +522,9 @@ StepTiming TraceRecorder::finish_step() {
   comm = merged(std::move(comm));
   t.comm_ms = measure(comm);
   t.exposed_comm_ms = std::min(t.comm_ms, measure_intersection(merged(std::move(waits)), comm));
+  busy = merged(std::move(busy));
+  for (const Interval& w : windows)  // each window alone: windows of one step do not overlap
+    t.idle_link_ms += std::max(0.0, (w.hi - w.lo) - measure_intersection({w}, busy));
   spans_.clear();
   events_.recycle();  // every span's events are read
   if (tracing_ && sink_) {

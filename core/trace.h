@@ -120,10 +120,16 @@ class TraceSink {
 // router's agreement all-reduce, and its timed waits on other streams: token all-to-all,
 // gathers, reduce-scatters, optimizer exchanges) while a collective is in flight: the measure
 // of (waits) intersected with (collectives). So 0 <= exposed_comm_ms <= comm_ms.
+// idle_link_ms: over the step's speculation windows (begin_window/end_window: a MoE layer's
+// plan to its router's output, on the compute stream), the time inside them with no collective
+// of the rank in flight other than speculative ones (speculative_collectives), summed: link
+// time a speculative gather could have had for free (prefetch/link_idle.h).
+// 0 <= idle_link_ms <= the windows' total length.
 struct StepTiming {
   double comm_ms = 0.0;
   double exposed_comm_ms = 0.0;
-  double a2a_wait_ms = 0.0;  // the compute stream waiting on the token all-to-all (summed)
+  double a2a_wait_ms = 0.0;   // the compute stream waiting on the token all-to-all (summed)
+  double idle_link_ms = 0.0;  // inside the speculation windows, no non-speculative collective
 };
 
 // A time interval [lo, hi) in ms, and the interval arithmetic of StepTiming.
@@ -177,6 +183,15 @@ class TraceRecorder final : public CollectiveObserver {
   // `waiter` waits for `ready` (the token all-to-all's completion): timed always (a2a_wait_ms),
   // a stall span when tracing.
   void a2a_wait(Stream& waiter, const Event& ready);
+  // A speculation window (timing only, never traced): from now on `stream` until end_window
+  // records its end on the same stream; finish_step sums the time inside the windows with no
+  // collective but speculative ones in flight (StepTiming::idle_link_ms). Returns its id.
+  int begin_window(Stream& stream);
+  void end_window(int window);
+  // While on, the collectives begun are speculative (expert gathers planned before routing):
+  // timed as any other, but not counted as busy time of the windows (idle_link_ms).
+  void speculative_collectives(bool on) { speculative_ = on; }
+
   // `waiter` (the compute stream) waits for `ready`, the completion of communication on
   // another stream (gathers, reduce-scatters, optimizer exchanges): timed always (towards
   // exposed_comm_ms); a stall span named `name` when tracing and `name` is not empty.
@@ -203,13 +218,14 @@ class TraceRecorder final : public CollectiveObserver {
   void end_collective(uint64_t token, Stream& stream) override;
 
  private:
-  enum class Cat : uint8_t { Compute, Stall, Expert, Experts, Collective };
+  enum class Cat : uint8_t { Compute, Stall, Expert, Experts, Collective, Window };
   struct Span {
     Cat cat = Cat::Compute;
     int tid = 0;
-    bool traced = false;     // false: timing only (collectives, a2a waits)
-    bool a2a_wait = false;   // counts towards StepTiming::a2a_wait_ms
-    bool comm_wait = false;  // a wait of the compute stream on communication (exposed_comm_ms)
+    bool traced = false;       // false: timing only (collectives, a2a waits)
+    bool a2a_wait = false;     // counts towards StepTiming::a2a_wait_ms
+    bool comm_wait = false;    // a wait of the compute stream on communication (exposed_comm_ms)
+    bool speculative = false;  // a collective begun under speculative_collectives(true)
     Stream* stream = nullptr;
     std::string name;
     Event* start = nullptr;
@@ -241,6 +257,7 @@ class TraceRecorder final : public CollectiveObserver {
   std::unique_ptr<Event> run_base_, step_base_;
   double rank_offset_us_ = 0.0;  // run clock at this rank's run_base_
   bool tracing_ = false, last_traced_ = false;
+  bool speculative_ = false;  // speculative_collectives
   int64_t step_ = 0;
   std::string next_label_;
   EventPool events_;                     // span starts and ends; recycled at finish_step

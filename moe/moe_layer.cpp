@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "moe/routing_source.h"
 #include "moe/routing_trace.h"
 #include "prefetch/prefetch_planner.h"
@@ -119,10 +120,20 @@ void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Pr
   plan_p_.resize(static_cast<size_t>(cfg_.num_experts));
   for (int64_t e = 0; e < cfg_.num_experts; ++e)
     plan_p_[static_cast<size_t>(e)] = rt_.frequency->probability(moe_index_, static_cast<int>(e));
-  planned_ = planner_of(rt_).expert_plan({moe_index_, candidates, bytes, prev});
+  prefetch::PlanNotes notes;
+  planned_ = planner_of(rt_).expert_plan({moe_index_, candidates, bytes, prev}, &notes);
+  // The speculation window: from this just-in-time plan to the router's output, the time a
+  // speculative gather can take without delaying a needed one (prefetch/link_idle.h).
+  const bool windowed =
+      when == Prepare::JustInTime && rt_.trace != nullptr && planner_of(rt_).measures_idle_link();
+  if (windowed) window_ = rt_.trace->begin_window(ctx.s());
+  if (rt_.stats) rt_.stats->speculation_gated += notes.gated;
   std::vector<int> groups;  // in plan order, coalesced
   for (int e : planned_) groups.push_back(experts_.group(e - experts_.expert(0)));
+  // Speculative: left out of the windows' busy time (the idle time they would otherwise fill).
+  if (windowed) rt_.trace->speculative_collectives(true);
   params.prefetch_set(groups, ctx.s());
+  if (windowed) rt_.trace->speculative_collectives(false);
 }
 
 void MoeFeedForward::prepare_backward(const ModuleContext& ctx, ParamProvider& params,
@@ -263,6 +274,8 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   auto sv = std::make_unique<MoeSaved>();
   // 1. route; dispatch preprocess: this rank's kept assignments per expert.
   const Router::Routing& routing = route(ctx, params, h, *sv);
+  if (window_ >= 0) rt_.trace->end_window(window_);  // the router's output is enqueued
+  window_ = -1;
   DispatchCounts counts = dispatcher_.count(ctx, routing.expert_ids);
   // 2. agree: global statistics over the world, per-peer counts over the EP group, host sync.
   agree(ctx, params, routing);

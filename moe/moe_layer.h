@@ -123,6 +123,7 @@ class MoeFeedForward final : public FeedForward {
   std::unique_ptr<SharedExperts> shared_;  // model.num_shared_experts > 0: the last group
   std::vector<int> planned_;    // (global) expert ids prefetched by prepare() for this micro-batch
   std::vector<double> plan_p_;  // (E) P(active) the plan of this micro-batch used; empty: none
+  int window_ = -1;             // the speculation window prepare() opened (TraceRecorder); -1: none
   std::vector<double> load_;    // (E) agreed selections of this step's trained micro-batches
 };
 

@@ -45,6 +45,9 @@ namespace moezero::moe {
 //                         plan made before routing (agreed outcomes): for each expert e of such
 //                         a micro-batch, p = the probability the plan used, y = 1 if e was
 //                         active: sum of (p - y)^2 and the number of (expert, micro-batch) pairs
+//   speculation_gated     expert candidates the cost policy's gate refused although
+//                         `frequency` would have gathered them before routing (floor and
+//                         budget met; prefetch/prefetch_policy.h), over the step's plans
 //   calibration_count,    per probability bucket (kCalibrationBuckets equal-width buckets of
 //   calibration_active    [0, 1]): those pairs, and those of them that were active
 #define MOEZERO_MOE_STATS_FIELDS(X)              \
@@ -56,6 +59,7 @@ namespace moezero::moe {
   X(a2a_bytes, uint64_t, Step)                   \
   X(active_layer_experts, uint64_t, Step)        \
   X(layer_expert_slots, uint64_t, Step)          \
+  X(speculation_gated, uint64_t, Step)           \
   X(a2a_tokens_in, int64_t, Expert)              \
   X(a2a_tokens_out, int64_t, Expert)             \
   X(brier_sum, double, Layer)                    \

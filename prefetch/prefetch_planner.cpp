@@ -1,6 +1,8 @@
 // prefetch/prefetch_planner.cpp — PrefetchPlanner (see prefetch_planner.h).
 #include "prefetch/prefetch_planner.h"
 
+#include "core/error.h"
+
 namespace moezero::prefetch {
 
 PrefetchPlanner::PrefetchPlanner(PrefetchConfig cfg, const FrequencyModel* model,
@@ -41,9 +43,20 @@ bool PrefetchPlanner::plans_experts() const {
   return model_ && cfg_.policy != PrefetchPolicy::None && cfg_.lookahead_layers > 0;
 }
 
-std::vector<int> PrefetchPlanner::expert_plan(const ExpertPlanQuery& q) const {
+std::vector<int> PrefetchPlanner::expert_plan(const ExpertPlanQuery& q, PlanNotes* notes) const {
+  if (notes != nullptr) *notes = PlanNotes{};
   if (!plans_experts()) return {};
-  return plan_prefetch(cfg_, *model_, q.layer, q.candidates, q.bytes, q.prev, costs_);
+  return plan_prefetch(cfg_, *model_, q.layer, q.candidates, q.bytes, q.prev, costs_, notes);
+}
+
+void PrefetchPlanner::set_free_link_ns(double ns) {
+  MOEZERO_CHECK(ns >= 0.0, "PrefetchPlanner::set_free_link_ns: ", ns, " ns");
+  costs_.free_link_ns = ns;
+}
+
+bool PrefetchPlanner::measures_idle_link() const {
+  return plans_experts() && cfg_.policy == PrefetchPolicy::Cost && costs_.known() &&
+         cfg_.speculate == Speculate::Idle;
 }
 
 bool PrefetchPlanner::exact_backward() const { return cfg_.policy != PrefetchPolicy::None; }

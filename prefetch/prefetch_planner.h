@@ -59,7 +59,15 @@ class PrefetchPlanner {
   // prefetch.lookahead_layers > 0).
   bool plans_experts() const;
   // The experts of q.layer to gather ahead, in issue order (empty unless plans_experts()).
-  std::vector<int> expert_plan(const ExpertPlanQuery& q) const;
+  // [out] notes: optional; what the plan reports besides its experts (PlanNotes).
+  std::vector<int> expert_plan(const ExpertPlanQuery& q, PlanNotes* notes = nullptr) const;
+  // The link's idle time per plan that speculative gathers may take (PrefetchCosts::
+  // free_link_ns), agreed at a step boundary (agreed_free_link_ns): the same on every rank.
+  void set_free_link_ns(double ns);
+  double free_link_ns() const { return costs_.free_link_ns; }
+  // True when the expert plans depend on free_link_ns (the cost policy with a link model and
+  // prefetch.speculate=idle): the session then measures the link's idle time before routing.
+  bool measures_idle_link() const;
 
   // ---- backward
   // True when backward gathers its experts ahead in exact order. Coupled to prefetch.policy:

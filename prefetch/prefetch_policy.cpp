@@ -38,16 +38,29 @@ struct Ranked {
 };
 
 // Whether the cost policy takes `r` (p: its evidence-only probability), given the link's free
-// time left (consumed when taken).
-bool pays_for_itself(const Ranked& r, double p, const PrefetchCosts& costs, double& free_left_ns) {
-  const double t = costs.gather_latency_ns + double(r.bytes) * costs.link_ns_per_byte;
-  const double paid = std::max(0.0, t - free_left_ns);
-  if (!(p * t > (1.0 - p) * paid)) return false;
+// time left (consumed when taken). See prefetch_policy.h ("cost", prefetch.speculate).
+bool pays_for_itself(const Ranked& r, double p, Speculate speculate, const PrefetchCosts& costs,
+                     double& free_left_ns) {
+  const double t = speculative_gather_ns(r.bytes, costs);
+  if (!speculation_pays(p, t, free_left_ns, speculate)) return false;
   free_left_ns = std::max(0.0, free_left_ns - t);
   return true;
 }
 
 }  // namespace
+
+double speculative_gather_ns(uint64_t bytes, const PrefetchCosts& costs) {
+  return costs.gather_latency_ns + double(bytes) * costs.link_ns_per_byte;
+}
+
+bool speculation_pays(double p, double gather_ns, double free_left_ns, Speculate speculate) {
+  const double paid = std::max(0.0, gather_ns - free_left_ns);  // link time taken from others
+  // Idle: a hit gains only the link time it moved into idle time (the rest of its bytes are on
+  // a busy link either way). Priced: a hit saves its whole on-demand gather.
+  const double saved =
+      speculate == Speculate::Idle ? std::min(gather_ns, std::max(0.0, free_left_ns)) : gather_ns;
+  return p * saved > (1.0 - p) * paid;
+}
 
 PrefetchCosts link_costs(double link_gbps, double latency_us, int group_size) {
   MOEZERO_CHECK(group_size >= 1 && link_gbps >= 0.0 && latency_us >= 0.0, "link_costs: group_size ",
@@ -63,7 +76,7 @@ std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& 
                                std::span<const int> candidate_experts,
                                std::span<const uint64_t> expert_bytes,
                                const std::vector<char>* prev_layer_active,
-                               const PrefetchCosts& costs) {
+                               const PrefetchCosts& costs, PlanNotes* notes) {
   MOEZERO_CHECK(layer >= 0 && layer < model.layers(), "plan_prefetch: layer ", layer,
                 " out of range [0, ", model.layers(), ")");
   if (prev_layer_active != nullptr) {
@@ -74,6 +87,7 @@ std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& 
                   prev_layer_active->size(), " flags, expected ", model.experts());
   }
   const auto cands = checked_candidates(model.experts(), candidate_experts, expert_bytes);
+  if (notes != nullptr) *notes = PlanNotes{};
   std::vector<int> plan;
   switch (cfg.policy) {
     case PrefetchPolicy::None: return plan;
@@ -95,16 +109,21 @@ std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& 
   const double calibration = costed ? model.plan_calibration(layer) : 1.0;
   double free_left_ns = costs.free_link_ns;
   uint64_t used_bytes = 0;
+  bool gated = false;  // the cost gate stopped the walk: the rest only counts (notes->gated)
   for (const Ranked& r : ranked) {
     if (r.bytes > cfg.budget_bytes - used_bytes) break;  // stop, never skip (monotone)
     // FrequencyModel::priced (evidence only, at most the marginal), times the realised
     // precision of such confident guesses (plan_calibration; capped at 1).
-    if (costed) {
+    if (costed && !gated) {
       const double priced = model.evidence(layer, std::min(r.p, model.probability(layer, r.id)));
       const double p = std::min(1.0, priced * calibration);
-      if (!pays_for_itself(r, p, costs, free_left_ns)) break;
+      gated = !pays_for_itself(r, p, cfg.speculate, costs, free_left_ns);
     }
     used_bytes += r.bytes;
+    if (gated) {
+      if (notes != nullptr) ++notes->gated;  // frequency would have taken it
+      continue;
+    }
     plan.push_back(r.id);
   }
   return plan;

@@ -29,13 +29,23 @@
 //              (free_link_ns, consumed in ranking order):
 //                prefetch e  iff  p * t(e) > (1 - p) * max(0, t(e) - free_left)
 //              min_probability stays a floor. The walk stops at the first candidate rejected
-//              (monotone, as frequency). With no free link time this is p > 1/2: on a link-bound
-//              step a wasted byte costs as much as a saved one. With no link model
-//              (PrefetchCosts::known() false: no bandwidth configured) it is frequency.
+//              (monotone, as frequency). With no link model (PrefetchCosts::known() false: no
+//              bandwidth configured) it is frequency.
+//              What a hit saves depends on prefetch.speculate (speculation_pays):
+//                idle (default)  only the part of t(e) that fits in the free time left: the rest
+//                                of a hit's bytes cross a busy link either way, so moving them
+//                                before routing saves nothing. Hence
+//                                  p * min(t, free_left) > (1 - p) * max(0, t - free_left)
+//                                and with no free time nothing is speculated (the prediction is
+//                                off where the link has no idle time to hide it in: issue 27).
+//                priced          the whole on-demand gather (t(e)): with no free link time the
+//                                rule is p > 1/2 (a link-bound step, every byte priced alike).
+//              free_link_ns is the link's idle time per plan, measured in the previous step and
+//              agreed at its boundary (agreed_free_link_ns, prefetch/link_idle.h), 0 before.
 //              Every input is identical on all ranks of the group (the rule): the frequency
-//              model, the byte sizes and PrefetchCosts, which comes from config and the group
-//              size (never from one rank's clock).
-//
+//              model, the byte sizes and PrefetchCosts (config, the group size and the agreed
+//              free time; never one rank's own clock).
+
 // Layers ahead (prefetch.lookahead_layers): plan_prefetch plans one layer against
 // budget_bytes, which is a per-layer budget (config doc). Beyond the next layer the previous
 // layer's routing is unknown: pass prev_layer_active = nullptr (marginals).
@@ -55,7 +65,7 @@ namespace moezero::prefetch {
 struct PrefetchCosts {
   double link_ns_per_byte = 0.0;   // ns of the rank's link per byte of a gathered group
   double gather_latency_ns = 0.0;  // fixed link time of one all-gather (latency steps)
-  double free_link_ns = 0.0;       // link time per layer prefetches may take for free (0: bound)
+  double free_link_ns = 0.0;       // link time per plan prefetches may take for free (0: bound)
   bool known() const { return link_ns_per_byte > 0.0 || gather_latency_ns > 0.0; }
 };
 
@@ -63,6 +73,19 @@ struct PrefetchCosts {
 // receives (n-1)/n of the group's bytes and pays n-1 latency steps.
 // [in] link_gbps: Gbit/s (10^9 bit/s), 0: unknown. [in] latency_us: per step, microseconds.
 PrefetchCosts link_costs(double link_gbps, double latency_us, int group_size);
+
+// What a plan reports besides its experts (the step's counters).
+struct PlanNotes {
+  uint64_t gated = 0;  // candidates frequency would take (floor, budget) that the cost gate refused
+};
+
+// The link time of one speculative gather of `bytes` (latency steps + bytes on the link).
+double speculative_gather_ns(uint64_t bytes, const PrefetchCosts& costs);
+
+// The cost policy's gate for one candidate: whether a gather of link time `gather_ns`, needed
+// with probability `p`, pays for itself when `free_left_ns` of the link's idle time is left
+// (prefetch.speculate: what a hit saves; see "cost" above). Pure.
+bool speculation_pays(double p, double gather_ns, double free_left_ns, Speculate speculate);
 
 // The experts of `layer` to gather ahead, in the order to issue the gathers.
 // [in] cfg: policy, min_probability, budget_bytes (ema_decay/lookahead are not read here).
@@ -74,13 +97,14 @@ PrefetchCosts link_costs(double link_gbps, double latency_us, int group_size);
 // [in] prev_layer_active: optional (nullptr: none). The agreed active flags (model.experts()) of
 //      MoE layer `layer - 1` in the current micro-batch; only valid for layer >= 1.
 // [in] costs: the link model (policy cost only; default: unknown, the cost policy is frequency).
+// [out] notes: optional (nullptr: none); reset, then filled (PlanNotes).
 // [out] the chosen expert ids (a subset of candidate_experts).
 // Throws moezero::Error on bad arguments (sizes, ranges, duplicates, prev flags for layer 0).
 std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& model, int layer,
                                std::span<const int> candidate_experts,
                                std::span<const uint64_t> expert_bytes,
                                const std::vector<char>* prev_layer_active,
-                               const PrefetchCosts& costs = {});
+                               const PrefetchCosts& costs = {}, PlanNotes* notes = nullptr);
 
 // Backward is exact: the experts a layer needs are its forward's agreed active set. This is the
 // single definition of the order they are gathered and run in backward: ascending expert id,

@@ -115,6 +115,7 @@ class RankSession {
   void read_batch(int64_t mb, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) const;
   RankStepStats step_counters(const StepTiming& timing);
   StepExchange exchange_step_stats(const StepTiming& timing);
+  void agree_free_link(const StepExchange& ex);
   std::optional<double> evaluate(int64_t step);
   Clock::duration save_checkpoint(int64_t step, const std::string& stop_error, bool stopping);
   void log_step(int64_t step, const StepOutcome& o, StepExchange ex,

@@ -12,6 +12,7 @@
 #include "core/host_exchange.h"
 #include "core/ops.h"
 #include "moe/gather_strategy.h"
+#include "prefetch/link_idle.h"
 #include "train/rank_session_impl.h"
 
 namespace moezero::moe::session_detail {
@@ -45,6 +46,7 @@ int RankSession::run_step(int64_t step, Clock::time_point t_start) {
   const auto predicted = step_stats_->predicted(frequency_.get());
   const StepOutcome o = device_step(step, loss, aux);
   StepExchange ex = exchange_step_stats(o.timing);
+  agree_free_link(ex);
   const int stop = ex.stop_signal;
   // The routing trace reads this step's counts before evaluation runs (which records none).
   if (routing_trace_) routing_trace_->record_step(step + 1, moe_stats_, dev_, cs_, *comms_.misc);
@@ -165,6 +167,17 @@ StepExchange RankSession::exchange_step_stats(const StepTiming& timing) {
   const std::vector<int64_t> summed = all_reduce_words(dev_, cs_, *comms_.misc, signed_words);
   ex.expert_words.assign(summed.begin(), summed.end());
   return ex;
+}
+
+// The next step's free link time per expert plan (prefetch.speculate=idle), from every rank's
+// idle link time of this step as the statistics all-gather delivered it: the same value on
+// every rank (prefetch/link_idle.h), whatever its own clock measured.
+void RankSession::agree_free_link(const StepExchange& ex) {
+  if (!planner_->measures_idle_link()) return;
+  std::vector<double> idle;
+  for (const RankStepStats& r : ex.ranks) idle.push_back(r.idle_link_ms);
+  planner_->set_free_link_ns(
+      prefetch::agreed_free_link_ns(idle, moe_layers_ * tc_.grad_accum_steps));
 }
 
 // The validation loss after 0-based `step` when train.eval_every (or the run's last step) says

@@ -109,10 +109,13 @@ TEST(MoeLayersTrain, EveryPolicyAndCacheSizeGivesIdenticalLosses) {
     return run(layers_cfg(o));
   };
   const TrainResult ref = with({"prefetch.policy=none", "shard_cache.capacity_bytes=0"});
-  for (const char* policy : {"none", "all", "frequency", "cost"})
+  for (const char* policy : {"none", "all", "frequency", "cost", "cost-priced"})
     for (const char* cache : {"0", "12000", "64MiB"}) {  // an expert group is 9 KiB
+      // cost-priced: the cost policy with prefetch.speculate=priced (the gate's alternative).
+      const bool priced = std::string(policy) == "cost-priced";
       const TrainResult r =
-          with({std::string("prefetch.policy=") + policy,
+          with({std::string("prefetch.policy=") + (priced ? "cost" : policy),
+                std::string("prefetch.speculate=") + (priced ? "priced" : "idle"),
                 std::string("shard_cache.capacity_bytes=") + cache, "prefetch.min_probability=0.5",
                 "prefetch.budget_bytes=8000", "prefetch.link_gbps=1"});
       const std::string what = std::string(policy) + " cache " + cache;

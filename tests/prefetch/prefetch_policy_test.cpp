@@ -16,11 +16,15 @@ namespace {
 using Counts = std::vector<int64_t>;
 using Ids = std::vector<int>;
 
-PrefetchConfig config(PrefetchPolicy policy, double min_probability, uint64_t budget_bytes) {
+// [in] speculate: the cost policy's gain of a hit; the tests written before the gate existed
+// (issue 27) price it as `priced` (the whole on-demand gather).
+PrefetchConfig config(PrefetchPolicy policy, double min_probability, uint64_t budget_bytes,
+                      Speculate speculate = Speculate::Priced) {
   PrefetchConfig c;
   c.policy = policy;
   c.min_probability = min_probability;
   c.budget_bytes = budget_bytes;
+  c.speculate = speculate;
   return c;
 }
 
@@ -286,6 +290,95 @@ TEST(PrefetchPolicy, CostPlansAreDeterministicAndMonotoneInFreeLinkTime) {
     EXPECT_TRUE(std::equal(prev.begin(), prev.end(), pa.begin())) << "free " << free_ns;
     prev = pa;
   }
+}
+
+// The gate alone (speculation_pays), a pure function of (p, t, free time, mode). idle: a hit
+// gains only the link time it moves into idle time; priced: its whole on-demand gather.
+TEST(PrefetchPolicy, SpeculationPaysOnlyIntoIdleLinkTime) {
+  for (double p : {0.0, 0.3, 0.6, 0.9, 1.0})  // no idle time: nothing to gain, never taken
+    EXPECT_FALSE(speculation_pays(p, 10.0, 0.0, Speculate::Idle)) << p;
+  EXPECT_TRUE(speculation_pays(0.9, 10.0, 0.0, Speculate::Priced));   // 9 > 1
+  EXPECT_FALSE(speculation_pays(0.5, 10.0, 0.0, Speculate::Priced));  // 5 > 5 is false
+  EXPECT_TRUE(speculation_pays(0.1, 10.0, 10.0, Speculate::Idle));    // fits: costs nothing
+  EXPECT_FALSE(speculation_pays(0.0, 10.0, 10.0, Speculate::Idle));   // never needed
+  EXPECT_TRUE(speculation_pays(0.6, 10.0, 5.0, Speculate::Idle));     // 0.6 x 5 > 0.4 x 5
+  EXPECT_FALSE(speculation_pays(0.4, 10.0, 5.0, Speculate::Idle));    // 0.4 x 5 < 0.6 x 5
+  EXPECT_TRUE(speculation_pays(0.4, 10.0, 5.0, Speculate::Priced));   // 0.4 x 10 > 0.6 x 5
+  EXPECT_TRUE(speculation_pays(0.45, 10.0, 5.0, Speculate::Priced));  // 4.5 > 2.75
+  EXPECT_FALSE(speculation_pays(0.45, 10.0, 5.0, Speculate::Idle));   // 2.25 < 2.75
+  EXPECT_FALSE(speculation_pays(0.9, 10.0, -5.0, Speculate::Idle));   // negative: none free
+  EXPECT_DOUBLE_EQ(speculative_gather_ns(10, PrefetchCosts{2.0, 7.0, 0.0}), 27.0);
+}
+
+// The default gate (idle) on graded_model (priced p = {1, 3/7, 1/7, 0}, 10 ns each): the free
+// link time is consumed in ranking order; with none, nothing is speculated, not even the sure
+// expert (its bytes cross a busy link either way). PlanNotes count what frequency would have
+// taken but the gate refused.
+TEST(PrefetchPolicy, IdleGateSpeculatesOnlyIntoFreeLinkTime) {
+  const FrequencyModel m = graded_model();
+  const PrefetchConfig c = config(PrefetchPolicy::Cost, 0.0, 1000, Speculate::Idle);
+  EXPECT_EQ(PrefetchConfig{}.speculate, Speculate::Idle) << "the default";
+  auto plan = [&](double free_ns, PlanNotes* notes = nullptr) {
+    return plan_prefetch(c, m, 0, kShuffled, kTenEach, nullptr, PrefetchCosts{1.0, 0.0, free_ns},
+                         notes);
+  };
+  PlanNotes notes;
+  EXPECT_EQ(plan(0.0, &notes), Ids{});
+  EXPECT_EQ(notes.gated, 4u);  // frequency (floor 0) takes all four
+  EXPECT_EQ(plan(10.0), (Ids{0}));
+  EXPECT_EQ(plan(15.0), (Ids{0}));  // 1: 3/7 x 5 < 4/7 x 5
+  EXPECT_EQ(plan(20.0, &notes), (Ids{0, 1}));
+  EXPECT_EQ(notes.gated, 2u);
+  EXPECT_EQ(plan(25.0), (Ids{0, 1}));  // 2: 1/7 x 5 < 6/7 x 5
+  EXPECT_EQ(plan(30.0), (Ids{0, 1, 2}));
+  EXPECT_EQ(plan(1e9, &notes), (Ids{0, 1, 2}));  // never seen active: never speculated
+  EXPECT_EQ(notes.gated, 1u);
+  // A cold model (the prior, p = 1 for all) with no measured idle time: nothing; the old
+  // rule gathered every expert in the first step.
+  const FrequencyModel cold(1, 4, 0.5);
+  EXPECT_EQ(plan_prefetch(c, cold, 0, kShuffled, kTenEach, nullptr, PrefetchCosts{1.0, 0.0, 0.0}),
+            Ids{});
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Cost, 0.0, 1000), cold, 0, kShuffled, kTenEach,
+                          nullptr, PrefetchCosts{1.0, 0.0, 0.0}),
+            (Ids{0, 1, 2, 3}));
+  // The other policies ignore the gate (and count nothing).
+  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 1000, Speculate::Idle), m, 0,
+                          kShuffled, kTenEach, nullptr, PrefetchCosts{1.0, 0.0, 0.0}, &notes),
+            (Ids{0, 1, 2, 3}));
+  EXPECT_EQ(notes.gated, 0u);
+  // Without a link model the cost policy is frequency, whatever the mode.
+  EXPECT_EQ(plan_prefetch(c, m, 0, kShuffled, kTenEach, nullptr, PrefetchCosts{}),
+            (Ids{0, 1, 2, 3}));
+}
+
+// More free link time only ever extends an idle-gated plan (a prefix of one ranking), and
+// identical inputs give identical plans.
+TEST(PrefetchPolicy, IdleGatePlansAreMonotoneInFreeLinkTime) {
+  const uint64_t seed = 20261204;
+  std::mt19937_64 rng(seed);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  FrequencyModel a(2, 8, 0.8);
+  for (int mb = 0; mb < 30; ++mb)
+    for (int l = 0; l < 2; ++l) {
+      Counts counts(8);
+      for (auto& n : counts) n = int64_t(rng() % 3);
+      a.update(l, counts);
+    }
+  const FrequencyModel b = a;
+  const Ids ids = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<uint64_t> bytes(8);
+  for (auto& x : bytes) x = 100 + rng() % 900;
+  const PrefetchConfig c = config(PrefetchPolicy::Cost, 0.0, 1ull << 20, Speculate::Idle);
+  Ids prev;
+  for (double free_ns = 0.0; free_ns < 40000.0; free_ns += 250.0) {
+    const PrefetchCosts costs{2.0, 500.0, free_ns};
+    const Ids pa = plan_prefetch(c, a, 1, ids, bytes, &a.last_active(0), costs);
+    EXPECT_EQ(pa, plan_prefetch(c, b, 1, ids, bytes, &b.last_active(0), costs));
+    ASSERT_GE(pa.size(), prev.size());
+    EXPECT_TRUE(std::equal(prev.begin(), prev.end(), pa.begin())) << "free " << free_ns;
+    prev = pa;
+  }
+  EXPECT_FALSE(prev.empty()) << "enough free time speculates";
 }
 
 }  // namespace

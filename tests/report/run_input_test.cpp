@@ -37,9 +37,11 @@ json good_step(int step, int experts = 4) {
                {"cache_hits", 0},
                {"cache_misses", 1},
                {"cache_evictions", 0},
+               {"speculation_gated", 2},
                {"stall_ms", 0.5},
                {"comm_ms", 1.5},
                {"exposed_comm_ms", 0.5},
+               {"idle_link_ms", 0.25},
                {"peak_bytes", {{"grad", 100}, {"activation", 50}}},
                {"peak_total_bytes", 150}};
   std::vector<int64_t> t(size_t(experts), 5);
@@ -229,7 +231,7 @@ json old_style_step(int64_t step) {
     for (const char* k :
          {"reduce_wire_bytes", "intra_node_bytes", "inter_node_bytes", "miss_bytes",
           "exact_prefetches", "wasted_bytes", "needed_expert_bytes", "active_layer_experts",
-          "layer_expert_slots", "comm_ms", "exposed_comm_ms"})
+          "layer_expert_slots", "speculation_gated", "comm_ms", "exposed_comm_ms", "idle_link_ms"})
       r.erase(k);
     r["prefetch_wasted_bytes"] = 7;
   }
@@ -240,9 +242,10 @@ TEST(RunInput, OldStyleMetricsStillReport) {
   const RunInput in = parse_run(lines({old_style_step(1), old_style_step(2)}), "old.jsonl");
   ASSERT_EQ(in.steps.size(), 2u);
   const std::vector<std::string> absent = {
-      "reduce_wire_bytes",    "intra_node_bytes",   "inter_node_bytes", "gathered_wire_bytes",
-      "miss_bytes",           "exact_prefetches",   "wasted_bytes",     "needed_expert_bytes",
-      "active_layer_experts", "layer_expert_slots", "comm_ms",          "exposed_comm_ms"};
+      "reduce_wire_bytes",    "intra_node_bytes",   "inter_node_bytes",  "gathered_wire_bytes",
+      "miss_bytes",           "exact_prefetches",   "wasted_bytes",      "needed_expert_bytes",
+      "active_layer_experts", "layer_expert_slots", "speculation_gated", "comm_ms",
+      "exposed_comm_ms",      "idle_link_ms"};
   EXPECT_EQ(in.steps[0].ranks[1].absent, absent);
   EXPECT_FALSE(in.steps[0].moe_layers[0].prediction);
   const Report r = compute_report(in);

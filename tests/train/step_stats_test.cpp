@@ -134,5 +134,37 @@ TEST(StepCounters, ExposedCommunicationNeverExceedsCommunication) {
   }
 }
 
+// The gate of speculative gathers (prefetch.speculate, docs/prefetch.md). The default (idle)
+// measures the link's idle time in the speculation windows, and before any step has measured
+// it speculates nothing (the cold prior would take every expert: all counted as gated); `priced`
+// opens no windows and speculates on the cold prior. Losses are the same either way.
+TEST(StepCounters, IdleGateSpeculatesNothingBeforeItHasMeasured) {
+  const TrainResult idle = train(emulated(2, "cost", {"shard_cache.capacity_bytes=0"}), {});
+  const TrainResult priced =
+      train(emulated(2, "cost", {"shard_cache.capacity_bytes=0", "prefetch.speculate=priced"}), {});
+  ASSERT_EQ(idle.steps.size(), 3u);
+  ASSERT_EQ(priced.steps.size(), 3u);
+  for (size_t k = 0; k < 2; ++k) {
+    const RankStepStats& first = idle.steps[0].ranks[k];
+    EXPECT_EQ(first.prefetch_hits, 0u) << "rank " << k << ": no idle time measured yet";
+    EXPECT_EQ(first.wasted_bytes, 0u) << "rank " << k;
+    // 8 local experts (EP 1) x 2 MoE layers x 2 micro-batches, all above the floor when cold.
+    EXPECT_EQ(first.speculation_gated, 32u) << "rank " << k;
+    EXPECT_GT(priced.steps[0].ranks[k].prefetch_hits, 0u) << "rank " << k << ": the cold prior";
+    EXPECT_EQ(priced.steps[0].ranks[k].speculation_gated, 0u) << "rank " << k;
+  }
+  for (size_t s = 0; s < idle.steps.size(); ++s) {
+    EXPECT_EQ(idle.steps[s].loss, priced.steps[s].loss) << "step " << s + 1;
+    for (size_t k = 0; k < 2; ++k) {
+      const std::string at = "step " + std::to_string(s + 1) + " rank " + std::to_string(k);
+      const RankStepStats& a = idle.steps[s].ranks[k];
+      EXPECT_GE(a.idle_link_ms, 0.0) << at;
+      EXPECT_EQ(priced.steps[s].ranks[k].idle_link_ms, 0.0) << at << ": no windows";
+      // With no cache every gathered expert byte is needed or wasted, gated or not.
+      EXPECT_EQ(a.gathered_expert_bytes, a.needed_expert_bytes + a.wasted_bytes) << at;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moezero::moe

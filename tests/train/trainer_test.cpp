@@ -324,15 +324,18 @@ TEST(TrainerPrefetch, EveryPolicyAndCacheSizeGivesIdenticalLosses) {
   };
   const TrainResult ref = with({"prefetch.policy=none", "shard_cache.capacity_bytes=0"});
   for (const char* reshard : {"true", "false"})
-    for (const char* policy : {"none", "all", "frequency", "cost"})
+    for (const char* policy : {"none", "all", "frequency", "cost", "cost-priced"})
       for (const char* cache : {"0", "40000", "64MiB"}) {
+        // cost-priced: the cost policy with prefetch.speculate=priced (the gate's alternative).
+        const bool priced = std::string(policy) == "cost-priced";
         // An expert group of this model is 3 x 48 x 32 f32 = 18 KiB: 40000 bytes hold two of
         // the four, so the cache churns (evictions); 64 MiB holds all.
-        const TrainResult r = with({std::string("prefetch.policy=") + policy,
-                                    std::string("shard_cache.capacity_bytes=") + cache,
-                                    std::string("zero.reshard_after_forward=") + reshard,
-                                    "prefetch.min_probability=0.5", "prefetch.budget_bytes=8000",
-                                    "prefetch.link_gbps=1"});  // cost: a link model to price
+        const TrainResult r = with(
+            {std::string("prefetch.policy=") + (priced ? "cost" : policy),
+             std::string("prefetch.speculate=") + (priced ? "priced" : "idle"),
+             std::string("shard_cache.capacity_bytes=") + cache,
+             std::string("zero.reshard_after_forward=") + reshard, "prefetch.min_probability=0.5",
+             "prefetch.budget_bytes=8000", "prefetch.link_gbps=1"});  // cost: a link model to price
         const std::string what =
             std::string(policy) + " cache " + cache + " reshard_after_forward " + reshard;
         ASSERT_EQ(r.steps.size(), ref.steps.size());
