@@ -112,6 +112,11 @@ struct ZeroConfig {
   // until its backward in the same micro-batch (FSDP2's reshard_after_forward=False, per
   // expert); true releases it after forward and gathers it again in backward.
   bool reshard_after_forward = true;
+  // Stage 3, hpZ (ZeRO++ hierarchical partitions, DeepSpeed's zero_hpz_partition_size): a
+  // gathered group freed within a step leaves this rank its slice of it over its secondary
+  // partition (this many consecutive ranks, normally a node); the step's later gathers of the
+  // group all-gather those slices inside the partition only. 1: off.
+  int64_t hpz_partition_size = 1;
 };
 
 // How the router turns gate logits into scores (README "MoE layers").

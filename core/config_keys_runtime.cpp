@@ -34,6 +34,11 @@ void visit_zero(V& v, ZeroConfig& c) {
   v.field("reshard_after_forward", c.reshard_after_forward,
           "moe_gather=experts: release an active expert after forward (true) or keep it until "
           "its backward in the same micro-batch (false)");
+  v.field("hpz_partition_size", c.hpz_partition_size,
+          "stage 3, hpZ (ZeRO++): ranks per secondary partition (normally the ranks per node); "
+          "a gathered group freed within a step leaves this rank its slice of it over the "
+          "partition, and the step's later gathers of it stay inside the partition; 1: off",
+          at_least<int64_t>(1));
 }
 
 template <class V>

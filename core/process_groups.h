@@ -31,6 +31,15 @@ struct ProcessGroup {
 // The world group of `world_size` ranks (name "world").
 ProcessGroup make_world_group(int world_size);
 
+// hpZ (ZeRO++ hierarchical partitions, zero.hpz_partition_size): secondary partitions are
+// blocks of `partition_size` consecutive global ranks (normally a node). The members of
+// `group` inside the partition of `global_rank` (a member), in group order, named
+// "<group.name>.hpz<partition>": the group's node-local subgroup.
+ProcessGroup secondary_partition_of(const ProcessGroup& group, int global_rank, int partition_size);
+// How many members of `group` each partition that holds any of them holds: that number when
+// it is the same for every such partition, else 0 (hpZ cannot split the group evenly).
+int secondary_partition_members(const ProcessGroup& group, int partition_size);
+
 class ProcessGroups {
  public:
   // [in] world_size >= 1; [in] ep_size >= 1, divides world_size; [in] num_experts >= 1,

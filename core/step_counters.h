@@ -27,6 +27,9 @@
 // routing; exact_prefetches, backward's gathers from the known routing; wasted_bytes, expert
 // gathers freed without ever being acquired (kept by the cache and used later: not waste);
 // needed_expert_bytes, full bytes of every expert acquire.
+// hpZ counters (docs/zero.md, zero.hpz_partition_size): hpz_gathers, the all-gathers of groups'
+// secondary shards inside their partition (re-gathers within the step that stay on the fast
+// tier); hpz_gathered_bytes, the full bytes they filled (also in gathered_bytes).
 #pragma once
 
 #include <cstddef>
@@ -51,6 +54,8 @@
   X(cache_hits, Count, Engine)             \
   X(cache_misses, Count, Engine)           \
   X(cache_evictions, Count, Engine)        \
+  X(hpz_gathers, Count, Engine)            \
+  X(hpz_gathered_bytes, Count, Engine)     \
   X(stall_ms, Ms, Engine)                  \
   X(comm_ms, Ms, Timing)                   \
   X(exposed_comm_ms, Ms, Timing)

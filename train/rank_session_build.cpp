@@ -37,7 +37,8 @@ RankSession::RankSession(comm::RankContext& ctx, const TrainRun& run)
       streams_(create_streams()),
       cs_(*streams_.compute),
       ep_(static_cast<int>(run.cfg.parallel.ep_size)),
-      comms_(ctx, run.cfg.model, ep_, world_) {
+      comms_(ctx, run.cfg.model, ep_, world_,
+             run.cfg.zero.stage == 3 ? static_cast<int>(run.cfg.zero.hpz_partition_size) : 1) {
   // Under MPI, one time origin for the processes: just after a common exchange.
   if (run_.under_mpi && run_.trace_sink) {
     const int64_t here = 1;
@@ -128,8 +129,9 @@ void RankSession::build_engine() {
       dev_, streams_, model_->param_groups(),
       [this](const GroupSpec& g) {
         if (g.kind == GroupKind::Expert)
-          return GroupComms{comms_.edp_gather.get(), comms_.edp_reduce.get()};
-        return GroupComms{comms_.gather.get(), comms_.reduce.get()};
+          return GroupComms{comms_.edp_gather.get(), comms_.edp_reduce.get(),
+                            comms_.edp_hpz_gather.get()};
+        return GroupComms{comms_.gather.get(), comms_.reduce.get(), comms_.hpz_gather.get()};
       },
       *comms_.misc, zo,
       cfg_.shard_cache.capacity_bytes > 0 && moe_layers_ > 0 && rt_.gather->uses_shard_cache()

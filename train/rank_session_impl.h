@@ -34,8 +34,13 @@ struct RankComms {
   std::unique_ptr<Communicator> edp_gather, edp_reduce;
   std::unique_ptr<Communicator> a2a;     // EP group; null when ep_size == 1
   std::unique_ptr<Communicator> router;  // world; null for one rank
+  // hpZ (zero.hpz_partition_size at stage 3): the world's and the EDP group's members inside
+  // this rank's secondary partition (GroupComms::secondary); null where the partition holds
+  // one or all of the group's ranks (hpZ does not apply there).
+  std::unique_ptr<Communicator> hpz_gather, edp_hpz_gather;
 
-  RankComms(comm::RankContext& ctx, const ModelConfig& model, int ep, int world)
+  // [in] hpz: ranks per secondary partition (1: none).
+  RankComms(comm::RankContext& ctx, const ModelConfig& model, int ep, int world, int hpz)
       : gather(ctx.communicator(ctx.world_group(), "gather")),
         reduce(ctx.communicator(ctx.world_group(), "reduce")),
         misc(ctx.communicator(ctx.world_group(), "misc")),
@@ -45,10 +50,20 @@ struct RankComms {
     edp_reduce = ctx.communicator(pgs.edp_group_of(ctx.rank), "reduce");
     if (ep > 1) a2a = ctx.communicator(pgs.ep_group_of(ctx.rank), "a2a");
     if (world > 1) router = ctx.communicator(wg, "router");
+    if (hpz > 1) {
+      hpz_gather = secondary_comm(ctx, wg, hpz);
+      edp_hpz_gather = secondary_comm(ctx, pgs.edp_group_of(ctx.rank), hpz);
+    }
   }
   std::vector<Communicator*> all() const {
-    return {gather.get(),     reduce.get(), misc.get(),  edp_gather.get(),
-            edp_reduce.get(), a2a.get(),    router.get()};
+    return {gather.get(), reduce.get(), misc.get(),       edp_gather.get(),    edp_reduce.get(),
+            a2a.get(),    router.get(), hpz_gather.get(), edp_hpz_gather.get()};
+  }
+  static std::unique_ptr<Communicator> secondary_comm(comm::RankContext& ctx,
+                                                      const ProcessGroup& of, int hpz) {
+    const ProcessGroup part = secondary_partition_of(of, ctx.rank, hpz);
+    if (part.size() <= 1 || part.size() >= of.size()) return nullptr;
+    return ctx.communicator(part, "hpz");
   }
 };
 

@@ -50,6 +50,8 @@ struct RankStepStats {
   uint64_t active_layer_experts = 0;  // agreed active experts, summed over layers, micro-batches
   uint64_t layer_expert_slots = 0;    // E per MoE layer and micro-batch
   uint64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
+  // hpZ: re-gathers inside the partition (fast tier), their full bytes (in gathered_bytes too)
+  uint64_t hpz_gathers = 0, hpz_gathered_bytes = 0;
   double stall_ms = 0.0;         // compute stream waiting on parameter gathers
   double comm_ms = 0.0;          // wall time with a collective of this rank in flight (union)
   double exposed_comm_ms = 0.0;  // part of it the compute stream waits (<= comm_ms)

@@ -237,10 +237,18 @@ json old_style_step(int64_t step) {
 TEST(RunInput, OldStyleMetricsStillReport) {
   const RunInput in = parse_run(lines({old_style_step(1), old_style_step(2)}), "old.jsonl");
   ASSERT_EQ(in.steps.size(), 2u);
-  const std::vector<std::string> absent = {
-      "intra_node_bytes", "inter_node_bytes",    "miss_bytes",           "exact_prefetches",
-      "wasted_bytes",     "needed_expert_bytes", "active_layer_experts", "layer_expert_slots",
-      "comm_ms",          "exposed_comm_ms"};
+  const std::vector<std::string> absent = {"intra_node_bytes",
+                                           "inter_node_bytes",
+                                           "miss_bytes",
+                                           "exact_prefetches",
+                                           "wasted_bytes",
+                                           "needed_expert_bytes",
+                                           "active_layer_experts",
+                                           "layer_expert_slots",
+                                           "hpz_gathers",
+                                           "hpz_gathered_bytes",
+                                           "comm_ms",
+                                           "exposed_comm_ms"};
   EXPECT_EQ(in.steps[0].ranks[1].absent, absent);
   EXPECT_FALSE(in.steps[0].moe_layers[0].prediction);
   const Report r = compute_report(in);
