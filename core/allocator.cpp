@@ -54,6 +54,7 @@ const char* mem_tag_name(MemTag t) {
     case MemTag::Activation: return "activation";
     case MemTag::Cache: return "cache";
     case MemTag::CommBuffer: return "comm_buffer";
+    case MemTag::Secondary: return "secondary_shard";
     case MemTag::Other: return "other";
     case MemTag::kCount: break;
   }

@@ -33,6 +33,7 @@ enum class MemTag : uint8_t {
   Activation,  // forward activations and backward temporaries
   Cache,       // shard-cache resident experts
   CommBuffer,  // staging buffers of collectives
+  Secondary,   // hpZ secondary shards: this rank's slices of gathered groups over its partition
   Other,
   kCount
 };

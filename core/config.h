@@ -133,6 +133,11 @@ struct ZeroConfig {
   // `quantization_block` elements (ZeRO++ qwZ; zero/int8_codec.h). fp32 masters never are.
   bool quantized_weights = false;
   int64_t quantization_block = 2048;  // elements per scale
+  // Stage 3, hpZ (ZeRO++ hierarchical partitions, DeepSpeed's zero_hpz_partition_size): a
+  // gathered group freed within a step leaves this rank its slice of it over its secondary
+  // partition (this many consecutive ranks, normally a node); the step's later gathers of the
+  // group all-gather those slices inside the partition only. 1: off.
+  int64_t hpz_partition_size = 1;
 };
 
 // How the router turns gate logits into scores (README "MoE layers").

@@ -27,6 +27,26 @@ void check_quantized_gradients(const Config& c, Fail& fail) {
            " and parallel.ep_size ", ep, ": ", why,
            "; the two-hop reduction needs the same number of a group's ranks on every node");
 }
+
+// zero.hpz_partition_size: whole partitions (so the world, the dense groups' sharding group,
+// is split evenly), and every EDP group (the experts') split evenly by them.
+template <class Fail>
+void check_hpz(const Config& c, const Fail& fail) {
+  const int64_t k = c.zero.hpz_partition_size;
+  const int64_t world = c.parallel.world_size, ep = c.parallel.ep_size;
+  if (k == 1 || world % ep != 0) return;  // off; ep_size's own error comes first
+  if (world % k != 0)
+    fail("zero.hpz_partition_size (", k, ") must divide parallel.world_size (", world, ")");
+  if (c.model.num_experts == 0 || c.model.num_experts % ep != 0) return;  // no EDP groups
+  const ProcessGroups pgs(static_cast<int>(world), static_cast<int>(ep),
+                          static_cast<int>(c.model.num_experts));
+  for (const ProcessGroup& g : pgs.edp_groups())
+    if (secondary_partition_members(g, static_cast<int>(k)) == 0)
+      fail("zero.hpz_partition_size (", k, ") splits the expert-data-parallel group ", g.str(),
+           " (parallel.ep_size ", ep, ") unevenly: each partition of ", k,
+           " consecutive ranks must hold as many of its ranks as every other");
+}
+
 }  // namespace
 
 // Rules between keys, checked after every key is valid on its own.
@@ -57,6 +77,7 @@ void validate(const Config& c, const std::string& src) {
     fail("model.num_experts (", m.num_experts, ") must be divisible by parallel.ep_size (",
          p.ep_size, ")");
   if (c.zero.quantized_gradients) check_quantized_gradients(c, fail);
+  check_hpz(c, fail);
   if (c.train.micro_batch_size % p.world_size != 0)
     fail("train.micro_batch_size (", c.train.micro_batch_size,
          ") must be divisible by parallel.world_size (", p.world_size,

@@ -52,6 +52,11 @@ void visit_zero(V& v, ZeroConfig& c) {
           "zero.quantized_weights and zero.quantized_gradients: elements per int8 scale (ZeRO++ "
           "quantises in blocks of a few thousand elements)",
           greater_than<int64_t>(0));
+  v.field("hpz_partition_size", c.hpz_partition_size,
+          "stage 3, hpZ (ZeRO++): ranks per secondary partition (normally the ranks per node); "
+          "a gathered group freed within a step leaves this rank its slice of it over the "
+          "partition, and the step's later gathers of it stay inside the partition; 1: off",
+          at_least<int64_t>(1));
 }
 
 template <class V>

@@ -43,7 +43,9 @@ constexpr std::string_view dtype_name(DType t) {
 // Throws moezero::Error naming the bad string.
 DType parse_dtype(std::string_view s);
 
-constexpr bool is_floating(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+constexpr bool is_floating(DType t) {
+  return t == DType::F32 || t == DType::BF16 || t == DType::F16;
+}
 
 // Host representation of bfloat16: the upper 16 bits of an IEEE fp32.
 struct bf16 {
@@ -67,8 +69,9 @@ inline float bits_float(uint32_t u) {
 
 inline bf16 float_to_bf16(float f) {
   uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<uint16_t>((u >> 16) | 0x40u)};  // quiet NaN
-  uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return bf16{static_cast<uint16_t>((u >> 16) | 0x40u)};  // quiet NaN
+  uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);      // round to nearest even
   return bf16{static_cast<uint16_t>((u + rounding_bias) >> 16)};
 }
 inline float bf16_to_float(bf16 h) { return bits_float(static_cast<uint32_t>(h.bits) << 16); }
@@ -77,12 +80,31 @@ fp16 float_to_fp16(float f);
 float fp16_to_float(fp16 h);
 
 // Maps a C++ element type to its DType (used by typed accessors and tests).
-template <typename T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::F32; };
-template <> struct dtype_of<bf16> { static constexpr DType value = DType::BF16; };
-template <> struct dtype_of<fp16> { static constexpr DType value = DType::F16; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::I32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::I64; };
-template <> struct dtype_of<int8_t> { static constexpr DType value = DType::I8; };
+template <typename T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::F32;
+};
+template <>
+struct dtype_of<bf16> {
+  static constexpr DType value = DType::BF16;
+};
+template <>
+struct dtype_of<fp16> {
+  static constexpr DType value = DType::F16;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::I32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::I64;
+};
+template <>
+struct dtype_of<int8_t> {
+  static constexpr DType value = DType::I8;
+};
 
 }  // namespace moezero

@@ -85,6 +85,35 @@ NodeSplit node_split(const ProcessGroup& group, int ranks_per_node, int global_r
   return s;
 }
 
+ProcessGroup secondary_partition_of(const ProcessGroup& group, int global_rank,
+                                    int partition_size) {
+  MOEZERO_CHECK(partition_size >= 1, "hpZ partition size must be >= 1, got ", partition_size);
+  MOEZERO_CHECK(group.contains(global_rank), "rank ", global_rank, " is not a member of group ",
+                group.str());
+  const int part = global_rank / partition_size;
+  ProcessGroup g{group.name + ".hpz" + std::to_string(part), {}};
+  for (int r : group.ranks)
+    if (r / partition_size == part) g.ranks.push_back(r);
+  return g;
+}
+
+int secondary_partition_members(const ProcessGroup& group, int partition_size) {
+  MOEZERO_CHECK(partition_size >= 1, "hpZ partition size must be >= 1, got ", partition_size);
+  std::vector<int> parts;  // the partition of each member
+  for (int r : group.ranks) parts.push_back(r / partition_size);
+  std::sort(parts.begin(), parts.end());
+  int members = 0;
+  for (size_t i = 0; i < parts.size();) {
+    size_t j = i;
+    while (j < parts.size() && parts[j] == parts[i]) ++j;
+    const int here = static_cast<int>(j - i);
+    if (members != 0 && here != members) return 0;
+    members = here;
+    i = j;
+  }
+  return members;
+}
+
 ProcessGroups::ProcessGroups(int world_size, int ep_size, int num_experts)
     : world_size_(world_size), ep_size_(ep_size), num_experts_(num_experts) {
   if (world_size < 1) MOEZERO_THROW("process groups: world size must be >= 1, got ", world_size);

@@ -50,6 +50,14 @@ std::string node_split_error(const ProcessGroup& group, int ranks_per_node);
 // The split as seen from `global_rank` (a member). Throws moezero::UserError with
 // node_split_error's reason when the split is not regular.
 NodeSplit node_split(const ProcessGroup& group, int ranks_per_node, int global_rank);
+// hpZ (ZeRO++ hierarchical partitions, zero.hpz_partition_size): secondary partitions are
+// blocks of `partition_size` consecutive global ranks (normally a node). The members of
+// `group` inside the partition of `global_rank` (a member), in group order, named
+// "<group.name>.hpz<partition>": the group's node-local subgroup.
+ProcessGroup secondary_partition_of(const ProcessGroup& group, int global_rank, int partition_size);
+// How many members of `group` each partition that holds any of them holds: that number when
+// it is the same for every such partition, else 0 (hpZ cannot split the group evenly).
+int secondary_partition_members(const ProcessGroup& group, int partition_size);
 
 class ProcessGroups {
  public:

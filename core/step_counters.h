@@ -32,6 +32,9 @@
 // the speculation windows (a MoE layer's plan to its router's output) with none of the rank's
 // collectives in flight other than the speculative gathers themselves. The next step's free link
 // time is agreed from every rank's idle_link_ms (prefetch/link_idle.h).
+// hpZ counters (docs/zero.md, zero.hpz_partition_size): hpz_gathers, the all-gathers of groups'
+// secondary shards inside their partition (re-gathers within the step that stay on the fast
+// tier); hpz_gathered_bytes, the full bytes they filled (also in gathered_bytes).
 #pragma once
 
 #include <cstddef>
@@ -59,6 +62,8 @@
   X(cache_misses, Count, Engine)           \
   X(cache_evictions, Count, Engine)        \
   X(speculation_gated, Count, Moe)         \
+  X(hpz_gathers, Count, Engine)            \
+  X(hpz_gathered_bytes, Count, Engine)     \
   X(stall_ms, Ms, Engine)                  \
   X(comm_ms, Ms, Timing)                   \
   X(exposed_comm_ms, Ms, Timing)           \

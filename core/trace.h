@@ -198,7 +198,8 @@ class TraceRecorder final : public CollectiveObserver {
   void comm_wait(Stream& waiter, const Event& ready, const char* name);
 
   // Host-side instants and counters (only while tracing(); host clock).
-  // kind: "hit", "miss" or "evict".
+  // kind: "hit", "miss" or "evict" (the shard cache); "secondary_keep" or "secondary_gather"
+  // (hpZ, zero/fetch_secondary.cpp).
   void cache_event(const char* kind, const std::string& group, int layer, int expert,
                    uint64_t bytes);
   void counter(const char* name, uint64_t value);

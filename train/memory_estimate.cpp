@@ -13,6 +13,7 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/param_group.h"
+#include "core/process_groups.h"
 #include "hf/hf_export.h"
 #include "kernels/backend.h"
 #include "model/transformer.h"
@@ -128,6 +129,18 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
   uint64_t padded_total = 0;
   uint64_t largest_wire = 0;  // zero.quantized_weights: the largest group's wire staging
   int experts_seen = 0;
+  // hpZ: a group's ranks in one secondary partition (GroupComms::secondary; 0 where hpZ does
+  // not apply: one or all of the group's ranks, or hpZ off). Every EDP group has as many.
+  const int hpz = static_cast<int>(cfg.zero.hpz_partition_size);
+  const auto members = [&](const ProcessGroup& g) {
+    const int k = hpz > 1 ? secondary_partition_members(g, hpz) : 0;
+    return k > 1 && k < g.size() ? k : 0;
+  };
+  const int dense_m = members(make_world_group(world));
+  const int expert_m =
+      m.num_experts > 0
+          ? members(ProcessGroups(world, ep, static_cast<int>(m.num_experts)).edp_group_of(0))
+          : 0;
   const int experts_per_rank = m.num_experts > 0 ? static_cast<int>(m.num_experts) / ep : 0;
   for (const GroupSpec& g : full_param_groups(m)) {
     const bool expert = g.kind == GroupKind::Expert;
@@ -151,6 +164,8 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
       if (cfg.zero.quantized_weights)
         largest_wire =
             std::max(largest_wire, int8_wire_bytes(shard, n, cfg.zero.quantization_block));
+      const int sm = expert ? expert_m : dense_m;
+      if (sm > 0) e.secondary += padded / static_cast<uint64_t>(sm) * b;
     } else {
       e.params += padded * b;
       if (!fp32) e.optim += opt_elems * 4;
@@ -219,7 +234,9 @@ std::string memory_estimate_text(const MemoryEstimate& e, const MemoryLimit& mac
   std::ostringstream os;
   os << "  memory   per rank: params " << gib(e.params) << ", grads " << gib(e.grads)
      << ", optimizer " << gib(e.optim) << ", gathered " << gib(e.gathered) << ", cache "
-     << gib(e.cache) << ", activations " << gib(e.activations) << " = " << gib(e.per_rank());
+     << gib(e.cache) << ", activations " << gib(e.activations);
+  if (e.secondary > 0) os << ", secondary " << gib(e.secondary);
+  os << " = " << gib(e.per_rank());
   if (memory_limit > 0) os << " (train.memory_limit " << gib(memory_limit) << ")";
   if (e.host_is_device) {
     const uint64_t total =

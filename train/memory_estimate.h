@@ -35,6 +35,11 @@ struct MemoryEstimate {
   uint64_t largest_group = 0;  // full bytes of the largest group (compute dtype), in gathered
   uint64_t cache = 0;          // the shard cache's budget (shard_cache.capacity_bytes when used)
   uint64_t activations = 0;    // one micro-batch's forward activations and backward temporaries
+  // hpZ (zero.hpz_partition_size): the secondary shards, padded / m elements (compute dtype) of
+  // every stage-3 group hpZ applies to (m: the group's ranks in one partition); every group's,
+  // as when each is gathered and freed in a step (a bound: a group a residency keeps for the
+  // step holds none; MemTag::Secondary).
+  uint64_t secondary = 0;
   // Host bytes the engine's initialisation holds at once per rank (the largest group in fp32).
   uint64_t init_host = 0;
   int ranks_in_process = 1;  // ranks sharing this process's memory (threads on the CPU)
@@ -44,7 +49,7 @@ struct MemoryEstimate {
   uint64_t states() const { return params + grads + optim; }
   // What the run cannot do without: the states and the largest group gathered once.
   uint64_t certain() const { return states() + largest_group; }
-  uint64_t per_rank() const { return states() + gathered + cache + activations; }
+  uint64_t per_rank() const { return states() + gathered + cache + activations + secondary; }
 };
 
 // [in] under_mpi: one rank per process (else every rank is a thread of this process).

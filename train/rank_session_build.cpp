@@ -137,9 +137,10 @@ void RankSession::build_engine() {
       [this](const GroupSpec& g) {
         if (g.kind == GroupKind::Expert)
           return GroupComms{comms_.edp_gather.get(), comms_.edp_reduce.get(),
-                            comms_.edp_reduce_intra.get(), comms_.edp_reduce_cross.get()};
+                            comms_.edp_reduce_intra.get(), comms_.edp_reduce_cross.get(),
+                            comms_.edp_hpz_gather.get()};
         return GroupComms{comms_.gather.get(), comms_.reduce.get(), comms_.reduce_intra.get(),
-                          comms_.reduce_cross.get()};
+                          comms_.reduce_cross.get(), comms_.hpz_gather.get()};
       },
       *comms_.misc, zo,
       cfg_.shard_cache.capacity_bytes > 0 && moe_layers_ > 0 && rt_.gather->uses_shard_cache()

@@ -38,6 +38,10 @@ struct RankComms {
   // this rank's local index on every node, of the world and of the EDP group ("reduce"
   // channel); null where the group sits on one node (one hop, nothing quantised).
   std::unique_ptr<Communicator> reduce_intra, reduce_cross, edp_reduce_intra, edp_reduce_cross;
+  // hpZ (zero.hpz_partition_size at stage 3): the world's and the EDP group's members inside
+  // this rank's secondary partition (GroupComms::secondary); null where the partition holds
+  // one or all of the group's ranks (hpZ does not apply there).
+  std::unique_ptr<Communicator> hpz_gather, edp_hpz_gather;
 
   RankComms(comm::RankContext& ctx, const Config& cfg, int ep, int world)
       : gather(ctx.communicator(ctx.world_group(), "gather")),
@@ -54,15 +58,28 @@ struct RankComms {
       two_hop(ctx, wg, rpn, reduce_intra, reduce_cross);
       two_hop(ctx, pgs.edp_group_of(ctx.rank), rpn, edp_reduce_intra, edp_reduce_cross);
     }
+    // hpZ: ranks per secondary partition at stage 3 (1: none).
+    const int hpz = cfg.zero.stage == 3 ? static_cast<int>(cfg.zero.hpz_partition_size) : 1;
+    if (hpz > 1) {
+      hpz_gather = secondary_comm(ctx, wg, hpz);
+      edp_hpz_gather = secondary_comm(ctx, pgs.edp_group_of(ctx.rank), hpz);
+    }
   }
   std::vector<Communicator*> all() const {
-    return {gather.get(),           reduce.get(),          misc.get(),
-            edp_gather.get(),       edp_reduce.get(),      a2a.get(),
-            router.get(),           reduce_intra.get(),    reduce_cross.get(),
-            edp_reduce_intra.get(), edp_reduce_cross.get()};
+    return {gather.get(),           reduce.get(),           misc.get(),
+            edp_gather.get(),       edp_reduce.get(),       a2a.get(),
+            router.get(),           reduce_intra.get(),     reduce_cross.get(),
+            edp_reduce_intra.get(), edp_reduce_cross.get(), hpz_gather.get(),
+            edp_hpz_gather.get()};
   }
 
  private:
+  static std::unique_ptr<Communicator> secondary_comm(comm::RankContext& ctx,
+                                                      const ProcessGroup& of, int hpz) {
+    const ProcessGroup part = secondary_partition_of(of, ctx.rank, hpz);
+    if (part.size() <= 1 || part.size() >= of.size()) return nullptr;
+    return ctx.communicator(part, "hpz");
+  }
   static void two_hop(comm::RankContext& ctx, const ProcessGroup& g, int ranks_per_node,
                       std::unique_ptr<Communicator>& intra, std::unique_ptr<Communicator>& cross) {
     const NodeSplit s = node_split(g, ranks_per_node, ctx.rank);

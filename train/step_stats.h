@@ -53,10 +53,12 @@ struct RankStepStats {
   uint64_t layer_expert_slots = 0;    // E per MoE layer and micro-batch
   uint64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
   uint64_t speculation_gated = 0;  // candidates the cost gate refused (frequency would take)
-  double stall_ms = 0.0;           // compute stream waiting on parameter gathers
-  double comm_ms = 0.0;            // wall time with a collective of this rank in flight (union)
-  double exposed_comm_ms = 0.0;    // part of it the compute stream waits (<= comm_ms)
-  double idle_link_ms = 0.0;       // no collective in flight inside the speculation windows
+  // hpZ: re-gathers inside the partition (fast tier), their full bytes (in gathered_bytes too)
+  uint64_t hpz_gathers = 0, hpz_gathered_bytes = 0;
+  double stall_ms = 0.0;         // compute stream waiting on parameter gathers
+  double comm_ms = 0.0;          // wall time with a collective of this rank in flight (union)
+  double exposed_comm_ms = 0.0;  // part of it the compute stream waits (<= comm_ms)
+  double idle_link_ms = 0.0;     // no collective in flight inside the speculation windows
   std::array<uint64_t, kMemTagCount> peak_bytes{};  // peak within this step, by tag
   uint64_t peak_total_bytes = 0;                    // peak of the sum over tags, this step
   uint64_t peak_state_bytes = 0;  // peak of the sum over the state tags (is_state_tag), this step

@@ -164,7 +164,8 @@ void FetchCoordinator::release(int g) {
     return;
   }
   if (residency(st) && offer(g, State::Held)) return;
-  st.full.reset();  // stream-safe: reused only after gather and compute passed this point
+  keep_secondary(g);  // hpZ: the next gather of the step stays inside the partition
+  st.full.reset();    // stream-safe: reused only after gather and compute passed this point
   st.state = State::Sharded;
 }
 
@@ -243,7 +244,7 @@ void FetchCoordinator::unalias_shard(int g) {
   }
 }
 
-void FetchCoordinator::drop_resident(int g) {
+void FetchCoordinator::drop_resident(int g, Secondary secondary) {
   GroupState& st = group(g);
   if (st.expert && st.unused()) {  // gathered, never acquired, and not kept any longer: waste
     const size_t bytes = st.full_bytes(m_.options.compute_dtype);
@@ -251,6 +252,7 @@ void FetchCoordinator::drop_resident(int g) {
     m_.group_counters[static_cast<size_t>(g)].wasted_bytes += bytes;
   }
   if (st.state == State::Gathering) count_live(st, -1);
+  if (secondary == Secondary::Keep) keep_secondary(g);
   if (st.shard_aliased()) unalias_shard(g);
   st.full.reset();
   st.state = State::Sharded;
@@ -285,7 +287,7 @@ void FetchCoordinator::end_passes() {
   for (size_t i = 0; i < m_.groups.size(); ++i) {
     GroupState& p = *m_.groups[i];
     if (p.params_sharded && p.state == State::Gathering) {
-      drop_resident(static_cast<int>(i));
+      drop_resident(static_cast<int>(i), Secondary::Skip);
       m_.counters.prefetch_waste += 1;
     }
     MOEZERO_CHECK(!p.acquired(), "parameter group '", p.layout.spec().name,
@@ -295,11 +297,12 @@ void FetchCoordinator::end_passes() {
   for (auto& [comm, keep] : dense_keep_)
     for (int g : keep->invalidate_all()) kept.push_back(g);
   std::sort(kept.begin(), kept.end());
-  for (int g : kept) drop_resident(g);
+  for (int g : kept) drop_resident(g, Secondary::Skip);
   if (cache_) {
-    for (int g : cache_->invalidate_all()) drop_resident(g);
+    for (int g : cache_->invalidate_all()) drop_resident(g, Secondary::Skip);
     if (m_.tracing()) m_.trace->counter("cache_bytes", cache_->counters().bytes_resident);
   }
+  drop_secondaries();    // hpZ: the shards they were cut from change too
   planner_->end_step();  // (re-)learn each communicator's order
 }
 

@@ -12,6 +12,12 @@
 //   Gathering --discard, kept--> HeldUnused --acquire, hit--> HeldFull
 //   Gathering | Held | HeldUnused --drop (discard, eviction, end of passes)--> Sharded
 //
+// hpZ (GroupComms::secondary): the gather of a Sharded group runs over the sharding group the
+// first time in a step; when its full buffer is freed before the step's passes end (a release
+// no residency keeps, an eviction, a discarded prefetch) this rank keeps its secondary shard,
+// and while that exists the group's gathers run over the partition only. The secondary shards
+// go at the end of the passes.
+//
 // Counters (EngineCounters, GroupCounters) and trace events are emitted by these transitions
 // only: on_gathered (a gather issued), on_acquired, on_dropped, count_live; nowhere else.
 //
@@ -90,6 +96,15 @@ class FetchCoordinator {
   void on_gathered(int g, Origin origin, uint64_t ticket, uint64_t wire_bytes);
   void prefetch_ahead();  // the dense recorded order of every gather communicator
 
+  // ---- hpZ secondary shards (fetch_secondary.cpp)
+  // Gathers the groups of `todo` that hold a secondary shard over their partition (one
+  // all-gather; coalesced: side by side) and returns the others, in `todo`'s order.
+  std::vector<int> gather_secondary(std::span<const int> todo, Origin origin, bool coalesced);
+  // Before group g's full buffer is freed within the step: this rank's slice of it over its
+  // partition, kept (when it has a partition and no secondary shard yet).
+  void keep_secondary(int g);
+  void drop_secondaries();  // end of passes: every secondary shard, in group order
+
   // ---- transitions and residency
   void count_acquire(int g);  // hit / miss / exact / needed bytes
   void count_live(const zero_detail::GroupState& st, int sign);  // +1 gathered, -1 no longer
@@ -98,7 +113,10 @@ class FetchCoordinator {
   // dense keep of its gather communicator.
   ResidencyCache* residency(const zero_detail::GroupState& st) const;
   bool offer(int g, State kept_as);  // admits a gathered group to its residency (true: kept)
-  void drop_resident(int g);         // Gathering or Held*: the buffer goes back to the allocator
+  // Gathering or Held*: the buffer goes back to the allocator (hpZ: after keep_secondary, unless
+  // the step's passes are ending).
+  enum class Secondary : uint8_t { Keep, Skip };
+  void drop_resident(int g, Secondary secondary = Secondary::Keep);
   void alias_shard(int g);
   void unalias_shard(int g);
   void measure_wait(Stream& compute, const Event& ready, int g);
@@ -128,6 +146,8 @@ class FetchCoordinator {
   // groups (identical on its ranks), and the shares add up to the limit.
   uint64_t live_limit_per_comm_ = 0;
   uint64_t next_ticket_ = 1;  // GroupState::ticket of the next gather issued
+  // hpZ: bytes of the secondary shards held (the trace's secondary_shard_bytes counter).
+  uint64_t secondary_bytes_ = 0;
   // Event pairs around this step's expert all-gathers on the gather stream (pooled events).
   struct TimedGather {
     int group = -1;

@@ -18,6 +18,10 @@ FetchCoordinator::Origin FetchCoordinator::origin_of(ParamProvider::FetchReason 
 }
 
 void FetchCoordinator::gather(std::span<const int> todo, Origin origin, bool coalesced) {
+  // hpZ: groups with a secondary shard this step are gathered inside their partition.
+  const std::vector<int> rest = gather_secondary(todo, origin, coalesced);
+  if (rest.empty()) return;
+  todo = rest;
   if (!coalesced && codec_->in_place()) {
     MOEZERO_CHECK(todo.size() == 1, "gather: ", todo.size(), " groups, not coalesced");
     gather_in_place(todo.front(), origin);

@@ -67,6 +67,13 @@ struct GroupState {
   // grad_accum_dtype (padded), stage 1: this rank's unreduced sum of the step's earlier
   // micro-batches (absent after the first, or at one).
   TensorBuffer grad_local;
+  // hpZ (comms.secondary, null when off): compute dtype (secondary_elems()), this rank's slice
+  // [comms.secondary->rank() * secondary_elems(), +secondary_elems()) of the full parameters,
+  // kept when the group's full buffer is first freed in a step, until the end of the step's
+  // passes; while it exists, gathers of the group all-gather the partition's slices
+  // (fetch_secondary.cpp). Its presence is a function of the group's fetch history, identical
+  // on every rank of the sharding group.
+  TensorBuffer secondary;
 
   // Fetch state (fetch_coordinator.h): where the full parameters are, and of the latest
   // gather: who started it, and its position in the issue order of the gather stream (FIFO,
@@ -78,6 +85,7 @@ struct GroupState {
   std::unique_ptr<Event> gathered;  // recorded on the gather stream after the all-gather
 
   size_t full_bytes(DType dt) const { return static_cast<size_t>(padded) * dtype_size_bytes(dt); }
+  int64_t secondary_elems() const { return padded / comms.secondary->size(); }
   // The gradient that grad() handed out for the current micro-batch.
   Tensor grad_now() const { return grad_direct ? grad_acc.view() : grad_full.view(); }
   // What the all-gather reads: the compute-dtype shard (the master itself in fp32 mode).

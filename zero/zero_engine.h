@@ -134,6 +134,14 @@ struct GroupComms {
   // members, and the members of its local index on every node. Null: one reduce-scatter.
   Communicator* reduce_intra = nullptr;
   Communicator* reduce_cross = nullptr;
+  // hpZ (ZeRO++ hierarchical partitions, zero.hpz_partition_size): the members of the sharding
+  // group inside this rank's secondary partition (normally its node), in group order; used on
+  // the gather stream. Null: off. The engine uses it for stage-3 groups when it holds more than
+  // one and fewer than all ranks of the sharding group (it must divide their number): when a
+  // group's full buffer is freed within a step, this rank keeps its slice of it over the
+  // partition (the secondary shard, MemTag::Secondary), and the step's later gathers of
+  // the group all-gather those slices over it only (zero/fetch_secondary.cpp).
+  Communicator* secondary = nullptr;
 };
 
 struct EngineStreams {
@@ -184,7 +192,7 @@ struct StepResult {
 // ring over n ranks sends (n - 1) / n of its input; the two-hop reduction of
 // zero.quantized_gradients its node ring's share plus its cross-node all_to_all_v's bytes).
 struct EngineCounters {
-  uint64_t gathered_bytes = 0;          // all-gather output bytes (full buffers filled)
+  uint64_t gathered_bytes = 0;  // all-gather output bytes (full buffers filled)
   // The same all-gathers' output bytes in their wire format (GatherCodec::wire_shape, n parts):
   // equal to gathered_bytes with the identity codec; about (1 + 4 / block) / 4 of the fp32
   // gathered_bytes with BlockInt8Codec.
@@ -208,6 +216,9 @@ struct EngineCounters {
   uint64_t cache_misses = 0;            // expert acquires the cache could not serve
   uint64_t dense_kept_hits = 0;         // dense acquires served by keep_dense_bytes
   uint64_t cache_evictions = 0;
+  // hpZ: all-gathers of secondary shards inside a partition, their output bytes (also in
+  // gathered_bytes)
+  uint64_t hpz_gathers = 0, hpz_gathered_bytes = 0;
   double stall_ms = 0.0;  // compute stream waiting on parameter gathers
 };
 

@@ -72,6 +72,7 @@ void ZeroEngine::import_state(const StateReader& read, int64_t step_count) {
     MOEZERO_CHECK(st.state == zero_detail::FetchState::Sharded || !st.params_sharded,
                   "import_state: group '", st.layout.spec().name,
                   "' is gathered; import state between steps only");
+    st.secondary.reset();  // hpZ: a copy of the parameters replaced here (an evaluation's)
     const size_t opt_n = static_cast<size_t>(st.opt_elems);
     std::vector<float> master(opt_n, 0.0f), avg(opt_n, 0.0f), avg_sq(opt_n, 0.0f);
     fill(g, StateTensor::ExpAvg, st.opt_offset, avg);
@@ -143,6 +144,7 @@ void ZeroEngine::Impl::set_full_params_host(int g, std::span<const float> values
   MOEZERO_CHECK(st.state == zero_detail::FetchState::Sharded,
                 "set_full_params_host: parameter group '", name,
                 "' is gathered (acquired, prefetched or cached); call it between steps");
+  st.secondary.reset();  // hpZ: a copy of the parameters replaced here (an evaluation's)
   Stream& cs = *streams.compute;
   // Nothing may still read the buffers we overwrite (a gather of the shards, the refresh of
   // replicated parameters after a step).

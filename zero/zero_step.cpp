@@ -85,6 +85,15 @@ void ZeroEngine::Impl::add_group(GroupSpec spec, GroupComms comms) {
   }
   st->gathered = device.create_event();
   st->expert = st->layout.spec().kind == GroupKind::Expert;
+  // hpZ: only where the partition holds more than one and fewer than all of the group's ranks
+  // (one: the secondary shard would be the whole group; all: the gather stays inside anyway).
+  const Communicator* sec = comms.secondary;
+  if (!st->params_sharded || !sec || sec->size() <= 1 || sec->size() >= st->n)
+    st->comms.secondary = nullptr;
+  else
+    MOEZERO_CHECK(st->n % sec->size() == 0 && sec->group().contains(comms.gather->global_rank()),
+                  "group '", st->layout.spec().name, "': the hpZ partition ", sec->group().str(),
+                  " does not split its sharding group ", comms.gather->group().str(), " evenly");
   groups.push_back(std::move(st));
 }
 

@@ -1,8 +1,9 @@
 // tests/comm/process_groups_test.cpp — world / EP / EDP groups and their validation.
+#include "core/process_groups.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "core/process_groups.h"
 
 namespace moezero {
 namespace {
@@ -80,6 +81,23 @@ TEST(ProcessGroups, OutOfRangeRanksAndExperts) {
   EXPECT_THROW(g.edp_rank(-1), Error);
   EXPECT_THROW(g.ep_owner_of_expert(4), Error);
   EXPECT_THROW(g.world().group_rank(7), Error);
+}
+
+// hpZ's secondary partitions: blocks of k consecutive ranks; a group's members in one.
+TEST(ProcessGroups, SecondaryPartitions) {
+  const ProcessGroups g(8, 2, 4);  // EDP {0,2,4,6} {1,3,5,7}
+  const ProcessGroup w = g.world();
+  EXPECT_EQ(secondary_partition_of(w, 5, 4).ranks, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(secondary_partition_of(w, 5, 4).name, "world.hpz1");
+  EXPECT_EQ(secondary_partition_of(g.edp_groups()[1], 5, 4).ranks, (std::vector<int>{5, 7}));
+  EXPECT_EQ(secondary_partition_of(g.edp_groups()[0], 2, 2).ranks, (std::vector<int>{2}));
+  EXPECT_EQ(secondary_partition_members(w, 4), 4);
+  EXPECT_EQ(secondary_partition_members(g.edp_groups()[0], 4), 2);
+  EXPECT_EQ(secondary_partition_members(g.edp_groups()[0], 2), 1);  // one rank per partition
+  EXPECT_EQ(secondary_partition_members(g.edp_groups()[0], 8), 4);
+  // World 12, EP 4: EDP {0,4,8} has 2 ranks in {0..5} and 1 in {6..11}.
+  EXPECT_EQ(secondary_partition_members(ProcessGroups(12, 4, 4).edp_groups()[0], 6), 0);
+  EXPECT_THROW(secondary_partition_of(g.edp_groups()[0], 1, 2), Error);  // not a member
 }
 
 }  // namespace

@@ -142,6 +142,27 @@ TEST(MemoryEstimate, QuantisedGathersCountTheirWireBuffers) {
   check_against_run(q);
 }
 
+// hpZ's secondary shards (zero.hpz_partition_size): 1/m of every stage-3 group, m its ranks in
+// one partition; exact for a dense model (every group is gathered in every step), a bound
+// with experts (an expert no rank routes to in a step holds none).
+TEST(MemoryEstimate, HpzSecondaryShards) {
+  const std::vector<std::string> dense = {"parallel.world_size=4", "zero.stage=3",
+                                          "model.num_experts=0", "zero.hpz_partition_size=2"};
+  const MemoryEstimate e = estimate_memory(small(dense), false);
+  EXPECT_GT(e.secondary, 0u);
+  EXPECT_EQ(e.per_rank(), e.states() + e.gathered + e.cache + e.activations + e.secondary);
+  const TrainResult r = train(small(dense), TrainOptions{});
+  for (const StepLog& s : r.steps)
+    for (const RankStepStats& rs : s.ranks) EXPECT_EQ(tag(rs, MemTag::Secondary), e.secondary);
+  const auto secondary = [](const std::string& more) {
+    return estimate_memory(small({"parallel.world_size=4", "zero.stage=3", more}), false).secondary;
+  };
+  EXPECT_EQ(secondary("zero.hpz_partition_size=1"), 0u);
+  EXPECT_EQ(secondary("zero.hpz_partition_size=4"), 0u);  // the whole world: nothing to keep
+  check_against_run(
+      {"parallel.world_size=4", "zero.stage=3", "zero.hpz_partition_size=2", "train.dtype=bf16"});
+}
+
 TEST(MemoryEstimate, StagesShardStates) {
   const auto states = [](int stage) {
     return estimate_memory(small({"parallel.world_size=4", "zero.stage=" + std::to_string(stage)}),
