@@ -98,7 +98,7 @@ std::vector<int> FetchCoordinator::gather_secondary(std::span<const int> todo, O
     if (st.expert)  // the collective's time, shared by elements
       timed_gathers_.push_back(
           {g, &t0, &t1, static_cast<double>(st.secondary_elems()) / static_cast<double>(cols)});
-    on_gathered(g, origin, ticket);
+    on_gathered(g, origin, ticket, st.full_bytes(dt));  // secondary shards: uncompressed
   }
   return rest;
 }
