@@ -71,7 +71,23 @@ endif()
 
 # ---- CUDA ------------------------------------------------------------------------------
 set(MOEZERO_HAVE_CUDA OFF)
-if(NOT MOEZERO_CUDA STREQUAL "OFF")
+# GPU: as AUTO, but only when this machine shows a GPU (the NVIDIA driver lists one under
+# /proc/driver/nvidia/gpus). scripts/run.sh configures so: the first result needs no CUDA
+# kernels that cannot run here. scripts/build.sh (the test build, CI) switches GPU to AUTO, so
+# every CUDA target is compiled wherever nvcc is.
+set(_moezero_cuda_wanted ON)
+if(MOEZERO_CUDA STREQUAL "OFF")
+  set(_moezero_cuda_wanted OFF)
+elseif(MOEZERO_CUDA STREQUAL "GPU")
+  file(GLOB _moezero_gpus /proc/driver/nvidia/gpus/*)
+  if(NOT _moezero_gpus)
+    set(_moezero_cuda_wanted OFF)
+    message(STATUS "moezero: MOEZERO_CUDA=GPU and no GPU visible, CUDA backend OFF")
+  endif()
+elseif(NOT MOEZERO_CUDA MATCHES "^(AUTO|ON)$")
+  message(FATAL_ERROR "moezero: MOEZERO_CUDA=${MOEZERO_CUDA}: expected AUTO, GPU, ON or OFF")
+endif()
+if(_moezero_cuda_wanted)
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
   endif()

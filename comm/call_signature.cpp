@@ -20,6 +20,18 @@ bool CallSignature::matches(const CallSignature& o) const {
   return false;
 }
 
+CallSignature decode_signature(const int64_t* words) {
+  return CallSignature{static_cast<CollectiveOp>(words[0]), static_cast<DType>(words[1]),
+                       static_cast<size_t>(words[2]), static_cast<ReduceOp>(words[3]),
+                       static_cast<int>(words[4])};
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = "{";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  return s + "}";
+}
+
 std::string CallSignature::str() const {
   std::ostringstream os;
   os << collective_op_name(op) << "(";

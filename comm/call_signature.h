@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/communicator.h"
 
@@ -19,5 +21,12 @@ struct CallSignature {
   bool matches(const CallSignature& o) const;
   std::string str() const;  // "reduce_scatter(bf16, 1024 elems, sum)"
 };
+
+// A signature read back from the int64 words ranks exchange (MPI, NCCL): op, dtype, elems,
+// reduce, root, in that order.
+CallSignature decode_signature(const int64_t* words);
+
+// "{0,2,3}": ranks as error messages name them.
+std::string rank_list(const std::vector<int>& ranks);
 
 }  // namespace moezero::comm

@@ -8,7 +8,7 @@ namespace moezero::moe {
 
 namespace {
 // Parameter indices inside the group (the order of param_group()).
-constexpr size_t kNorm = 0, kQ = 1, kK = 2, kV = 3, kO = 4;
+constexpr size_t kAttnNorm = 0, kQ = 1, kK = 2, kV = 3, kO = 4;
 constexpr size_t kQBias = 5, kKBias = 6, kVBias = 7;  // model.qkv_bias only
 
 // A bias (out) of a linear layer, zero-initialised and not decayed (Qwen2's q/k/v biases).
@@ -107,7 +107,7 @@ AttentionBlock::Saved AttentionBlock::forward(const ModuleContext& ctx, ParamPro
   Saved sv;
   sv.rstd = ctx.alloc(DType::F32, Shape{R}, "attn.rstd");
   sv.xn = ctx.alloc_act(Shape{R, C}, "attn.xn");
-  ops.rmsnorm_forward(s, x, lay.view(flat, kNorm), norm_eps_, sv.xn, sv.rstd);
+  ops.rmsnorm_forward(s, x, lay.view(flat, kAttnNorm), norm_eps_, sv.xn, sv.rstd);
 
   sv.q = ctx.alloc_act(Shape{R, Hq * D}, "attn.q");
   sv.k = ctx.alloc_act(Shape{R, Hkv * D}, "attn.k");
@@ -195,7 +195,8 @@ void AttentionBlock::backward(const ModuleContext& ctx, ParamProvider& params, S
 
   // RMSNorm: dx_norm `=`, dw `+=`; that is the last write into the group's gradient.
   TensorBuffer dx = ctx.alloc_act(Shape{R, C}, "attn.dx");
-  ops.rmsnorm_backward(s, dxn, x, lay.view(flat, kNorm), sv.rstd, dx, lay.view(gflat, kNorm));
+  ops.rmsnorm_backward(s, dxn, x, lay.view(flat, kAttnNorm), sv.rstd, dx,
+                       lay.view(gflat, kAttnNorm));
   params.grad_ready(group_, s);
   params.release(group_, s);
   sv.rstd.reset();

@@ -8,7 +8,7 @@
 namespace moezero::moe {
 
 namespace {
-constexpr size_t kNorm = 0, kGate = 1, kUp = 2, kDown = 3;
+constexpr size_t kFfnNorm = 0, kFfnGate = 1, kFfnUp = 2, kFfnDown = 3;
 }  // namespace
 
 DenseSwiGLU::DenseSwiGLU(const ModelConfig& cfg, int layer, int group)
@@ -50,16 +50,16 @@ std::unique_ptr<FeedForward::Saved> DenseSwiGLU::forward(const ModuleContext& ct
   auto sv = std::make_unique<DenseSaved>();
   sv->rstd = ctx.alloc(DType::F32, Shape{R}, "ffn.rstd");
   sv->hn = ctx.alloc_act(Shape{R, C}, "ffn.hn");
-  ops.rmsnorm_forward(s, h, lay.view(flat, kNorm), norm_eps_, sv->hn, sv->rstd);
+  ops.rmsnorm_forward(s, h, lay.view(flat, kFfnNorm), norm_eps_, sv->hn, sv->rstd);
 
   sv->gate = ctx.alloc_act(Shape{R, F}, "ffn.gate");
   sv->up = ctx.alloc_act(Shape{R, F}, "ffn.up");
-  linear_forward(ctx, sv->hn, lay.view(flat, kGate), sv->gate);
-  linear_forward(ctx, sv->hn, lay.view(flat, kUp), sv->up);
+  linear_forward(ctx, sv->hn, lay.view(flat, kFfnGate), sv->gate);
+  linear_forward(ctx, sv->hn, lay.view(flat, kFfnUp), sv->up);
 
   TensorBuffer act = ctx.alloc_act(Shape{R, F}, "ffn.act");  // silu(gate) * up
   ops.swiglu_forward(s, sv->gate, sv->up, act);
-  linear_forward(ctx, act, lay.view(flat, kDown), out);
+  linear_forward(ctx, act, lay.view(flat, kFfnDown), out);
   params.release(group_, s);
   ops.add(s, out, h, out);  // out = h + down_proj(act)
   return sv;
@@ -98,8 +98,8 @@ void DenseSwiGLU::backward(const ModuleContext& ctx, ParamProvider& params,
   TensorBuffer act = ctx.alloc_act(Shape{R, F}, "ffn.act");
   ops.swiglu_forward(s, sv->gate, sv->up, act);
   TensorBuffer dact = ctx.alloc_act(Shape{R, F}, "ffn.dact");
-  linear_backward_data(ctx, dresid, lay.view(flat, kDown), dact, Accumulate::No);
-  linear_backward_weight(ctx, dresid, act, lay.view(gflat, kDown));
+  linear_backward_data(ctx, dresid, lay.view(flat, kFfnDown), dact, Accumulate::No);
+  linear_backward_weight(ctx, dresid, act, lay.view(gflat, kFfnDown));
   act.reset();
 
   // SwiGLU: dgate, dup `=`.
@@ -111,18 +111,19 @@ void DenseSwiGLU::backward(const ModuleContext& ctx, ParamProvider& params,
   sv->up.reset();
 
   // gate/up projections: dW += d^T hn; dhn = dgate @ Wg + dup @ Wu.
-  linear_backward_weight(ctx, dgate, sv->hn, lay.view(gflat, kGate));
-  linear_backward_weight(ctx, dup, sv->hn, lay.view(gflat, kUp));
+  linear_backward_weight(ctx, dgate, sv->hn, lay.view(gflat, kFfnGate));
+  linear_backward_weight(ctx, dup, sv->hn, lay.view(gflat, kFfnUp));
   sv->hn.reset();
   TensorBuffer dhn = ctx.alloc_act(Shape{R, C}, "ffn.dhn");
-  linear_backward_data(ctx, dgate, lay.view(flat, kGate), dhn, Accumulate::No);
-  linear_backward_data(ctx, dup, lay.view(flat, kUp), dhn, Accumulate::Yes);
+  linear_backward_data(ctx, dgate, lay.view(flat, kFfnGate), dhn, Accumulate::No);
+  linear_backward_data(ctx, dup, lay.view(flat, kFfnUp), dhn, Accumulate::Yes);
   dgate.reset();
   dup.reset();
 
   // RMSNorm: the last write into the group's gradient.
   TensorBuffer dh = ctx.alloc_act(Shape{R, C}, "ffn.dh");
-  ops.rmsnorm_backward(s, dhn, h, lay.view(flat, kNorm), sv->rstd, dh, lay.view(gflat, kNorm));
+  ops.rmsnorm_backward(s, dhn, h, lay.view(flat, kFfnNorm), sv->rstd, dh,
+                       lay.view(gflat, kFfnNorm));
   params.grad_ready(group_, s);
   params.release(group_, s);
 

@@ -4,7 +4,7 @@
 namespace moezero::moe {
 
 namespace {
-constexpr size_t kNorm = 0, kLmHead = 1;
+constexpr size_t kHeadNorm = 0, kLmHead = 1;
 }  // namespace
 
 Head::Head(const ModelConfig& cfg, int group)
@@ -36,7 +36,7 @@ Head::Saved Head::forward(const ModuleContext& ctx, ParamProvider& params, const
   Saved sv;
   sv.rstd = ctx.alloc(DType::F32, Shape{R}, "head.rstd");
   sv.xn = ctx.alloc_act(Shape{R, C}, "head.xn");
-  ops.rmsnorm_forward(s, x, lay.view(flat, kNorm), norm_eps_, sv.xn, sv.rstd);
+  ops.rmsnorm_forward(s, x, lay.view(flat, kHeadNorm), norm_eps_, sv.xn, sv.rstd);
   sv.logits = ctx.alloc_act(Shape{R, V}, "head.logits");
   linear_forward(ctx, sv.xn, lay.view(flat, kLmHead), sv.logits);
   params.release(group_, s);
@@ -74,7 +74,8 @@ void Head::backward(const ModuleContext& ctx, ParamProvider& params, Saved& sv, 
   sv.logits.reset();
   sv.xn.reset();
 
-  ops.rmsnorm_backward(s, dxn, x, lay.view(flat, kNorm), sv.rstd, dx, lay.view(gflat, kNorm));
+  ops.rmsnorm_backward(s, dxn, x, lay.view(flat, kHeadNorm), sv.rstd, dx,
+                       lay.view(gflat, kHeadNorm));
   params.grad_ready(group_, s);
   params.release(group_, s);
   sv.rstd.reset();

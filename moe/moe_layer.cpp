@@ -14,7 +14,7 @@
 namespace moezero::moe {
 
 namespace {
-constexpr size_t kNorm = 0, kGate = 1;  // layer group
+constexpr size_t kMoeNorm = 0, kRouterGate = 1;  // layer group
 // The runtime's prefetch planner; without one, nothing is planned ahead and backward is exact.
 const prefetch::PrefetchPlanner& planner_of(const MoeRuntime& rt) {
   static const prefetch::PrefetchPlanner kNone;
@@ -158,12 +158,12 @@ Router::Routing& MoeFeedForward::route(const ModuleContext& ctx, ParamProvider& 
   const GroupLayout& lay = params.layout(first_group_);
   sv.rstd = ctx.alloc(DType::F32, Shape{N}, "moe.rstd");
   sv.hn = ctx.alloc_act(Shape{N, C}, "moe.hn");
-  ctx.ops().rmsnorm_forward(ctx.s(), h, lay.view(flat, kNorm), static_cast<float>(cfg_.norm_eps),
+  ctx.ops().rmsnorm_forward(ctx.s(), h, lay.view(flat, kMoeNorm), static_cast<float>(cfg_.norm_eps),
                             sv.hn, sv.rstd);
   std::span<const int64_t> forced;  // moe.routing_replay: this rank's recorded counts
   if (rt_.replay) forced = rt_.replay->counts(ctx.micro_batch, moe_index_);
-  return router_.forward_local(ctx, sv.hn, lay.view(flat, kGate), ctx.token_offset, ctx.micro_batch,
-                               RouterMode::Train, forced);
+  return router_.forward_local(ctx, sv.hn, lay.view(flat, kRouterGate), ctx.token_offset,
+                               ctx.micro_batch, RouterMode::Train, forced);
 }
 
 void MoeFeedForward::agree(const ModuleContext& ctx, ParamProvider& params,
@@ -389,9 +389,11 @@ void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
   const Tensor flat = params.acquire(first_group_, s);
   const Tensor gflat = params.grad(first_group_, s);
   const GroupLayout& lay = params.layout(first_group_);
-  router_.backward(ctx, dweights, sv->hn, lay.view(flat, kGate), dhn, lay.view(gflat, kGate));
+  router_.backward(ctx, dweights, sv->hn, lay.view(flat, kRouterGate), dhn,
+                   lay.view(gflat, kRouterGate));
   TensorBuffer dh = ctx.alloc_act(Shape{N, C}, "moe.dh");
-  ops.rmsnorm_backward(s, dhn, h, lay.view(flat, kNorm), sv->rstd, dh, lay.view(gflat, kNorm));
+  ops.rmsnorm_backward(s, dhn, h, lay.view(flat, kMoeNorm), sv->rstd, dh,
+                       lay.view(gflat, kMoeNorm));
   params.grad_ready(first_group_, s);
   params.release(first_group_, s);
   ops.add(s, dresid, dh, dresid);

@@ -177,6 +177,11 @@ std::string heatmap_svg(const Heatmap& h) {
   return o.str();
 }
 
+std::string heatmap_panel(const Heatmap& h, const std::string& note) {
+  return "<div class=\"hm\"><h3>" + esc(h.title) + "</h3><p class=\"note\">" + note + "</p>" +
+         heatmap_svg(h) + "</div>\n";
+}
+
 std::string html_escape(const std::string& s) { return esc(s); }
 const char* report_css() { return kCss; }
 

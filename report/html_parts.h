@@ -24,6 +24,8 @@ struct Heatmap {
 // <svg id="{id}" class="heatmap"> with one <rect class="cell" fill="#rrggbb"> per value, its
 // row and column labels, and a colour-bar legend.
 std::string heatmap_svg(const Heatmap& h);
+// A titled panel: the heatmap under its title and a note (HTML, not escaped).
+std::string heatmap_panel(const Heatmap& h, const std::string& note);
 
 std::string html_escape(const std::string& s);
 const char* report_css();  // the inline style sheet of every report page

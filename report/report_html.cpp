@@ -32,11 +32,6 @@ std::string placeholder(const std::string& title, const std::string& why) {
          "</div></div>\n";
 }
 
-std::string panel(const Heatmap& h, const std::string& note) {
-  return "<div class=\"hm\"><h3>" + esc(h.title) + "</h3><p class=\"note\">" + note + "</p>" +
-         heatmap_svg(h) + "</div>\n";
-}
-
 std::string card(const std::string& k, const std::string& v, const std::string& s) {
   return "<div class=\"card\"><div class=\"k\">" + esc(k) + "</div><div class=\"v\">" + v +
          "</div><div class=\"s\">" + s + "</div></div>";
@@ -190,16 +185,18 @@ void write_expert_activity(std::ostream& o, const Report& r) {
        "experts (uniform routing: 1/E = "
     << fmt("%.3f", 1.0 / double(std::max<int64_t>(r.layers[0].experts, 1)))
     << "). Hover a cell for its value.</p>\n<div class=\"grid2\">\n";
-  o << panel(share, "tokens[l][e] / &sum;<sub>e</sub> tokens[l][e], summed over the steps");
-  o << panel(active, "fraction of the steps in which the expert received tokens");
+  o << heatmap_panel(share, "tokens[l][e] / &sum;<sub>e</sub> tokens[l][e], summed over the steps");
+  o << heatmap_panel(active, "fraction of the steps in which the expert received tokens");
   o << "</div></section>\n";
   if (r.has_balance) {
     o << "<section><h2>Load balance per layer over steps</h2><p class=\"note\">Rows are MoE "
          "layers, columns steps: the metrics' load_max_over_mean and load_cv (tokens per expert "
          "in the step, after capacity); grey: the step routed no token to the layer.</p>\n"
          "<div class=\"grid2\">\n";
-    o << panel(balance_heatmap(r, false), "max<sub>e</sub> tokens / mean<sub>e</sub> tokens");
-    o << panel(balance_heatmap(r, true), "std<sub>e</sub> tokens / mean<sub>e</sub> tokens");
+    o << heatmap_panel(balance_heatmap(r, false),
+                       "max<sub>e</sub> tokens / mean<sub>e</sub> tokens");
+    o << heatmap_panel(balance_heatmap(r, true),
+                       "std<sub>e</sub> tokens / mean<sub>e</sub> tokens");
     o << "</div></section>\n";
   }
   o << "<section><h2>Prediction quality (plans before routing)</h2>";
@@ -228,7 +225,7 @@ void write_losses(std::ostream& o, const Report& r) {
 }
 
 // Communication per step: chart and table.
-void write_steps(std::ostream& o, const Report& r) {
+void write_steps_html(std::ostream& o, const Report& r) {
   o << "<section><h2>Communication per step</h2><p class=\"note\">"
     << (r.has_overlap
             ? "Time in collectives summed over ranks: <b>exposed</b> (compute waited for it) "
@@ -284,7 +281,7 @@ void write_expert_table(std::ostream& o, const Report& r) {
 }
 
 // Comms summary: collective spans by op/group/size, then bytes and counters per rank.
-void write_comms(std::ostream& o, const Report& r) {
+void write_comms_html(std::ostream& o, const Report& r) {
   o << "<section><h2>Comms summary</h2>";
   if (r.has_collectives) {
     o << "<p class=\"note\">Collective spans of the trace grouped by op, group kind and message "
@@ -333,7 +330,7 @@ void write_comms(std::ostream& o, const Report& r) {
 }
 
 // Peak memory per rank: chart and table by tag.
-void write_memory(std::ostream& o, const Report& r) {
+void write_memory_html(std::ostream& o, const Report& r) {
   o << "<section><h2>Peak memory per rank</h2><p class=\"note\">Each tag's own peak over the "
        "steps (tags need not peak at the same moment, so the stack can exceed the marked peak "
        "total).</p>"
@@ -363,10 +360,10 @@ std::string render_html(const Report& r) {
   write_summary_cards(o, r);
   if (!r.layers.empty()) write_expert_activity(o, r);
   write_losses(o, r);
-  write_steps(o, r);
+  write_steps_html(o, r);
   if (!r.experts.empty()) write_expert_table(o, r);
-  write_comms(o, r);
-  write_memory(o, r);
+  write_comms_html(o, r);
+  write_memory_html(o, r);
   o << "</main></body></html>\n";
   return o.str();
 }

@@ -21,12 +21,8 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // are drawn in bins of consecutive steps.
 constexpr size_t kMaxStepColumns = 80, kMaxStepRows = 40;
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-std::string opt(const std::optional<double>& v) { return v ? fmt("%.3f", *v) : "n/a"; }
+using html::fmt;
+std::string opt3(const std::optional<double>& v) { return html::opt(v, "%.3f"); }
 
 // Consecutive steps [first, last] of bin b, when `steps` (sorted) are cut into <= max_bins.
 struct StepBins {
@@ -144,14 +140,9 @@ void write_balance_table(std::ostream& o, const RoutingReport& r) {
        "<th>CV (mean)</th><th>CV (max)</th></tr>\n";
   for (const RoutingLayer& L : r.layers)
     o << "<tr><td>" << L.layer << "</td><td>" << L.tokens << "</td><td>"
-      << opt(L.max_over_mean_mean) << "</td><td>" << opt(L.max_over_mean_max) << "</td><td>"
-      << opt(L.cv_mean) << "</td><td>" << opt(L.cv_max) << "</td></tr>\n";
+      << opt3(L.max_over_mean_mean) << "</td><td>" << opt3(L.max_over_mean_max) << "</td><td>"
+      << opt3(L.cv_mean) << "</td><td>" << opt3(L.cv_max) << "</td></tr>\n";
   o << "</table></section>\n";
-}
-
-std::string panel(const Heatmap& h, const std::string& note) {
-  return "<div class=\"hm\"><h3>" + html_escape(h.title) + "</h3><p class=\"note\">" + note +
-         "</p>" + heatmap_svg(h) + "</div>\n";
 }
 
 }  // namespace
@@ -179,22 +170,24 @@ std::string render_routing_html(const RoutingReport& r) {
                                        " consecutive steps (their mean)."
                                  : "";
   o << "<section><h2>Balance over steps</h2><div class=\"grid2\">"
-    << panel(balance_heatmap(r, columns, false),
-             "max<sub>e</sub> tokens / mean<sub>e</sub> tokens per step; grey: no token routed." +
-                 binned)
-    << panel(balance_heatmap(r, columns, true),
-             "std<sub>e</sub> tokens / mean<sub>e</sub> tokens per step." + binned)
+    << heatmap_panel(
+           balance_heatmap(r, columns, false),
+           "max<sub>e</sub> tokens / mean<sub>e</sub> tokens per step; grey: no token routed." +
+               binned)
+    << heatmap_panel(balance_heatmap(r, columns, true),
+                     "std<sub>e</sub> tokens / mean<sub>e</sub> tokens per step." + binned)
     << "</div></section>\n";
   o << "<section><h2>Expert share</h2>"
-    << panel(share_heatmap(r), "Each expert's share of its layer's assignments over the trace.")
+    << heatmap_panel(share_heatmap(r),
+                     "Each expert's share of its layer's assignments over the trace.")
     << "</section>\n";
   o << "<section><h2>Tokens per expert over steps</h2><div class=\"grid2\">";
   const std::string row_note =
       rows.per_bin > 1 ? " Rows are bins of " + std::to_string(rows.per_bin) + " steps (summed)."
                        : "";
   for (const RoutingLayer& L : r.layers)
-    o << panel(load_heatmap(L, rows),
-               "Each expert's tokens relative to the mean expert of the step." + row_note);
+    o << heatmap_panel(load_heatmap(L, rows),
+                       "Each expert's tokens relative to the mean expert of the step." + row_note);
   o << "</div></section>\n</main></body></html>\n";
   return o.str();
 }

@@ -17,7 +17,7 @@ namespace {
 
 using nlohmann::json;
 
-int64_t int_field(const json& j, const char* key, const std::string& where) {
+int64_t routing_int(const json& j, const char* key, const std::string& where) {
   MOEZERO_REQUIRE(j.is_object() && j.contains(key) && j[key].is_number_integer(), where,
                   ": field '", key, "' is missing or not an integer");
   return j[key].get<int64_t>();
@@ -48,9 +48,9 @@ void balance(RoutingStepBalance& b) {
   b.cv = std::sqrt(var / n) / mean;
 }
 
-json opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+json json_or_null(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
-std::string fmt(const std::optional<double>& v) {
+std::string text_or_na(const std::optional<double>& v) {
   if (!v) return "n/a";
   std::ostringstream s;
   s << std::fixed << std::setprecision(3) << *v;
@@ -75,13 +75,13 @@ RoutingReport read_routing_report(const std::string& path) {
   MOEZERO_REQUIRE(static_cast<bool>(std::getline(in, line)), path, ":1: empty file");
   const json h = parse_line(line, path + ":1");
   MOEZERO_REQUIRE(is_header(h), path, ":1: not a routing trace header");
-  MOEZERO_REQUIRE(int_field(h, "version", path + ":1") == 1, path, ":1: version ",
+  MOEZERO_REQUIRE(routing_int(h, "version", path + ":1") == 1, path, ":1: version ",
                   h["version"].dump(), " is not supported (1)");
-  r.world_size = int_field(h, "world_size", path + ":1");
-  r.ep_size = int_field(h, "ep_size", path + ":1");
-  r.num_experts = int_field(h, "num_experts", path + ":1");
-  r.top_k = int_field(h, "top_k", path + ":1");
-  r.grad_accum_steps = int_field(h, "grad_accum_steps", path + ":1");
+  r.world_size = routing_int(h, "world_size", path + ":1");
+  r.ep_size = routing_int(h, "ep_size", path + ":1");
+  r.num_experts = routing_int(h, "num_experts", path + ":1");
+  r.top_k = routing_int(h, "top_k", path + ":1");
+  r.grad_accum_steps = routing_int(h, "grad_accum_steps", path + ":1");
   MOEZERO_REQUIRE(r.num_experts >= 1, path, ":1: num_experts must be >= 1");
   MOEZERO_REQUIRE(h.contains("moe_layers") && h["moe_layers"].is_array(), path,
                   ":1: field 'moe_layers' is missing or not a list");
@@ -99,9 +99,9 @@ RoutingReport read_routing_report(const std::string& path) {
     if (line.empty()) continue;
     const std::string where = path + ":" + std::to_string(n);
     const json j = parse_line(line, where);
-    const int64_t step = int_field(j, "step", where), layer = int_field(j, "layer", where);
-    int_field(j, "micro_batch", where);
-    const int64_t rank = int_field(j, "rank", where);
+    const int64_t step = routing_int(j, "step", where), layer = routing_int(j, "layer", where);
+    routing_int(j, "micro_batch", where);
+    const int64_t rank = routing_int(j, "rank", where);
     MOEZERO_REQUIRE(step >= 1, where, ": step ", step, " must be >= 1");
     MOEZERO_REQUIRE(rank >= 0 && rank < r.world_size, where, ": rank ", rank,
                     " is outside world_size ", r.world_size);
@@ -167,14 +167,14 @@ void write_routing_text(std::ostream& os, const RoutingReport& r) {
   os << "  layer     tokens  max/mean (mean)  max/mean (max)  CV (mean)  CV (max)\n";
   for (const RoutingLayer& L : r.layers)
     os << "  " << std::setw(5) << L.layer << " " << std::setw(10) << L.tokens << "  "
-       << std::setw(15) << fmt(L.max_over_mean_mean) << "  " << std::setw(14)
-       << fmt(L.max_over_mean_max) << "  " << std::setw(9) << fmt(L.cv_mean) << "  " << std::setw(8)
-       << fmt(L.cv_max) << "\n";
+       << std::setw(15) << text_or_na(L.max_over_mean_mean) << "  " << std::setw(14)
+       << text_or_na(L.max_over_mean_max) << "  " << std::setw(9) << text_or_na(L.cv_mean) << "  "
+       << std::setw(8) << text_or_na(L.cv_max) << "\n";
   os << "\nper-step balance (layer: max/mean / CV per step)\n";
   for (const RoutingLayer& L : r.layers) {
     os << "  layer " << L.layer << ":";
     for (const auto& b : L.steps)
-      os << "  " << b.step << ": " << fmt(b.max_over_mean) << " / " << fmt(b.cv);
+      os << "  " << b.step << ": " << text_or_na(b.max_over_mean) << " / " << text_or_na(b.cv);
     os << "\n";
   }
   os << "\ntoken share per expert (% of the layer's assignments)\n";
@@ -204,17 +204,17 @@ std::string routing_report_to_json(const RoutingReport& r) {
     l["layer"] = L.layer;
     l["tokens"] = L.tokens;
     l["token_share"] = L.token_share;
-    l["load_max_over_mean_mean"] = opt(L.max_over_mean_mean);
-    l["load_max_over_mean_max"] = opt(L.max_over_mean_max);
-    l["load_cv_mean"] = opt(L.cv_mean);
-    l["load_cv_max"] = opt(L.cv_max);
+    l["load_max_over_mean_mean"] = json_or_null(L.max_over_mean_mean);
+    l["load_max_over_mean_max"] = json_or_null(L.max_over_mean_max);
+    l["load_cv_mean"] = json_or_null(L.cv_mean);
+    l["load_cv_max"] = json_or_null(L.cv_max);
     l["steps"] = json::array();
     for (const auto& b : L.steps) {
       nlohmann::ordered_json s;
       s["step"] = b.step;
       s["tokens_per_expert"] = b.load;
-      s["load_max_over_mean"] = opt(b.max_over_mean);
-      s["load_cv"] = opt(b.cv);
+      s["load_max_over_mean"] = json_or_null(b.max_over_mean);
+      s["load_cv"] = json_or_null(b.cv);
       l["steps"].push_back(s);
     }
     o["layers"].push_back(l);

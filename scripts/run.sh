@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job of the README: installs what is missing, builds the moezero program (only the
-# `moezero` target and what it links: scripts/test.sh builds the tests, benchmarks and the
-# rest into the same build directory), trains the tiny model of
+# `moezero` target and what it links, and its CUDA backend only when a GPU is visible:
+# scripts/test.sh builds the tests, benchmarks, CUDA targets and the rest into the same build
+# directory), trains the tiny model of
 # examples/configs/tiny.json on the CPU (ranks as threads, ZeRO-3) with a validation loss on 5%
 # held-out text every 50 steps, saves a checkpoint and prints a short sample of what the model
 # writes (`moezero generate`). Arguments replace the defaults and go to `moezero train`, e.g.
@@ -11,8 +12,10 @@ cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 BUILD_DIR=${MOEZERO_BUILD_DIR:-build}
 export PATH="$PATH:/usr/local/cuda/bin"
-if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then  # as scripts/build.sh configures it
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+# As scripts/build.sh configures it, except CUDA: only when a GPU is visible (MOEZERO_CUDA=GPU;
+# scripts/build.sh, the test build, switches it back to AUTO and compiles every CUDA target).
+if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEZERO_CUDA=GPU >/dev/null
 fi
 cmake --build "$BUILD_DIR" -j"${MOEZERO_JOBS:-$(nproc)}" --target moezero
 BIN="$BUILD_DIR/bin/moezero"

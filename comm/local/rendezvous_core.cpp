@@ -9,14 +9,6 @@
 
 namespace moezero::comm {
 
-namespace {
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s = "{";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
-  return s + "}";
-}
-}  // namespace
-
 bool AbortState::raise(const std::string& why) {
   std::lock_guard<std::mutex> lock(mu);
   if (aborted) return false;

@@ -14,18 +14,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int kAgreeTag = 7001;   // signature messages; data moves in MPI collectives
 constexpr size_t kHeadWords = 5;  // op, dtype, elems, reduce, root; then 2 x size counts
 
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s = "{";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
-  return s + "}";
-}
-
-CallSignature decode(const int64_t* row) {
-  return CallSignature{static_cast<CollectiveOp>(row[0]), static_cast<DType>(row[1]),
-                       static_cast<size_t>(row[2]), static_cast<ReduceOp>(row[3]),
-                       static_cast<int>(row[4])};
-}
-
 MPI_Datatype make_bytes_type(int bytes) {
   MPI_Datatype t;
   MOEZERO_MPI_CHECK(MPI_Type_contiguous(bytes, MPI_BYTE, &t));
@@ -136,9 +124,9 @@ void MpiChannel::wait(std::span<MPI_Request> reqs, const std::string& what, Dead
 std::string MpiChannel::validate(const std::vector<int64_t>& table, uint64_t seq) const {
   const size_t n = static_cast<size_t>(size());
   const size_t row_words = kHeadWords + 2 * n;
-  const CallSignature ref = decode(table.data());
+  const CallSignature ref = decode_signature(table.data());
   for (size_t r = 1; r < n; ++r) {
-    const CallSignature sig = decode(table.data() + r * row_words);
+    const CallSignature sig = decode_signature(table.data() + r * row_words);
     if (!sig.matches(ref))
       return "collective divergence on group " + group_.str() + " channel '" + name_ + "' seq " +
              std::to_string(seq) + ": rank " + std::to_string(group_.ranks[0]) + " called " +

@@ -50,12 +50,6 @@ void encode(const CallSignature& sig, int64_t* row) {
   row[4] = sig.root;
 }
 
-CallSignature decode(const int64_t* row) {
-  return CallSignature{static_cast<CollectiveOp>(row[0]), static_cast<DType>(row[1]),
-                       static_cast<size_t>(row[2]), static_cast<ReduceOp>(row[3]),
-                       static_cast<int>(row[4])};
-}
-
 }  // namespace
 
 #define MOEZERO_NCCL_CALL(expr, what) call((expr), #expr, (what))
@@ -197,7 +191,7 @@ void NcclCommunicator::check_call(const CallSignature& sig, Stream& stream) {
       cudaMemcpyAsync(sig_host_, rows, size() * row_bytes, cudaMemcpyDeviceToHost, h));
   synchronize(stream);
   for (int r = 0; r < size(); ++r) {
-    const CallSignature other = decode(sig_host_ + static_cast<size_t>(r) * kSigWords);
+    const CallSignature other = decode_signature(sig_host_ + static_cast<size_t>(r) * kSigWords);
     if (!other.matches(sig))
       MOEZERO_THROW("collective divergence on group ", group().str(), " channel '", channel(),
                     "' seq ", next_seq_ - 1, ": rank ", global_rank(), " called ", sig.str(),

@@ -8,8 +8,6 @@
 namespace moezero::cases {
 namespace {
 
-constexpr SizeClass kT = SizeClass::Test, kC = SizeClass::CpuBench, kG = SizeClass::GpuBench;
-
 // One rounding of an exact double result to the output dtype (and a floor near 0).
 Tol one_rounding(DType t) {
   if (t == DType::F32) return {1e-6, 1e-7, "f32: one rounding of each result (2^-24)"};

@@ -235,7 +235,6 @@ OpCase attention_case(SizeClass size, DType t, AttnDims m, bool backward) {
 }  // namespace
 
 void add_linear_cases(std::vector<OpCase>& out) {
-  const SizeClass kT = SizeClass::Test, kC = SizeClass::CpuBench, kG = SizeClass::GpuBench;
   const DType f32 = DType::F32, bf16 = DType::BF16;
   // gemm: a linear layer (x @ w^T), a weight gradient (x^T @ dy, accumulated), bf16 C.
   out.push_back(gemm_case(kT, {f32, f32, 37, 29, 65, false, true, 1.0f, 0.0f}));

@@ -10,8 +10,6 @@
 namespace moezero::cases {
 namespace {
 
-constexpr SizeClass kT = SizeClass::Test, kC = SizeClass::CpuBench, kG = SizeClass::GpuBench;
-
 struct Routing {
   int64_t t, k, e, dropped;  // tokens, choices per token, experts, dropped assignments
   int64_t n() const { return t * k; }

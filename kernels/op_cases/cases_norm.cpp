@@ -7,8 +7,6 @@
 namespace moezero::cases {
 namespace {
 
-constexpr SizeClass kT = SizeClass::Test, kC = SizeClass::CpuBench, kG = SizeClass::GpuBench;
-
 // ids (T) over a (V, C) table: many repeats when T > V.
 OpCase embedding_case(SizeClass size, DType t, int64_t v, int64_t c, int64_t n, bool backward) {
   OpCase k;

@@ -10,8 +10,6 @@
 namespace moezero::cases {
 namespace {
 
-constexpr SizeClass kT = SizeClass::Test, kC = SizeClass::CpuBench, kG = SizeClass::GpuBench;
-
 // Stable softmax / log-sum-exp of row [p, p + c).
 double row_lse(const double* p, int64_t c) {
   double mx = -INFINITY, sum = 0.0;

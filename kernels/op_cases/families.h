@@ -17,6 +17,9 @@ void add_router_cases(std::vector<OpCase>& out);       // softmax, topk, CE, log
 void add_moe_cases(std::vector<OpCase>& out);          // histogram, sort, gather/combine rows
 void add_quant_cases(std::vector<OpCase>& out);        // int8 block quantise / dequantise
 
+// The size classes, short, as the case tables of every family write them.
+inline constexpr SizeClass kT = SizeClass::Test, kC = SizeClass::CpuBench, kG = SizeClass::GpuBench;
+
 // "(3, 17)"-style shape text and "f32" dtype text for case names.
 inline std::string dt(DType t) { return std::string(dtype_name(t)); }
 std::string shape_text(std::initializer_list<int64_t> dims);
