@@ -334,7 +334,7 @@ void MoeFeedForward::recompute(const ModuleContext& ctx, ParamProvider& params, 
   const GroupLayout& lay = params.layout(first_group_);
   sv->rstd = ctx.alloc(DType::F32, Shape{N}, "moe.rstd");
   sv->hn = ctx.alloc_act(Shape{N, C}, "moe.hn");
-  ctx.ops().rmsnorm_forward(ctx.s(), h, lay.view(flat, kNorm), static_cast<float>(cfg_.norm_eps),
+  ctx.ops().rmsnorm_forward(ctx.s(), h, lay.view(flat, kMoeNorm), static_cast<float>(cfg_.norm_eps),
                             sv->hn, sv->rstd);
   params.release(first_group_, ctx.s());
   // 3.-5. dispatch, compute, combine over the kept layout (the residual add is skipped: `out`

@@ -13,8 +13,7 @@
 namespace moezero::cases {
 namespace {
 
-constexpr SizeClass kT = SizeClass::Test, kC = SizeClass::CpuBench, kG = SizeClass::GpuBench;
-const Tol kExact{0.0, 0.0, "exact: the fp32 steps of core/ops.def, emulated in float64"};
+const Tol kQuantExact{0.0, 0.0, "exact: the fp32 steps of core/ops.def, emulated in float64"};
 
 double f32(double v) { return static_cast<double>(static_cast<float>(v)); }
 int64_t num_blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }
@@ -63,7 +62,7 @@ OpCase quantize_case(SizeClass size, DType t, int64_t n, int64_t block) {
   c.tensors = {{"x", t, Shape{n}},
                {"q", DType::I8, Shape{n}, Role::Out},
                {"scales", DType::F32, Shape{nb}, Role::Out}};
-  c.tol = kExact;
+  c.tol = kQuantExact;
   c.flops = 2.0 * n;
   c.inputs = [=](uint64_t seed) {
     Gen r(seed);
@@ -85,7 +84,7 @@ OpCase dequantize_case(SizeClass size, DType t, int64_t n, int64_t block, bool a
   c.tensors = {{"q", DType::I8, Shape{n}},
                {"scales", DType::F32, Shape{nb}},
                {"x", t, Shape{n}, accumulate ? Role::InOut : Role::Out}};
-  c.tol = kExact;
+  c.tol = kQuantExact;
   c.flops = accumulate ? 2.0 * n : double(n);
   c.inputs = [=](uint64_t seed) {
     Gen r(seed);
