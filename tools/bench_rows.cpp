@@ -54,9 +54,9 @@ const std::map<std::string, std::vector<std::string>>& strategy_table() {
       // DeepSpeed ZeRO++ (Wang et al. 2023): z3-leaf-reuse with its three communication
       // reductions as this build has them. qwZ, block-quantised int8 weight gathers:
       // zero.quantized_weights=true (zero.quantization_block as configured, 2048 by default).
-      // hpZ (a secondary shard inside the node, zero.hpz_partition_size) and qgZ (int8 gradient
-      // reduction across nodes, zero.quantized_gradients=true) join this list when those keys
-      // exist (issue 27 part 2, items 2 and 3).
+      // qgZ (int8 gradient reduction across nodes, zero.quantized_gradients=true) and hpZ (a
+      // secondary shard inside the node, zero.hpz_partition_size = the preset's
+      // comm_emulation.ranks_per_node when above 1) are added by resolve_strategy (zeropp_extras).
       {"zeropp",
        {"zero.stage=3", "zero.moe_gather=fsdp", "prefetch.policy=none",
         "shard_cache.capacity_bytes=0", "zero.quantized_weights=true"}},
@@ -74,6 +74,8 @@ const std::map<std::string, std::vector<std::string>>& strategy_table() {
       {"moezero-nopredict", {"prefetch.policy=none"}},
       // moezero with ZeRO++'s quantised weight gathers (qwZ).
       {"moezero-qw", {"zero.quantized_weights=true"}},
+      // moezero with all three of ZeRO++'s reductions, as the zeropp row has them.
+      {"moezero-zeropp", {"zero.quantized_weights=true"}},
   };
   return table;
 }
@@ -196,6 +198,7 @@ std::vector<std::string> default_strategy_names() {
           "moezero",
           "moezero-nopredict",
           "moezero-qw",
+          "moezero-zeropp",
           "moezero-cache=0",
           "moezero-cache=25",
           "moezero-cache=50",
@@ -225,9 +228,23 @@ uint64_t local_expert_bytes(const Config& cfg) {
   return elems * dtype_size_bytes(cfg.train.dtype) / uint64_t(ep);
 }
 
+// ZeRO++'s qgZ and hpZ for the zeropp rows: quantised gradients always (one rank per node on a
+// one-tier preset: every hop crosses nodes), a secondary partition per node on a two-tier one.
+static std::vector<std::string> zeropp_extras(const Config& base) {
+  std::vector<std::string> v = {"zero.quantized_gradients=true"};
+  if (base.comm_emulation.ranks_per_node > 1)
+    v.push_back("zero.hpz_partition_size=" + std::to_string(base.comm_emulation.ranks_per_node));
+  return v;
+}
+
 Strategy resolve_strategy(const std::string& name, const Config& base) {
   const auto& table = strategy_table();
-  if (const auto it = table.find(name); it != table.end()) return {name, it->second};
+  if (const auto it = table.find(name); it != table.end()) {
+    Strategy s{name, it->second};
+    if (name == "zeropp" || name == "moezero-zeropp")
+      for (std::string& o : zeropp_extras(base)) s.overrides.push_back(std::move(o));
+    return s;
+  }
   if (name.rfind(kCachePrefix, 0) == 0) {
     const std::string p = name.substr(kCachePrefix.size());
     size_t used = 0;

@@ -55,11 +55,20 @@ TEST(BenchRows, IncumbentsAtTheirBestAreDefaultRows) {
   // The ablation: the default with the prediction off, nothing else.
   EXPECT_EQ(resolve_strategy("moezero-nopredict", base).overrides,
             std::vector<std::string>{"prefetch.policy=none"});
-  // ZeRO++: DeepSpeed's reuse distance plus quantised weight gathers (qwZ), nothing else yet.
+  // ZeRO++: DeepSpeed's reuse distance plus quantised weight gathers (qwZ) and quantised
+  // gradients (qgZ); one tier (ethernet): no secondary partition (hpZ).
   const Strategy zpp = resolve_strategy("zeropp", base);
   for (const std::string& o : reuse.overrides) EXPECT_TRUE(has(zpp, o)) << o;
   EXPECT_TRUE(has(zpp, "zero.quantized_weights=true"));
-  EXPECT_EQ(zpp.overrides.size(), reuse.overrides.size() + 1);
+  EXPECT_TRUE(has(zpp, "zero.quantized_gradients=true"));
+  EXPECT_EQ(zpp.overrides.size(), reuse.overrides.size() + 2);
+  // Two tiers of 2 ranks per node: hpZ over the node, on zeropp and moezero-zeropp alike.
+  const Config two_tier = load_config(kPresets + "ethernet2tier.json");
+  EXPECT_TRUE(has(resolve_strategy("zeropp", two_tier), "zero.hpz_partition_size=2"));
+  EXPECT_EQ(
+      resolve_strategy("moezero-zeropp", two_tier).overrides,
+      (std::vector<std::string>{"zero.quantized_weights=true", "zero.quantized_gradients=true",
+                                "zero.hpz_partition_size=2"}));
   // moezero's default plus quantised weight gathers, nothing else.
   EXPECT_EQ(resolve_strategy("moezero-qw", base).overrides,
             std::vector<std::string>{"zero.quantized_weights=true"});
