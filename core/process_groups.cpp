@@ -99,19 +99,9 @@ ProcessGroup secondary_partition_of(const ProcessGroup& group, int global_rank,
 
 int secondary_partition_members(const ProcessGroup& group, int partition_size) {
   MOEZERO_CHECK(partition_size >= 1, "hpZ partition size must be >= 1, got ", partition_size);
-  std::vector<int> parts;  // the partition of each member
-  for (int r : group.ranks) parts.push_back(r / partition_size);
-  std::sort(parts.begin(), parts.end());
-  int members = 0;
-  for (size_t i = 0; i < parts.size();) {
-    size_t j = i;
-    while (j < parts.size() && parts[j] == parts[i]) ++j;
-    const int here = static_cast<int>(j - i);
-    if (members != 0 && here != members) return 0;
-    members = here;
-    i = j;
-  }
-  return members;
+  // A secondary partition is a node of partition_size ranks: the split node_split checks.
+  if (group.ranks.empty() || !node_split_error(group, partition_size).empty()) return 0;
+  return static_cast<int>(secondary_partition_of(group, group.ranks[0], partition_size).size());
 }
 
 ProcessGroups::ProcessGroups(int world_size, int ep_size, int num_experts)

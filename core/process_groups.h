@@ -56,7 +56,8 @@ NodeSplit node_split(const ProcessGroup& group, int ranks_per_node, int global_r
 // "<group.name>.hpz<partition>": the group's node-local subgroup.
 ProcessGroup secondary_partition_of(const ProcessGroup& group, int global_rank, int partition_size);
 // How many members of `group` each partition that holds any of them holds: that number when
-// it is the same for every such partition, else 0 (hpZ cannot split the group evenly).
+// the split is regular (node_split_error with nodes of partition_size ranks is empty), else 0
+// (hpZ cannot split the group evenly).
 int secondary_partition_members(const ProcessGroup& group, int partition_size);
 
 class ProcessGroups {
