@@ -4,6 +4,8 @@
 // elements each), so every element is computed by one task in a fixed order. The library is
 // compiled with -ffp-contract=off: q * scale + x is a product, then a sum, as on the GPU.
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 
@@ -17,28 +19,34 @@ constexpr int64_t kTaskElems = 16384;
 // Blocks per task: whole blocks, at least ~kTaskElems elements.
 int64_t block_grain(int64_t block) { return block >= kTaskElems ? 1 : kTaskElems / block; }
 
-// Quantises one block p[0, len) into q and returns its scale (core/ops.def).
+// Quantises one block p[0, len) into q and returns its scale (core/ops.def). Written so that the
+// compiler vectorises both passes (the library has no -march: SSE2 must do): the absolute
+// maximum is an integer maximum over the sign-cleared bit patterns (for non-NaN floats the
+// unsigned order of those patterns is the numeric order, and every NaN or Inf pattern is >=
+// 0x7f800000, so one reduction also tells finiteness); rint is the add-and-subtract of 1.5 * 2^23
+// after the clamp, which rounds to nearest even exactly for |v| <= 127 in the default rounding
+// mode (clamping first gives the same q as rounding first: rint is monotone and +-127 are
+// integers). The same bits as the scalar definition, with no libm call per element.
 template <typename T>
 float quantize_block(const T* p, int64_t len, int8_t* q) {
-  float amax = 0.0f;
-  bool finite = true;
+  uint32_t amax_bits = 0;
   for (int64_t i = 0; i < len; ++i) {
-    const float a = std::fabs(to_f32(p[i]));
-    finite = finite && a <= std::numeric_limits<float>::max();  // false for NaN and Inf
-    amax = a > amax ? a : amax;
+    const uint32_t b = std::bit_cast<uint32_t>(to_f32(p[i])) & 0x7fffffffu;
+    amax_bits = std::max(amax_bits, b);
   }
-  if (!finite) {
+  if (amax_bits >= 0x7f800000u) {  // a NaN or an Inf in the block
     std::fill(q, q + len, int8_t{0});
     return std::numeric_limits<float>::quiet_NaN();
   }
-  const float scale = amax / 127.0f;
+  const float scale = std::bit_cast<float>(amax_bits) / 127.0f;
   if (scale == 0.0f) {
     std::fill(q, q + len, int8_t{0});
     return 0.0f;
   }
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
   for (int64_t i = 0; i < len; ++i) {
-    const float r = std::nearbyint(to_f32(p[i]) / scale);  // default mode: to nearest even
-    q[i] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+    const float v = std::min(std::max(to_f32(p[i]) / scale, -127.0f), 127.0f);
+    q[i] = static_cast<int8_t>(static_cast<int32_t>((v + kRound) - kRound));
   }
   return scale;
 }
