@@ -47,7 +47,8 @@ CommOptions make_comm_options(const CommEmulationConfig& emulation, const CommCo
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(comm.timeout_s * 1e3)));
   o.emulation = CommEmulation{emulation.link_gbps, emulation.latency_us,
                               static_cast<int>(emulation.ranks_per_node), emulation.intra_node_gbps,
-                              emulation.intra_node_latency_us};
+                              emulation.intra_node_latency_us,
+                              static_cast<int>(emulation.nics_per_node)};
   o.call_check = comm.check_divergence ? CallCheck::On : CallCheck::Off;
   return o;
 }

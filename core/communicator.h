@@ -74,6 +74,11 @@ struct CommEmulation {
   int ranks_per_node = 0;        // 0: one tier (every rank its own node, all traffic on the NIC)
   double intra_node_gbps = 0.0;  // per direction inside a node; 0: no bandwidth cost
   double intra_node_latency_us = 0.0;  // per algorithm step inside a node
+  // NICs per node (ranks_per_node > 0): 0: every rank its own NIC and a ring crosses a node
+  // boundary on the NICs of the two ranks at that hop (one NIC per node for a world ring);
+  // K > 0: K NICs per node, a ring's node crossings spread over them as NCCL's channels do
+  // (comm/sim/nic_traffic.h); K = ranks_per_node is one NIC per GPU (HGX nodes).
+  int nics_per_node = 0;
   bool enabled() const {
     return link_gbps > 0.0 || latency_us > 0.0 ||
            (ranks_per_node > 0 && (intra_node_gbps > 0.0 || intra_node_latency_us > 0.0));

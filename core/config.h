@@ -189,6 +189,7 @@ struct CommEmulationConfig {
   int64_t ranks_per_node = 0;    // ranks r, p share a node when r / n == p / n; 0: one tier
   double intra_node_gbps = 0.0;  // link inside a node in Gbit/s (0: no bandwidth cost)
   double intra_node_latency_us = 0.0;  // latency per algorithm step inside a node
+  int64_t nics_per_node = 0;  // NICs a node's ring channels spread over; 0: the hop's ranks' own
 };
 
 struct CommConfig {

@@ -70,6 +70,9 @@ void validate(const Config& c, const std::string& src) {
     fail(
         "comm_emulation.intra_node_gbps / intra_node_latency_us need "
         "comm_emulation.ranks_per_node > 0 (got 0: one tier)");
+  if (ce.nics_per_node > 0 && ce.ranks_per_node == 0)
+    fail("comm_emulation.nics_per_node (", ce.nics_per_node,
+         ") needs comm_emulation.ranks_per_node > 0 (got 0: one tier)");
   const auto& p = c.parallel;
   if (p.world_size % p.ep_size != 0)
     fail("parallel.ep_size (", p.ep_size, ") must divide parallel.world_size (", p.world_size, ")");

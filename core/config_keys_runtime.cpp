@@ -138,6 +138,11 @@ void visit_comm_emulation(V& v, CommEmulationConfig& c) {
           at_least(0.0));
   v.field("intra_node_latency_us", c.intra_node_latency_us,
           "emulated latency per algorithm step inside a node, in microseconds", at_least(0.0));
+  v.field("nics_per_node", c.nics_per_node,
+          "NICs per node: a ring's node crossings spread over them as NCCL's channels do "
+          "(ranks_per_node: one NIC per GPU; 0: a crossing uses the NICs of the two ranks at "
+          "that hop)",
+          at_least<int64_t>(0));
 }
 
 template <class V>

@@ -74,6 +74,9 @@ const std::map<std::string, std::vector<std::string>>& strategy_table() {
       {"moezero-nopredict", {"prefetch.policy=none"}},
       // moezero with ZeRO++'s quantised weight gathers (qwZ).
       {"moezero-qw", {"zero.quantized_weights=true"}},
+      // moezero with ZeRO++'s quantised gradient reduction only (qgZ): two hops, full precision
+      // inside a node, int8 across nodes; no extra state and no weight quantisation.
+      {"moezero-qg", {"zero.quantized_gradients=true"}},
       // moezero with all three of ZeRO++'s reductions, as the zeropp row has them.
       {"moezero-zeropp", {"zero.quantized_weights=true"}},
   };
@@ -198,6 +201,7 @@ std::vector<std::string> default_strategy_names() {
           "moezero",
           "moezero-nopredict",
           "moezero-qw",
+          "moezero-qg",
           "moezero-zeropp",
           "moezero-cache=0",
           "moezero-cache=25",

@@ -3,12 +3,19 @@
 
 #include <cmath>
 
+#include "comm/sim/nic_traffic.h"
 #include "core/error.h"
 
 namespace moezero::comm {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+}
+
+Traffic emulated_traffic(const CommEmulation& spec, const CollectiveShape& shape) {
+  if (spec.nics_per_node > 0 && spec.ranks_per_node > 0)
+    return nic_collective_traffic(SimNetworkSpec{spec, spec.nics_per_node}, shape);
+  return collective_traffic(spec, shape);
 }
 
 EmulatedNetwork::EmulatedNetwork(const CommEmulation& spec) : model_(spec) {}
@@ -19,7 +26,7 @@ double EmulatedNetwork::now_s() const {
 
 EmulatedNetwork::Id EmulatedNetwork::start(const CollectiveShape& shape, int waiters) {
   MOEZERO_CHECK(waiters >= 1, "EmulatedNetwork::start: no waiters");
-  const Traffic traffic = collective_traffic(model_.spec(), shape);
+  const Traffic traffic = emulated_traffic(model_.spec(), shape);
   std::lock_guard<std::mutex> lock(mu_);
   const Id id = model_.start(now_s(), traffic);
   pending_[id] = Pending{shape.op, waiters};

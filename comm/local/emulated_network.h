@@ -26,6 +26,11 @@ struct ModelledSpan {
   double end_s = 0.0;
 };
 
+// What `shape` puts on the ports: net_model's per-rank NICs, or with spec.nics_per_node > 0 (and
+// two tiers) the node's NICs shared as NCCL's channels share them (comm/sim/nic_traffic.h).
+// The bytes each rank sends by tier (LinkTally, the counters) do not depend on it.
+Traffic emulated_traffic(const CommEmulation& spec, const CollectiveShape& shape);
+
 class EmulatedNetwork {
  public:
   using Id = NetworkModel::Id;

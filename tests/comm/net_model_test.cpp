@@ -2,6 +2,8 @@
 // each collective and processor-shared completion times. Modelled times only, no wall clock.
 #include "comm/net_model.h"
 
+#include "comm/local/emulated_network.h"
+
 #include <gtest/gtest.h>
 
 namespace moezero::comm {
@@ -128,6 +130,26 @@ TEST(NetModel, TwoTierAllGatherFollowsTheSlowTier) {
   NetworkModel m2(spec);
   EXPECT_NEAR(run_alone(m2, m2.start(0.0, collective_traffic(spec, in_node))),
               4e6 / (10 * kBytesPerS) + 2e-6, kRel);
+}
+
+// comm_emulation.nics_per_node (comm/local/emulated_network.h): with one NIC per GPU a world
+// ring's node crossings spread over both NICs of each node, as NCCL's channels do, so the
+// NIC-bound all-gather takes half the time of the one-ring model; 0 keeps net_model's flows.
+TEST(NetModel, EmulatedNicsPerNodeSpreadARingOverTheNodesNics) {
+  CommEmulation spec = one_tier();
+  spec.ranks_per_node = 2;
+  spec.intra_node_gbps = 80.0;
+  const CollectiveShape s{CollectiveOp::AllGather, {0, 1, 2, 3}, 8e6, 0, {}};
+  NetworkModel one(spec);
+  EXPECT_NEAR(run_alone(one, one.start(0.0, emulated_traffic(spec, s))), 6e6 / kBytesPerS, kRel);
+  spec.nics_per_node = 2;
+  NetworkModel two(spec);
+  EXPECT_NEAR(run_alone(two, two.start(0.0, emulated_traffic(spec, s))), 3e6 / kBytesPerS, kRel);
+  // A strided group (one member per node) has one NIC per node either way.
+  const CollectiveShape strided{CollectiveOp::AllGather, {0, 2}, 8e6, 0, {}};
+  NetworkModel m3(spec);
+  EXPECT_NEAR(run_alone(m3, m3.start(0.0, emulated_traffic(spec, strided))), 4e6 / kBytesPerS,
+              kRel);
 }
 
 TEST(NetModel, AllToAllUnevenTheBusiestRankSetsTheTime) {

@@ -164,6 +164,10 @@ TEST(Config, RejectsWrongTypesAndValues) {
                   {"comm_emulation.ranks_per_node", "must be >= 0", "-1"});
   expect_rejected(R"({"comm_emulation": {"intra_node_gbps": 10}})",
                   {"comm_emulation.intra_node_gbps", "ranks_per_node > 0"});
+  expect_rejected(R"({"comm_emulation": {"nics_per_node": 2}})",
+                  {"comm_emulation.nics_per_node", "ranks_per_node > 0"});
+  expect_rejected(R"({"comm_emulation": {"ranks_per_node": 2, "nics_per_node": -1}})",
+                  {"comm_emulation.nics_per_node", "must be >= 0", "-1"});
   expect_rejected(R"({"comm_emulation": {"ranks_per_node": 2, "intra_node_latency_us": -3}})",
                   {"comm_emulation.intra_node_latency_us", "must be >= 0", "-3"});
   expect_rejected(R"({"prefetch": {"link_gbps": -1}})", {"prefetch.link_gbps", "must be >= 0"});

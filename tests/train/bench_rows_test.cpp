@@ -32,7 +32,7 @@ TEST(BenchRows, IncumbentsAtTheirBestAreDefaultRows) {
   const Config base = load_config(kPresets + "ethernet.json");
   const std::vector<std::string> names = default_strategy_names();
   for (const char* n : {"z3-leaf-reuse", "z3-fsdp-keep", "z3-none-hold", "moezero-nopredict",
-                        "zeropp", "moezero-qw"})
+                        "zeropp", "moezero-qw", "moezero-qg"})
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
   // FSDP2 kept across micro-batches: the fsdp gather within moezero's own budgets (no cache or
   // dense-keep override, so the config's values apply to both rows alike).
@@ -72,8 +72,12 @@ TEST(BenchRows, IncumbentsAtTheirBestAreDefaultRows) {
   // moezero's default plus quantised weight gathers, nothing else.
   EXPECT_EQ(resolve_strategy("moezero-qw", base).overrides,
             std::vector<std::string>{"zero.quantized_weights=true"});
+  // moezero's default plus quantised gradient reduction (qgZ) only: no hpZ state, no qwZ.
+  EXPECT_EQ(resolve_strategy("moezero-qg", two_tier).overrides,
+            std::vector<std::string>{"zero.quantized_gradients=true"});
   EXPECT_TRUE(is_incumbent_row("zeropp"));
   EXPECT_FALSE(is_incumbent_row("moezero-qw"));
+  EXPECT_FALSE(is_incumbent_row("moezero-qg"));
 }
 
 TEST(BenchRows, EveryPresetLoadsWithEveryStrategy) {
