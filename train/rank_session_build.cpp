@@ -10,7 +10,6 @@
 #include "moe/gather_strategy.h"
 #include "prefetch/shard_cache.h"
 #include "train/rank_session_impl.h"
-#include "zero/int8_codec.h"
 
 namespace moezero::moe::session_detail {
 
@@ -108,25 +107,8 @@ void RankSession::build_model() {
 }
 
 void RankSession::build_engine() {
-  ZeroOptions zo;
-  zo.stage = static_cast<int>(cfg_.zero.stage);
-  zo.compute_dtype = tc_.dtype;
-  zo.persistence_threshold_elems = cfg_.zero.param_persistence_threshold;
-  zo.shard_single_rank = cfg_.zero.shard_single_rank;
-  zo.keep_dense_bytes = cfg_.zero.keep_dense_bytes;
-  zo.prefetch_bucket_bytes = cfg_.zero.prefetch_bucket_size;
-  zo.max_live_bytes = cfg_.zero.max_live_parameters;
-  zo.reduce_bucket_bytes = cfg_.zero.reduce_bucket_size;
-  zo.micro_batches_per_step = tc_.grad_accum_steps;
-  zo.grad_accum_dtype =
-      cfg_.zero.grad_accum_dtype == GradAccumDtype::Param ? tc_.dtype : DType::F32;
-  zo.seed = static_cast<uint64_t>(tc_.seed);
-  zo.check_finite = cfg_.profile.check_finite;
+  ZeroOptions zo = ZeroOptions::of(cfg_);
   zo.materialize = !run_.options.run_world;  // simulated: states counted, not filled
-  zo.inter_node_hop = InterNodeHop::Int8;
-  zo.quantization_block = cfg_.zero.quantization_block;
-  if (cfg_.zero.quantized_weights)
-    zo.gather_codec = std::make_shared<BlockInt8Codec>(cfg_.zero.quantization_block);
   if (run_.options.grad_hook)
     zo.grad_hook = [this](const GradReadyInfo& gi) {
       run_.options.grad_hook(GradHookInfo{ctx_.rank, hook_step_, gi.micro_batch, &gi.layout->spec(),
