@@ -94,11 +94,9 @@ void RankSession::build_model() {
         moe_layers_, static_cast<int>(cfg_.model.num_experts), cfg_.prefetch.ema_decay);
     rt_.frequency = frequency_.get();
   }
-  const double gbps =
-      cfg_.prefetch.link_gbps > 0.0 ? cfg_.prefetch.link_gbps : cfg_.comm_emulation.link_gbps;
   planner_ = std::make_unique<prefetch::PrefetchPlanner>(
       cfg_.prefetch, frequency_.get(),
-      prefetch::link_costs(gbps, cfg_.comm_emulation.latency_us, comms_.edp_gather->size()));
+      prefetch::link_costs(cfg_.prefetch, cfg_.comm_emulation, comms_.edp_gather->size()));
   rt_.planner = planner_.get();
   rt_.gather = &moe::gather_strategy(cfg_.zero.moe_gather);
   rt_.reshard_after_forward = cfg_.zero.reshard_after_forward;

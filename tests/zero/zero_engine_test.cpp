@@ -64,8 +64,9 @@ TrainRun train(int world, ZeroOptions opt, int steps, int64_t big = 960, int acc
           return GroupComms{gather.get(), reduce.get()};
         },
         *misc, opt,
-        cache_bytes > 0 ? std::make_unique<prefetch::ShardCache>(cache_bytes, EvictionPolicy::Lfu)
-                        : nullptr);
+        cache_bytes > 0
+            ? std::make_unique<prefetch::ShardCache>(cache_bytes, prefetch::EvictionPolicy::Lfu)
+            : nullptr);
     Ops& ops = dev.ops();
     Stream& cs = *st.compute;
     const int K = 12, per_rank = K / world;
