@@ -141,7 +141,7 @@ ScoreResult score_tokens(const ModelConfig& model_in, const MoeConfig& moe_in,
     auto reduce = ctx.communicator(wg, "reduce");
     auto misc = ctx.communicator(wg, "misc");
     MoeRuntime rt;
-    rt.moe = moe;
+    rt.options.moe = moe;
     Transformer net(model, &rt);
     ZeroOptions zo;
     zo.zero.stage = 0;  // one rank: everything resident

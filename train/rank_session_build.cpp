@@ -70,36 +70,33 @@ EngineStreams RankSession::create_streams() {
 }
 
 void RankSession::build_model() {
-  rt_.moe = cfg_.moe;
-  rt_.ep_size = ep_;
-  rt_.ep_rank = comms_.pgs.ep_rank(ctx_.rank);
-  rt_.a2a = comms_.a2a.get();
-  rt_.a2a_stream = &dev_.create_stream("a2a");  // token all-to-all beside compute and gathers
-  rt_.router = comms_.router.get();
-  rt_.loss_weight = 1.0f / static_cast<float>(tc_.grad_accum_steps);
-  rt_.seed = static_cast<uint64_t>(tc_.seed);
-  rt_.stats = &moe_stats_;
-  rt_.trace = recorder_.get();
+  rt_.options = {.moe = cfg_.moe,
+                 .loss_weight = 1.0f / static_cast<float>(tc_.grad_accum_steps),
+                 .seed = static_cast<uint64_t>(tc_.seed),
+                 .gather = &moe::gather_strategy(cfg_.zero.moe_gather),
+                 .reshard_after_forward = cfg_.zero.reshard_after_forward};
+  rt_.comms = {.ep_size = ep_,
+               .ep_rank = comms_.pgs.ep_rank(ctx_.rank),
+               .a2a = comms_.a2a.get(),
+               .a2a_stream = &dev_.create_stream("a2a"),  // token all-to-all beside the others
+               .router = comms_.router.get()};
+  rt_.report = {.stats = &moe_stats_, .trace = recorder_.get()};
   moe_layers_ = count_moe_layers(cfg_.model);
   if (!cfg_.moe.routing_replay.empty()) {
     std::vector<int> moe_layer_ids;
     for (int l = 0; l < static_cast<int>(cfg_.model.n_layers); ++l)
       if (is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
     routing_replay_ = std::make_unique<RoutingReplay>(cfg_, moe_layer_ids, rows_ * T_, ctx_.rank);
-    rt_.replay = routing_replay_.get();
   }
-  rt_.routing_source = run_.options.routing_source;  // simulated backend only
-  if (moe_layers_ > 0) {
+  rt_.routing = {.replay = routing_replay_.get(),
+                 .source = run_.options.routing_source};  // source: simulated backend only
+  if (moe_layers_ > 0)
     frequency_ = std::make_unique<prefetch::FrequencyModel>(
         moe_layers_, static_cast<int>(cfg_.model.num_experts), cfg_.prefetch.ema_decay);
-    rt_.frequency = frequency_.get();
-  }
   planner_ = std::make_unique<prefetch::PrefetchPlanner>(
       cfg_.prefetch, frequency_.get(),
       prefetch::link_costs(cfg_.prefetch, cfg_.comm_emulation, comms_.edp_gather->size()));
-  rt_.planner = planner_.get();
-  rt_.gather = &moe::gather_strategy(cfg_.zero.moe_gather);
-  rt_.reshard_after_forward = cfg_.zero.reshard_after_forward;
+  rt_.planning = {.frequency = frequency_.get(), .planner = planner_.get()};
   model_ = std::make_unique<Transformer>(cfg_.model, &rt_);
   model_->set_activation_checkpointing(cfg_.train.activation_checkpointing);
 }
@@ -123,7 +120,8 @@ void RankSession::build_engine() {
                           comms_.reduce_cross.get(), comms_.hpz_gather.get()};
       },
       *comms_.misc, zo,
-      cfg_.shard_cache.capacity_bytes > 0 && moe_layers_ > 0 && rt_.gather->uses_shard_cache()
+      cfg_.shard_cache.capacity_bytes > 0 && moe_layers_ > 0 &&
+              rt_.options.gather->uses_shard_cache()
           ? std::make_unique<prefetch::ShardCache>(cfg_.shard_cache)
           : nullptr,
       planner_.get());
