@@ -160,14 +160,14 @@ struct MoeConfig {
   std::string routing_replay;
 };
 
-enum class PrefetchPolicy : uint8_t { None, All, Frequency, Cost };
 // What a speculative (before routing) expert gather of the cost policy is priced to gain
 // (prefetch/prefetch_policy.h): Idle, only the part of its link time that fits in the link's
 // measured idle time (agreed at the step boundary); Priced, its whole on-demand gather.
 enum class Speculate : uint8_t { Idle, Priced };
 
 struct PrefetchConfig {
-  PrefetchPolicy policy = PrefetchPolicy::Cost;
+  // A registered prefetch policy (prefetch/policy_registry.cpp: the names, what each does).
+  std::string policy = "cost";
   double ema_decay = 0.9;
   double min_probability = 0.1;
   uint64_t budget_bytes = 64ull << 20;
@@ -176,11 +176,9 @@ struct PrefetchConfig {
   Speculate speculate = Speculate::Idle;  // the cost policy's gain of a speculative gather
 };
 
-enum class EvictionPolicy : uint8_t { Lfu, Lru };
-
 struct ShardCacheConfig {
   uint64_t capacity_bytes = 64ull << 20;  // 0 disables the cache
-  EvictionPolicy eviction = EvictionPolicy::Lfu;
+  std::string eviction = "lfu";           // a registered eviction order (prefetch/shard_cache.cpp)
 };
 
 struct CommEmulationConfig {

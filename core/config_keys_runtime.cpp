@@ -86,12 +86,7 @@ void visit_moe(V& v, MoeConfig& c) {
 
 template <class V>
 void visit_prefetch(V& v, PrefetchConfig& c) {
-  v.choice("policy", c.policy,
-           Choices<PrefetchPolicy>{{"none", PrefetchPolicy::None},
-                                   {"all", PrefetchPolicy::All},
-                                   {"frequency", PrefetchPolicy::Frequency},
-                                   {"cost", PrefetchPolicy::Cost}},
-           "expert prefetch policy");
+  v.registered("policy", c.policy, "expert prefetch policy (prefetch/policy_registry.cpp)");
   v.field("ema_decay", c.ema_decay, "decay of the per-expert activation frequency average",
           below(0.0, 1.0));
   v.field("min_probability", c.min_probability, "prefetch experts predicted at least this likely",
@@ -118,9 +113,7 @@ template <class V>
 void visit_shard_cache(V& v, ShardCacheConfig& c) {
   v.bytes("capacity_bytes", c.capacity_bytes,
           "bytes of gathered expert parameters kept resident (0: off)");
-  v.choice("eviction", c.eviction,
-           Choices<EvictionPolicy>{{"lfu", EvictionPolicy::Lfu}, {"lru", EvictionPolicy::Lru}},
-           "eviction order: frequency model (lfu) or recency (lru)");
+  v.registered("eviction", c.eviction, "eviction order (prefetch/shard_cache.cpp)");
 }
 
 template <class V>

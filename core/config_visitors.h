@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/config_choices.h"
 #include "core/error.h"
 
 namespace moezero::config_detail {
@@ -116,6 +117,23 @@ class Reader {
     fail(key, "must be one of " + names + ", got \"" + s + "\"");
   }
 
+  // A key whose values a layer above core/ registers (core/config_choices.h); none registered in
+  // this program: any name.
+  void registered(const char* key, std::string& value, const char* /*doc*/) {
+    seen_.insert(key);
+    auto it = obj_.find(key);
+    if (it == obj_.end()) return;
+    if (!it->is_string()) fail(key, "expected a string, got " + json_type_name(*it));
+    const std::string s = it->get<std::string>();
+    const std::string path = section_ + "." + key;
+    const std::vector<ConfigChoice> choices = config_choices(path);
+    const bool known =
+        choices.empty() || std::any_of(choices.begin(), choices.end(),
+                                       [&](const ConfigChoice& c) { return c.name == s; });
+    if (!known) fail(key, "must be one of " + config_choice_names(path) + ", got \"" + s + "\"");
+    value = s;
+  }
+
   void dtype(const char* key, DType& value, const char* doc) {
     choice<DType>(key, value, {{"fp32", DType::F32}, {"bf16", DType::BF16}, {"f32", DType::F32}},
                   doc);
@@ -178,6 +196,7 @@ class Writer {
     for (auto& [name, e] : choices)
       if (e == value) out[key] = name;
   }
+  void registered(const char* key, const std::string& value, const char*) { out[key] = value; }
   void dtype(const char* key, const DType& value, const char*) {
     out[key] = value == DType::F32 ? "fp32" : std::string(dtype_name(value));
   }
@@ -213,6 +232,17 @@ class Documenter {
       if (e == value) def = name;
     }
     keys.push_back({section_ + "." + key, type, def, doc});
+  }
+  // The registered values (core/config_choices.h) as the type, each with its doc line.
+  void registered(const char* key, const std::string& value, const char* doc) {
+    const std::string path = section_ + "." + key;
+    std::string type = "one of ", text = doc;
+    const std::vector<ConfigChoice> choices = config_choices(path);
+    for (size_t i = 0; i < choices.size(); ++i) {
+      type += (i ? "\\|" : "") + choices[i].name;
+      text += (i ? "; `" : ": `") + choices[i].name + "` " + choices[i].doc;
+    }
+    keys.push_back({path, choices.empty() ? "string" : type, value, text});
   }
   void dtype(const char* key, const DType& value, const char* doc) {
     keys.push_back({section_ + "." + key, "one of fp32\\|bf16",

@@ -141,10 +141,10 @@ ScoreResult score_tokens(const ModelConfig& model_in, const MoeConfig& moe_in,
     auto reduce = ctx.communicator(wg, "reduce");
     auto misc = ctx.communicator(wg, "misc");
     MoeRuntime rt;
-    rt.moe = moe;
+    rt.options.moe = moe;
     Transformer net(model, &rt);
     ZeroOptions zo;
-    zo.stage = 0;  // one rank: everything resident
+    zo.zero.stage = 0;  // one rank: everything resident
     zo.compute_dtype = DType::F32;
     ZeroEngine engine(
         dev, streams, net.param_groups(),

@@ -75,10 +75,10 @@ struct Transformer::State {
 
 Transformer::Transformer(const ModelConfig& cfg, const MoeRuntime* rt)
     : cfg_((validate_model_config(cfg), cfg)), embed_(cfg, 0), head_(cfg, -1) {
-  lookahead_ = !rt           ? 1
-               : rt->planner ? rt->planner->config().lookahead_layers
-                             : PrefetchConfig{}.lookahead_layers;
-  trace_ = rt ? rt->trace : nullptr;
+  lookahead_ = !rt                    ? 1
+               : rt->planning.planner ? rt->planning.planner->config().lookahead_layers
+                                      : PrefetchConfig{}.lookahead_layers;
+  trace_ = rt ? rt->report.trace : nullptr;
   int g = 1;  // 0 is the embedding
   int moe_index = 0;
   for (int l = 0; l < static_cast<int>(cfg_.n_layers); ++l) {

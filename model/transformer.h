@@ -158,7 +158,7 @@ class Transformer {
 
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::None;
   int64_t lookahead_ = 1;           // prefetch.lookahead_layers (how many FFNs are prepared ahead)
-  TraceRecorder* trace_ = nullptr;  // MoeRuntime::trace: module spans while tracing
+  TraceRecorder* trace_ = nullptr;  // MoeRuntime::report.trace: module spans while tracing
   // Host positions per (B, T), uploaded each forward; never modified once made. Shared with
   // the stream (a task after each copy holds a reference), so an in-flight copy reads valid
   // memory even when the Transformer is destroyed before its stream has run the copy.

@@ -20,7 +20,7 @@ LocalExperts::LocalExperts(const ModelConfig& cfg, const MoeRuntime& rt, int lay
       rt_(rt),
       layer_(layer),
       first_group_(first_group),
-      experts_per_rank_(static_cast<int>(cfg.num_experts / rt.ep_size)) {}
+      experts_per_rank_(static_cast<int>(cfg.num_experts / rt.comms.ep_size)) {}
 
 std::vector<GroupSpec> LocalExperts::param_groups() const {
   const std::string p = "model.layers." + std::to_string(layer_) + ".";
@@ -45,7 +45,7 @@ std::vector<GroupSpec> LocalExperts::param_groups() const {
 
 int LocalExperts::experts_span(const ModuleContext& ctx, const DispatchState& rows,
                                const std::vector<ExpertParams>& ex, TracePass pass) const {
-  if (!rt_.trace || !rt_.trace->tracing()) return -1;
+  if (!rt_.report.trace || !rt_.report.trace->tracing()) return -1;
   // FLOPs of one row: 3 GEMMs of 2 C F forward; backward 6 (dact, dW2, dW1, dW3, dx twice).
   const uint64_t row_flops = static_cast<uint64_t>(2 * cfg_.d_model * cfg_.expert_width()) *
                              (pass == TracePass::Forward ? 3u : 6u);
@@ -54,7 +54,7 @@ int LocalExperts::experts_span(const ModuleContext& ctx, const DispatchState& ro
     const int64_t n = rows.rows_of(e.j);
     shares.push_back({expert(e.j), n, static_cast<uint64_t>(n) * row_flops});
   }
-  return rt_.trace->begin_experts(ctx.s(), layer_, pass, std::move(shares));
+  return rt_.report.trace->begin_experts(ctx.s(), layer_, pass, std::move(shares));
 }
 
 std::vector<int> LocalExperts::block_groups() const {
@@ -117,7 +117,7 @@ void LocalExperts::forward_experts(const ModuleContext& ctx, const DispatchState
     ops.swiglu_forward(s, r(gate), r(up), r(act));
   }
   ops.grouped_gemm(s, down, Transpose::No, Transpose::Yes, 1.0f, 0.0f);
-  if (rt_.trace) rt_.trace->end_span(span);
+  if (rt_.report.trace) rt_.report.trace->end_span(span);
 }
 
 void LocalExperts::backward_experts(const ModuleContext& ctx, const DispatchState& rows,
@@ -168,7 +168,7 @@ void LocalExperts::backward_experts(const ModuleContext& ctx, const DispatchStat
     ops.grouped_gemm(s, round, Transpose::Yes, Transpose::No, 1.0f, 1.0f);
   ops.grouped_gemm(s, dx1, Transpose::No, Transpose::No, 1.0f, 0.0f);
   ops.grouped_gemm(s, dx3, Transpose::No, Transpose::No, 1.0f, 1.0f);
-  if (rt_.trace) rt_.trace->end_span(span);
+  if (rt_.report.trace) rt_.report.trace->end_span(span);
 }
 
 TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& params,
@@ -180,9 +180,10 @@ TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& para
   up = ctx.alloc_act(Shape{R, F}, "moe.up");
   TensorBuffer act = ctx.alloc_act(Shape{R, F}, "moe.act");
   TensorBuffer y = ctx.alloc_act(Shape{R, C}, "moe.yr");
-  rt_.gather->forward(ctx, params, *this, active, held, [&](const std::vector<ExpertParams>& ex) {
-    forward_experts(ctx, rows, ex, x, gate, up, act, y);
-  });
+  rt_.options.gather->forward(ctx, params, *this, active, held,
+                              [&](const std::vector<ExpertParams>& ex) {
+                                forward_experts(ctx, rows, ex, x, gate, up, act, y);
+                              });
   act.reset();
   return y;
 }
@@ -209,9 +210,10 @@ TensorBuffer LocalExperts::recompute(const ModuleContext& ctx, ParamProvider& pa
   if (!kept.empty()) forward_experts(ctx, rows, kept, x, gate, up, act, y);
   if (std::any_of(rest.begin(), rest.end(), [](char a) { return a != 0; })) {
     std::vector<Tensor> more;
-    rt_.gather->forward(ctx, params, *this, rest, more, [&](const std::vector<ExpertParams>& ex) {
-      forward_experts(ctx, rows, ex, x, gate, up, act, y);
-    });
+    rt_.options.gather->forward(ctx, params, *this, rest, more,
+                                [&](const std::vector<ExpertParams>& ex) {
+                                  forward_experts(ctx, rows, ex, x, gate, up, act, y);
+                                });
     for (size_t j = 0; j < more.size() && j < held.size(); ++j)
       if (more[j].defined()) held[j] = more[j];
   }
@@ -229,9 +231,10 @@ TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& par
   TensorBuffer dact = ctx.alloc_act(Shape{R, F}, "moe.dact");
   TensorBuffer dgate = ctx.alloc_act(Shape{R, F}, "moe.dgate");
   TensorBuffer dup = ctx.alloc_act(Shape{R, F}, "moe.dup");
-  rt_.gather->backward(ctx, params, *this, active, held, [&](const std::vector<ExpertParams>& ex) {
-    backward_experts(ctx, rows, ex, x, gate, up, dy, act, dact, dgate, dup, dx);
-  });
+  rt_.options.gather->backward(
+      ctx, params, *this, active, held, [&](const std::vector<ExpertParams>& ex) {
+        backward_experts(ctx, rows, ex, x, gate, up, dy, act, dact, dgate, dup, dx);
+      });
   return dx;
 }
 

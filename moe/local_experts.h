@@ -9,7 +9,7 @@
 // ranks matched and the shard cache in agreement; see RunOrder.
 //
 // Which experts are gathered, when, and when they are released is the gather strategy's
-// (MoeRuntime::gather, zero.moe_gather: moe/gather_strategy.h); this class computes the waves of
+// (MoeOptions::gather, zero.moe_gather: moe/gather_strategy.h); this class computes the waves of
 // experts the strategy hands it, and names their parameter groups.
 //
 // Expert group j (provider index first_group + j): "layers.l.experts.e", e = ep_rank·Epr + j,
@@ -37,13 +37,13 @@ class LocalExperts {
   // [in] layer: decoder layer index; [in] first_group: provider index of local expert 0.
   LocalExperts(const ModelConfig& cfg, const MoeRuntime& rt, int layer, int first_group);
 
-  int count() const { return experts_per_rank_; }                          // Epr
-  int group(int j) const { return first_group_ + j; }                      // provider index
-  int expert(int j) const { return rt_.ep_rank * experts_per_rank_ + j; }  // global id
-  int layer() const { return layer_; }                                     // decoder layer
+  int count() const { return experts_per_rank_; }                                // Epr
+  int group(int j) const { return first_group_ + j; }                            // provider index
+  int expert(int j) const { return rt_.comms.ep_rank * experts_per_rank_ + j; }  // global id
+  int layer() const { return layer_; }                                           // decoder layer
   // zero.reshard_after_forward (the experts strategy): false keeps an active expert acquired in
   // forward until its backward while ParamProvider::may_hold allows.
-  bool reshard_after_forward() const { return rt_.reshard_after_forward; }
+  bool reshard_after_forward() const { return rt_.options.reshard_after_forward; }
   std::vector<GroupSpec> param_groups() const;
 
   // [in] x (R, C): the received rows, laid out as `rows` says; [in] active (Epr): agreed;

@@ -18,7 +18,7 @@ constexpr size_t kMoeNorm = 0, kRouterGate = 1;  // layer group
 // The runtime's prefetch planner; without one, nothing is planned ahead and backward is exact.
 const prefetch::PrefetchPlanner& planner_of(const MoeRuntime& rt) {
   static const prefetch::PrefetchPlanner kNone;
-  return rt.planner ? *rt.planner : kNone;
+  return rt.planning.planner ? *rt.planning.planner : kNone;
 }
 }  // namespace
 
@@ -41,31 +41,33 @@ MoeFeedForward::MoeFeedForward(const ModelConfig& cfg, const MoeRuntime& rt, int
       layer_(layer),
       moe_index_(moe_index),
       first_group_(first_group),
-      router_(router_config(cfg, rt.moe, rt.seed), layer),
-      dispatcher_(rt, cfg.d_model, static_cast<int>(cfg.num_experts), static_cast<int>(cfg.top_k)),
+      router_(router_config(cfg, rt.options.moe, rt.options.seed), layer),
+      dispatcher_(rt.comms, rt.report, cfg.d_model, static_cast<int>(cfg.num_experts),
+                  static_cast<int>(cfg.top_k)),
       experts_(cfg, rt, layer, first_group + 1) {
-  MOEZERO_CHECK(cfg.num_experts > 0 && cfg.num_experts % rt.ep_size == 0, "layer ", layer,
+  MOEZERO_CHECK(cfg.num_experts > 0 && cfg.num_experts % rt.comms.ep_size == 0, "layer ", layer,
                 ": model.num_experts (", cfg.num_experts, ") must be a positive multiple of ",
-                "parallel.ep_size (", rt.ep_size, ")");
-  MOEZERO_CHECK(rt.ep_size == 1 || (rt.a2a && rt.a2a->size() == rt.ep_size), "layer ", layer,
-                ": the EP communicator must span ep_size = ", rt.ep_size, " ranks");
-  if (rt_.stats) rt_.stats->add_layer(moe_index_, cfg.num_experts);
+                "parallel.ep_size (", rt.comms.ep_size, ")");
+  MOEZERO_CHECK(rt.comms.ep_size == 1 || (rt.comms.a2a && rt.comms.a2a->size() == rt.comms.ep_size),
+                "layer ", layer, ": the EP communicator must span ep_size = ", rt.comms.ep_size,
+                " ranks");
+  if (rt_.report.stats) rt_.report.stats->add_layer(moe_index_, cfg.num_experts);
   if (cfg.num_shared_experts > 0)
     shared_ = std::make_unique<SharedExperts>(cfg, layer, first_group + 1 + experts_.count());
-  if (rt_.moe.expert_bias_update_rate > 0.0) {
+  if (rt_.options.moe.expert_bias_update_rate > 0.0) {
     router_.set_bias(std::vector<float>(static_cast<size_t>(cfg.num_experts), 0.0f));
     load_.assign(static_cast<size_t>(cfg.num_experts), 0.0);
   }
 }
 
 void MoeFeedForward::set_expert_bias(std::vector<float> bias) {
-  if (rt_.moe.expert_bias_update_rate <= 0.0) return;
+  if (rt_.options.moe.expert_bias_update_rate <= 0.0) return;
   if (bias.empty()) bias.assign(static_cast<size_t>(cfg_.num_experts), 0.0f);
   router_.set_bias(std::move(bias));
 }
 
 void MoeFeedForward::update_expert_bias() {
-  const double rate = rt_.moe.expert_bias_update_rate;
+  const double rate = rt_.options.moe.expert_bias_update_rate;
   if (rate <= 0.0) return;
   double mean = 0.0;
   for (double l : load_) mean += l;
@@ -101,8 +103,9 @@ std::vector<GroupSpec> MoeFeedForward::param_groups() const {
 void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Prepare when) {
   planned_.clear();
   plan_p_.clear();
-  if (rt_.gather->prefetch_forward(ctx, params, experts_, when) != ExpertPrefetch::Routed) return;
-  if (!rt_.frequency || !planner_of(rt_).plans_experts()) return;
+  if (rt_.options.gather->prefetch_forward(ctx, params, experts_, when) != ExpertPrefetch::Routed)
+    return;
+  if (!rt_.planning.frequency || !planner_of(rt_).plans_experts()) return;
   const int Epr = experts_.count();
   std::vector<int> candidates(static_cast<size_t>(Epr));
   std::vector<uint64_t> bytes(static_cast<size_t>(Epr));
@@ -115,25 +118,26 @@ void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Pr
   // The previous MoE layer's agreed active set of this micro-batch (co-activation), known only
   // when planning just in time.
   const std::vector<char>* prev = moe_index_ > 0 && when == Prepare::JustInTime
-                                      ? &rt_.frequency->last_active(moe_index_ - 1)
+                                      ? &rt_.planning.frequency->last_active(moe_index_ - 1)
                                       : nullptr;
   plan_p_.resize(static_cast<size_t>(cfg_.num_experts));
   for (int64_t e = 0; e < cfg_.num_experts; ++e)
-    plan_p_[static_cast<size_t>(e)] = rt_.frequency->probability(moe_index_, static_cast<int>(e));
+    plan_p_[static_cast<size_t>(e)] =
+        rt_.planning.frequency->probability(moe_index_, static_cast<int>(e));
   prefetch::PlanNotes notes;
   planned_ = planner_of(rt_).expert_plan({moe_index_, candidates, bytes, prev}, &notes);
   // The speculation window: from this just-in-time plan to the router's output, the time a
   // speculative gather can take without delaying a needed one (prefetch/link_idle.h).
-  const bool windowed =
-      when == Prepare::JustInTime && rt_.trace != nullptr && planner_of(rt_).measures_idle_link();
-  if (windowed) window_ = rt_.trace->begin_window(ctx.s());
-  if (rt_.stats) rt_.stats->speculation_gated += notes.gated;
+  const bool windowed = when == Prepare::JustInTime && rt_.report.trace != nullptr &&
+                        planner_of(rt_).measures_idle_link();
+  if (windowed) window_ = rt_.report.trace->begin_window(ctx.s());
+  if (rt_.report.stats) rt_.report.stats->speculation_gated += notes.gated;
   std::vector<int> groups;  // in plan order, coalesced
   for (int e : planned_) groups.push_back(experts_.group(e - experts_.expert(0)));
   // Speculative: left out of the windows' busy time (the idle time they would otherwise fill).
-  if (windowed) rt_.trace->speculative_collectives(true);
+  if (windowed) rt_.report.trace->speculative_collectives(true);
   params.prefetch_set(groups, ctx.s());
-  if (windowed) rt_.trace->speculative_collectives(false);
+  if (windowed) rt_.report.trace->speculative_collectives(false);
 }
 
 void MoeFeedForward::prepare_backward(const ModuleContext& ctx, ParamProvider& params,
@@ -141,7 +145,8 @@ void MoeFeedForward::prepare_backward(const ModuleContext& ctx, ParamProvider& p
   const auto* sv = dynamic_cast<const MoeSaved*>(&saved);
   MOEZERO_CHECK(sv != nullptr, "MoeFeedForward::prepare_backward of layer ", layer_,
                 ": saved state is not a MoeFeedForward's");
-  if (rt_.gather->prefetch_backward(ctx, params, experts_) != ExpertPrefetch::Routed) return;
+  if (rt_.options.gather->prefetch_backward(ctx, params, experts_) != ExpertPrefetch::Routed)
+    return;
   if (!planner_of(rt_).exact_backward()) return;
   std::vector<int> local(static_cast<size_t>(experts_.count()));
   for (int j = 0; j < experts_.count(); ++j) local[static_cast<size_t>(j)] = j;
@@ -161,7 +166,7 @@ Router::Routing& MoeFeedForward::route(const ModuleContext& ctx, ParamProvider& 
   ctx.ops().rmsnorm_forward(ctx.s(), h, lay.view(flat, kMoeNorm), static_cast<float>(cfg_.norm_eps),
                             sv.hn, sv.rstd);
   std::span<const int64_t> forced;  // moe.routing_replay: this rank's recorded counts
-  if (rt_.replay) forced = rt_.replay->counts(ctx.micro_batch, moe_index_);
+  if (rt_.routing.replay) forced = rt_.routing.replay->counts(ctx.micro_batch, moe_index_);
   return router_.forward_local(ctx, sv.hn, lay.view(flat, kRouterGate), ctx.token_offset,
                                ctx.micro_batch, RouterMode::Train, forced);
 }
@@ -169,12 +174,12 @@ Router::Routing& MoeFeedForward::route(const ModuleContext& ctx, ParamProvider& 
 void MoeFeedForward::agree(const ModuleContext& ctx, ParamProvider& params,
                            const Router::Routing& routing) {
   Stream& s = ctx.s();
-  if (rt_.router && rt_.router->size() > 1)
-    rt_.router->all_reduce(routing.stats.data(), routing.stats.data(),
-                           static_cast<size_t>(router_.stats_layout().numel()), DType::F32,
-                           ReduceOp::Sum, s);
+  if (rt_.comms.router && rt_.comms.router->size() > 1)
+    rt_.comms.router->all_reduce(routing.stats.data(), routing.stats.data(),
+                                 static_cast<size_t>(router_.stats_layout().numel()), DType::F32,
+                                 ReduceOp::Sum, s);
   const int64_t global_tokens = ctx.global_tokens > 0 ? ctx.global_tokens : ctx.rows();
-  router_.finish(ctx, global_tokens, rt_.loss_weight, ctx.loss_out, ctx.aux_out);
+  router_.finish(ctx, global_tokens, rt_.options.loss_weight, ctx.loss_out, ctx.aux_out);
   params.release(first_group_, s);  // the router read the gate weight (forward_local/finish)
 }
 
@@ -185,25 +190,26 @@ std::vector<float> MoeFeedForward::synchronize(const ModuleContext& ctx, Dispatc
   std::vector<float> h_stats(static_cast<size_t>(router_.stats_layout().numel()));
   s.device().memcpy_async(h_stats.data(), routing.stats.data(), h_stats.size() * 4, s);
   s.synchronize();  // HOST SYNC: sizes of the token exchange and the agreed active set
-  if (rt_.routing_source) simulated_counts(ctx, counts, h_stats);
+  if (rt_.routing.source) simulated_counts(ctx, counts, h_stats);
   return h_stats;
 }
 
 void MoeFeedForward::simulated_counts(const ModuleContext& ctx, DispatchCounts& counts,
                                       std::vector<float>& h_stats) const {
-  const RoutingSource& src = *rt_.routing_source;
+  const RoutingSource& src = *rt_.routing.source;
   const int64_t E = cfg_.num_experts, mb = ctx.micro_batch;
   const int Epr = experts_.count();
-  const int me = rt_.router ? rt_.router->global_rank() : 0;
-  const int world = rt_.router ? rt_.router->size() : 1;
+  const int me = rt_.comms.router ? rt_.comms.router->global_rank() : 0;
+  const int world = rt_.comms.router ? rt_.comms.router->size() : 1;
   const std::vector<int64_t> mine = src.counts(mb, moe_index_, me);
   MOEZERO_CHECK(static_cast<int64_t>(mine.size()) == E, "routing source: ", mine.size(),
                 " counts for ", E, " experts");
   for (int64_t e = 0; e < E; ++e)
     counts.h_local[static_cast<size_t>(e)] = static_cast<int32_t>(mine[static_cast<size_t>(e)]);
-  for (int p = 0; p < rt_.ep_size; ++p) {  // what EP peer p routes to this rank's experts
-    const int peer = rt_.a2a ? rt_.a2a->group().ranks[static_cast<size_t>(p)] : me;
-    const std::vector<int64_t> theirs = p == rt_.ep_rank ? mine : src.counts(mb, moe_index_, peer);
+  for (int p = 0; p < rt_.comms.ep_size; ++p) {  // what EP peer p routes to this rank's experts
+    const int peer = rt_.comms.a2a ? rt_.comms.a2a->group().ranks[static_cast<size_t>(p)] : me;
+    const std::vector<int64_t> theirs =
+        p == rt_.comms.ep_rank ? mine : src.counts(mb, moe_index_, peer);
     for (int j = 0; j < Epr; ++j)
       counts.h_recv[static_cast<size_t>(p * Epr + j)] =
           static_cast<int32_t>(theirs[static_cast<size_t>(experts_.expert(j))]);
@@ -220,15 +226,15 @@ void MoeFeedForward::simulated_counts(const ModuleContext& ctx, DispatchCounts& 
 }
 
 void MoeFeedForward::record_prediction(std::span<const float> kept) {
-  if (!rt_.stats || plan_p_.empty()) return;
+  if (!rt_.report.stats || plan_p_.empty()) return;
   const size_t m = static_cast<size_t>(moe_index_), nb = MoeStats::kCalibrationBuckets;
   for (size_t e = 0; e < plan_p_.size(); ++e) {
     const double p = plan_p_[e], y = kept[e] > 0.5f ? 1.0 : 0.0;
-    rt_.stats->brier_sum[m] += (p - y) * (p - y);
-    rt_.stats->brier_count[m] += 1;
+    rt_.report.stats->brier_sum[m] += (p - y) * (p - y);
+    rt_.report.stats->brier_count[m] += 1;
     const size_t b = std::min(nb - 1, static_cast<size_t>(std::max(0.0, p) * double(nb)));
-    rt_.stats->calibration_count[m][b] += 1;
-    rt_.stats->calibration_active[m][b] += y > 0.5;
+    rt_.report.stats->calibration_count[m][b] += 1;
+    rt_.report.stats->calibration_active[m][b] += y > 0.5;
   }
   plan_p_.clear();
 }
@@ -240,30 +246,30 @@ std::vector<char> MoeFeedForward::apply_agreement(ParamProvider& params,
   std::vector<char> active(static_cast<size_t>(Epr), 0);
   for (int j = 0; j < Epr; ++j)
     active[static_cast<size_t>(j)] = kept[static_cast<size_t>(experts_.expert(j))] > 0.5f;
-  if (rt_.frequency) {  // learn from the agreed counts; identical on every rank
+  if (rt_.planning.frequency) {  // learn from the agreed counts; identical on every rank
     std::vector<int64_t> counts(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e)
       counts[static_cast<size_t>(e)] = static_cast<int64_t>(kept[static_cast<size_t>(e)] + 0.5f);
-    rt_.frequency->update(moe_index_, counts);
+    rt_.planning.frequency->update(moe_index_, counts);
     for (int j = 0; j < Epr; ++j)
       params.set_keep_score(experts_.group(j),
-                            rt_.frequency->probability(moe_index_, experts_.expert(j)));
+                            rt_.planning.frequency->probability(moe_index_, experts_.expert(j)));
   }
   record_prediction(kept);
   for (int e : planned_)  // predicted but not needed: the provider drops (or caches) them
     if (!active[static_cast<size_t>(e - experts_.expert(0))])
       params.discard_prefetch(experts_.group(e - experts_.expert(0)));
   planned_.clear();
-  if (rt_.stats) {
-    auto& tpe = rt_.stats->tokens_per_expert[static_cast<size_t>(moe_index_)];
+  if (rt_.report.stats) {
+    auto& tpe = rt_.report.stats->tokens_per_expert[static_cast<size_t>(moe_index_)];
     int active_count = 0;
     for (int64_t e = 0; e < E; ++e) {
       tpe[static_cast<size_t>(e)] += static_cast<int64_t>(kept[static_cast<size_t>(e)] + 0.5f);
       active_count += kept[static_cast<size_t>(e)] > 0.5f;
     }
-    rt_.stats->active_experts[static_cast<size_t>(moe_index_)] = active_count;
-    rt_.stats->active_layer_experts += static_cast<uint64_t>(active_count);
-    rt_.stats->layer_expert_slots += static_cast<uint64_t>(E);
+    rt_.report.stats->active_experts[static_cast<size_t>(moe_index_)] = active_count;
+    rt_.report.stats->active_layer_experts += static_cast<uint64_t>(active_count);
+    rt_.report.stats->layer_expert_slots += static_cast<uint64_t>(E);
   }
   return active;
 }
@@ -274,7 +280,7 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   auto sv = std::make_unique<MoeSaved>();
   // 1. route; dispatch preprocess: this rank's kept assignments per expert.
   const Router::Routing& routing = route(ctx, params, h, *sv);
-  if (window_ >= 0) rt_.trace->end_window(window_);  // the router's output is enqueued
+  if (window_ >= 0) rt_.report.trace->end_window(window_);  // the router's output is enqueued
   window_ = -1;
   DispatchCounts counts = dispatcher_.count(ctx, routing.expert_ids);
   // 2. agree: global statistics over the world, per-peer counts over the EP group, host sync.
@@ -283,12 +289,13 @@ std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext&
   const std::vector<float> h_stats = synchronize(ctx, counts, routing);
   sv->routes = dispatcher_.plan(counts, moe_index_);
   sv->active = apply_agreement(params, router_.stats_layout().kept(h_stats));
-  if (rt_.stats) {  // the step's balance metrics (agreed values)
+  if (rt_.report.stats) {  // the step's balance metrics (agreed values)
     const std::span<const float> sel = router_.stats_layout().selected(h_stats);
-    auto& out = rt_.stats->selected_per_expert[static_cast<size_t>(moe_index_)];
+    auto& out = rt_.report.stats->selected_per_expert[static_cast<size_t>(moe_index_)];
     for (size_t e = 0; e < out.size(); ++e) out[e] += static_cast<int64_t>(sel[e] + 0.5f);
-    rt_.stats->expert_bias[static_cast<size_t>(moe_index_)] = router_.bias();
-    if (rt_.stats->record_local_counts) rt_.stats->local_counts.push_back(counts.h_local);
+    rt_.report.stats->expert_bias[static_cast<size_t>(moe_index_)] = router_.bias();
+    if (rt_.report.stats->record_local_counts)
+      rt_.report.stats->local_counts.push_back(counts.h_local);
   }
   if (!load_.empty()) {
     const std::span<const float> sel = router_.stats_layout().selected(h_stats);

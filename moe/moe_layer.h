@@ -104,7 +104,7 @@ class MoeFeedForward final : public FeedForward {
   std::vector<float> synchronize(const ModuleContext& ctx, DispatchCounts& counts,
                                  const Router::Routing& routing) const;
   // The simulated backend: overwrites what synchronize() read with the routing source's counts
-  // (MoeRuntime::routing_source): this rank's, its EP peers' for its experts, the world's total.
+  // (MoeRoutingInputs::source): this rank's, its EP peers' for its experts, the world's total.
   void simulated_counts(const ModuleContext& ctx, DispatchCounts& counts,
                         std::vector<float>& h_stats) const;
   // From the agreed kept counts (E), identical on every rank: the active local experts (Epr),

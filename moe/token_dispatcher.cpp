@@ -7,12 +7,14 @@
 
 namespace moezero::moe {
 
-TokenDispatcher::TokenDispatcher(const MoeRuntime& rt, int64_t d_model, int num_experts, int top_k)
-    : rt_(rt),
+TokenDispatcher::TokenDispatcher(const MoeComms& comms, const MoeReporting& report, int64_t d_model,
+                                 int num_experts, int top_k)
+    : comms_(comms),
+      report_(report),
       C_(d_model),
       E_(num_experts),
       k_(top_k),
-      experts_per_rank_(num_experts / rt.ep_size) {}
+      experts_per_rank_(num_experts / comms.ep_size) {}
 
 DispatchCounts TokenDispatcher::count(const ModuleContext& ctx, const Tensor& expert_ids) const {
   DispatchCounts c;
@@ -22,12 +24,13 @@ DispatchCounts TokenDispatcher::count(const ModuleContext& ctx, const Tensor& ex
 }
 
 void TokenDispatcher::exchange_counts(const ModuleContext& ctx, DispatchCounts& c) {
-  const int ep = rt_.ep_size, Epr = experts_per_rank_;
+  const int ep = comms_.ep_size, Epr = experts_per_rank_;
   c.recv = ctx.alloc(DType::I32, Shape{ep * Epr}, "moe.recv_counts");
   if (ep > 1) {  // on the a2a stream, like every use of the EP communicator
     std::vector<size_t> per(static_cast<size_t>(ep), static_cast<size_t>(Epr));
     on_a2a_stream(ctx, c.local, c.recv, [&](Stream& as) {
-      rt_.a2a->all_to_all_v(c.local.view().data(), per, c.recv.view().data(), per, DType::I32, as);
+      comms_.a2a->all_to_all_v(c.local.view().data(), per, c.recv.view().data(), per, DType::I32,
+                               as);
     });
   } else {
     ctx.ops().cast(ctx.s(), c.local, c.recv);
@@ -37,13 +40,13 @@ void TokenDispatcher::exchange_counts(const ModuleContext& ctx, DispatchCounts& 
 void TokenDispatcher::download_counts(const ModuleContext& ctx, DispatchCounts& c) const {
   Stream& s = ctx.s();
   c.h_local.assign(static_cast<size_t>(E_), 0);
-  c.h_recv.assign(static_cast<size_t>(rt_.ep_size * experts_per_rank_), 0);
+  c.h_recv.assign(static_cast<size_t>(comms_.ep_size * experts_per_rank_), 0);
   s.device().memcpy_async(c.h_local.data(), c.local.view().data(), c.h_local.size() * 4, s);
   s.device().memcpy_async(c.h_recv.data(), c.recv.view().data(), c.h_recv.size() * 4, s);
 }
 
 DispatchState TokenDispatcher::plan(const DispatchCounts& c, int moe_index) const {
-  const int ep = rt_.ep_size, Epr = experts_per_rank_;
+  const int ep = comms_.ep_size, Epr = experts_per_rank_;
   DispatchState st;
   st.ep = ep;
   st.experts_per_rank = Epr;
@@ -59,15 +62,15 @@ DispatchState TokenDispatcher::plan(const DispatchCounts& c, int moe_index) cons
     }
   st.kept = std::accumulate(st.send_rows.begin(), st.send_rows.end(), int64_t{0});
   st.received = std::accumulate(st.recv_rows.begin(), st.recv_rows.end(), int64_t{0});
-  if (rt_.stats && ep > 1) {  // token assignments crossing ranks, per expert (forward dispatch)
-    auto& in = rt_.stats->a2a_tokens_in[static_cast<size_t>(moe_index)];
-    auto& out = rt_.stats->a2a_tokens_out[static_cast<size_t>(moe_index)];
+  if (report_.stats && ep > 1) {  // token assignments crossing ranks, per expert (forward dispatch)
+    auto& in = report_.stats->a2a_tokens_in[static_cast<size_t>(moe_index)];
+    auto& out = report_.stats->a2a_tokens_out[static_cast<size_t>(moe_index)];
     for (int p = 0; p < ep; ++p) {
-      if (p == rt_.ep_rank) continue;
+      if (p == comms_.ep_rank) continue;
       for (int j = 0; j < Epr; ++j) {
         const size_t at = static_cast<size_t>(p * Epr + j);
         out[at] += c.h_local[at];  // expert p*Epr + j lives on EP rank p
-        in[static_cast<size_t>(rt_.ep_rank * Epr + j)] += c.h_recv[at];  // from peer p
+        in[static_cast<size_t>(comms_.ep_rank * Epr + j)] += c.h_recv[at];  // from peer p
       }
     }
   }
@@ -127,7 +130,7 @@ TensorBuffer TokenDispatcher::dispatch_backward(const ModuleContext& ctx, Tensor
 
 void TokenDispatcher::on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send,
                                     TensorBuffer& recv, const std::function<void(Stream&)>& call) {
-  Stream& as = rt_.a2a_stream ? *rt_.a2a_stream : ctx.s();
+  Stream& as = comms_.a2a_stream ? *comms_.a2a_stream : ctx.s();
   Stream& cs = ctx.s();
   if (&as == &cs) {
     call(cs);
@@ -142,8 +145,8 @@ void TokenDispatcher::on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send
   call(as);
   auto arrived = dev.create_event();
   arrived->record(as);
-  if (rt_.trace)
-    rt_.trace->a2a_wait(cs, *arrived);  // recv is complete; the wait is timed
+  if (report_.trace)
+    report_.trace->a2a_wait(cs, *arrived);  // recv is complete; the wait is timed
   else
     cs.wait(*arrived);
 }
@@ -151,7 +154,7 @@ void TokenDispatcher::on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send
 void TokenDispatcher::exchange(const ModuleContext& ctx, TensorBuffer& send,
                                const std::vector<int64_t>& send_rows, TensorBuffer& recv,
                                const std::vector<int64_t>& recv_rows) {
-  if (rt_.ep_size == 1) {  // the rows stay here: hand the buffer over (every caller drops send)
+  if (comms_.ep_size == 1) {  // the rows stay here: hand the buffer over (every caller drops send)
     MOEZERO_CHECK(send.view().shape() == recv.view().shape(), "token exchange at EP 1: sending ",
                   send.view().shape().str(), " rows into ", recv.view().shape().str());
     std::swap(send, recv);
@@ -162,13 +165,14 @@ void TokenDispatcher::exchange(const ModuleContext& ctx, TensorBuffer& send,
   for (size_t p = 0; p < se.size(); ++p) {
     se[p] = static_cast<size_t>(send_rows[p] * C_);
     re[p] = static_cast<size_t>(recv_rows[p] * C_);
-    if (static_cast<int>(p) != rt_.a2a->rank())
+    if (static_cast<int>(p) != comms_.a2a->rank())
       bytes += se[p] * dtype_size_bytes(send.view().dtype());
   }
   on_a2a_stream(ctx, send, recv, [&](Stream& as) {
-    rt_.a2a->all_to_all_v(send.view().data(), se, recv.view().data(), re, send.view().dtype(), as);
+    comms_.a2a->all_to_all_v(send.view().data(), se, recv.view().data(), re, send.view().dtype(),
+                             as);
   });
-  if (rt_.stats) rt_.stats->a2a_bytes += bytes;
+  if (report_.stats) report_.stats->a2a_bytes += bytes;
 }
 
 }  // namespace moezero::moe

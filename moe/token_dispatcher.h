@@ -1,8 +1,8 @@
 // moe/token_dispatcher.h — moves token rows between this rank and the owners of their experts
 // (the expert-parallel, EP, group) and back, as Megatron-Core's token dispatcher does. Each
 // round is three named steps; only the `exchange` steps communicate, and they do so on the a2a
-// stream (rt.a2a_stream, else the compute stream) with the EP communicator only. Preprocess and
-// postprocess never communicate.
+// stream (MoeComms::a2a_stream, else the compute stream) with the EP communicator only. Preprocess
+// and postprocess never communicate.
 //
 //   dispatch, counts  preprocess   count(): per-expert histogram of the kept assignments
 //                     exchange     exchange_counts(): all-to-all of the per-peer counts
@@ -72,9 +72,11 @@ struct DispatchState {
 
 class TokenDispatcher {
  public:
-  // [in] rt: the EP layout, communicator, a2a stream and statistics sink (copied);
-  // [in] d_model: C; num_experts: E (a multiple of rt.ep_size); top_k: k.
-  TokenDispatcher(const MoeRuntime& rt, int64_t d_model, int num_experts, int top_k);
+  // [in] comms: the EP layout, communicator and a2a stream; [in] report: the statistics sink and
+  // the trace (both copied); [in] d_model: C; num_experts: E (a multiple of comms.ep_size);
+  // top_k: k.
+  TokenDispatcher(const MoeComms& comms, const MoeReporting& report, int64_t d_model,
+                  int num_experts, int top_k);
 
   // --- dispatch ---
   // Preprocess: [in] expert_ids i32 (N*k), -1 dropped; [out] counts.local (allocated here).
@@ -84,7 +86,7 @@ class TokenDispatcher {
   // Enqueues the copies of both counts to the host on the compute stream; no sync.
   void download_counts(const ModuleContext& ctx, DispatchCounts& counts) const;
   // Postprocess (host): the row layout from the host counts. Also adds the forward traffic per
-  // expert to rt.stats (a2a_tokens_in/out of MoE layer moe_index) when ep > 1.
+  // expert to report.stats (a2a_tokens_in/out of MoE layer moe_index) when ep > 1.
   DispatchState plan(const DispatchCounts& counts, int moe_index) const;
   // Preprocess and exchange: sorts the assignments by expert into st.perm/inv_perm/offsets,
   // gathers the rows of x (N, C) and sends them to the expert owners.
@@ -117,7 +119,8 @@ class TokenDispatcher {
   void on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send, TensorBuffer& recv,
                      const std::function<void(Stream&)>& call);
 
-  MoeRuntime rt_;
+  MoeComms comms_;
+  MoeReporting report_;
   int64_t C_;
   int E_, k_, experts_per_rank_;
 };

@@ -1,13 +1,15 @@
 // prefetch/prefetch_planner.cpp — PrefetchPlanner (see prefetch_planner.h).
 #include "prefetch/prefetch_planner.h"
 
+#include <utility>
+
 #include "core/error.h"
 
 namespace moezero::prefetch {
 
 PrefetchPlanner::PrefetchPlanner(PrefetchConfig cfg, const FrequencyModel* model,
                                  PrefetchCosts costs)
-    : cfg_(cfg), model_(model), costs_(costs) {}
+    : cfg_(std::move(cfg)), policy_(&prefetch_policy(cfg_.policy)), model_(model), costs_(costs) {}
 
 void PrefetchPlanner::dense_acquired(const std::string& channel, int group) {
   // Once this step leaves the channel's recorded order, nothing is prefetched by order there
@@ -40,7 +42,7 @@ void PrefetchPlanner::set_dense_orders(
 }
 
 bool PrefetchPlanner::plans_experts() const {
-  return model_ && cfg_.policy != PrefetchPolicy::None && cfg_.lookahead_layers > 0;
+  return model_ && policy_->plans_ahead() && cfg_.lookahead_layers > 0;
 }
 
 std::vector<int> PrefetchPlanner::expert_plan(const ExpertPlanQuery& q, PlanNotes* notes) const {
@@ -55,11 +57,10 @@ void PrefetchPlanner::set_free_link_ns(double ns) {
 }
 
 bool PrefetchPlanner::measures_idle_link() const {
-  return plans_experts() && cfg_.policy == PrefetchPolicy::Cost && costs_.known() &&
-         cfg_.speculate == Speculate::Idle;
+  return plans_experts() && policy_->reads_free_link(cfg_, costs_);
 }
 
-bool PrefetchPlanner::exact_backward() const { return cfg_.policy != PrefetchPolicy::None; }
+bool PrefetchPlanner::exact_backward() const { return policy_->exact_backward(); }
 
 std::vector<int> PrefetchPlanner::backward_order(std::span<const int> local,
                                                  std::span<const char> forward_active) const {

@@ -40,7 +40,8 @@ struct ExpertPlanQuery {
 
 class PrefetchPlanner {
  public:
-  // [in] cfg: the prefetch section. [in] model: the frequency model (null: a dense model, or
+  // [in] cfg: the prefetch section (an unregistered prefetch.policy throws, naming the key).
+  // [in] model: the frequency model (null: a dense model, or
   // no routing-aware prefetch). [in] costs: the cost policy's link model. Not owned.
   PrefetchPlanner(PrefetchConfig cfg, const FrequencyModel* model, PrefetchCosts costs);
   PrefetchPlanner() : PrefetchPlanner(PrefetchConfig{}, nullptr, PrefetchCosts{}) {}
@@ -70,9 +71,9 @@ class PrefetchPlanner {
   bool measures_idle_link() const;
 
   // ---- backward
-  // True when backward gathers its experts ahead in exact order. Coupled to prefetch.policy:
-  // none turns it off too, so that `none` stays the on-demand baseline whose counters `moezero
-  // bench` compares (an exact prefetch is counted apart from a miss).
+  // True when backward gathers its experts ahead in exact order (PrefetchPolicy::
+  // exact_backward): none turns it off too, so that `none` stays the on-demand baseline whose
+  // counters `moezero bench` compares (an exact prefetch is counted apart from a miss).
   bool exact_backward() const;
   // The experts of `local` active in forward (`forward_active`), in backward's order.
   std::vector<int> backward_order(std::span<const int> local,
@@ -82,6 +83,7 @@ class PrefetchPlanner {
 
  private:
   PrefetchConfig cfg_;
+  const PrefetchPolicy* policy_;  // prefetch_policy(cfg_.policy): the registry's, immutable
   const FrequencyModel* model_;
   PrefetchCosts costs_;
   std::map<std::string, FetchOrder> orders_;  // keyed by channel: never by address

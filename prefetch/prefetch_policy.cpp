@@ -1,4 +1,5 @@
-// prefetch/prefetch_policy.cpp — none / all / frequency / cost plans and the backward order.
+// prefetch/prefetch_policy.cpp — the checks of a plan's inputs and the dispatch to the configured
+// policy (its own file: policy_*.cpp), the cost policy's link model, and the backward order.
 #include "prefetch/prefetch_policy.h"
 
 #include <algorithm>
@@ -10,41 +11,25 @@ namespace moezero::prefetch {
 
 namespace {
 
-// Sizes, ranges, distinctness of the candidates. Returns them in ascending id order with their
-// bytes, as (id, bytes) pairs.
-std::vector<std::pair<int, uint64_t>> checked_candidates(int experts, std::span<const int> ids,
-                                                         std::span<const uint64_t> bytes) {
+// Sizes, ranges, distinctness of the candidates. Returns them in ascending id order.
+std::vector<Candidate> checked_candidates(int experts, std::span<const int> ids,
+                                          std::span<const uint64_t> bytes) {
   MOEZERO_CHECK(ids.size() == bytes.size(), "plan_prefetch: ", ids.size(), " candidates but ",
                 bytes.size(), " byte sizes");
-  std::vector<std::pair<int, uint64_t>> out;
+  std::vector<Candidate> out;
   out.reserve(ids.size());
   for (size_t k = 0; k < ids.size(); ++k) {
     MOEZERO_CHECK(ids[k] >= 0 && ids[k] < experts, "plan_prefetch: candidate expert ", ids[k],
                   " out of range [0, ", experts, ")");
-    out.emplace_back(ids[k], bytes[k]);
+    out.push_back({ids[k], bytes[k]});
   }
-  std::sort(out.begin(), out.end());
+  std::sort(out.begin(), out.end(),
+            [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
   for (size_t k = 1; k < out.size(); ++k) {
-    MOEZERO_CHECK(out[k].first != out[k - 1].first, "plan_prefetch: candidate expert ",
-                  out[k].first, " listed twice");
+    MOEZERO_CHECK(out[k].id != out[k - 1].id, "plan_prefetch: candidate expert ", out[k].id,
+                  " listed twice");
   }
   return out;
-}
-
-struct Ranked {
-  double p;
-  int id;
-  uint64_t bytes;
-};
-
-// Whether the cost policy takes `r` (p: its evidence-only probability), given the link's free
-// time left (consumed when taken). See prefetch_policy.h ("cost", prefetch.speculate).
-bool pays_for_itself(const Ranked& r, double p, Speculate speculate, const PrefetchCosts& costs,
-                     double& free_left_ns) {
-  const double t = speculative_gather_ns(r.bytes, costs);
-  if (!speculation_pays(p, t, free_left_ns, speculate)) return false;
-  free_left_ns = std::max(0.0, free_left_ns - t);
-  return true;
 }
 
 }  // namespace
@@ -72,6 +57,12 @@ PrefetchCosts link_costs(double link_gbps, double latency_us, int group_size) {
   return c;
 }
 
+PrefetchCosts link_costs(const PrefetchConfig& prefetch, const CommEmulationConfig& emulation,
+                         int group_size) {
+  const double gbps = prefetch.link_gbps > 0.0 ? prefetch.link_gbps : emulation.link_gbps;
+  return link_costs(gbps, emulation.latency_us, group_size);
+}
+
 std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& model, int layer,
                                std::span<const int> candidate_experts,
                                std::span<const uint64_t> expert_bytes,
@@ -86,47 +77,11 @@ std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& 
                   "prev_layer_active has ",
                   prev_layer_active->size(), " flags, expected ", model.experts());
   }
-  const auto cands = checked_candidates(model.experts(), candidate_experts, expert_bytes);
+  const std::vector<Candidate> cands =
+      checked_candidates(model.experts(), candidate_experts, expert_bytes);
   if (notes != nullptr) *notes = PlanNotes{};
-  std::vector<int> plan;
-  switch (cfg.policy) {
-    case PrefetchPolicy::None: return plan;
-    case PrefetchPolicy::All:
-      for (const auto& c : cands) plan.push_back(c.first);
-      return plan;
-    case PrefetchPolicy::Frequency:
-    case PrefetchPolicy::Cost: break;
-  }
-  std::vector<Ranked> ranked;
-  for (const auto& c : cands) {
-    const double p = model.predicted(layer, c.first, prev_layer_active);
-    if (p >= cfg.min_probability) ranked.push_back({p, c.first, c.second});
-  }
-  // Strict weak order with no ties left: probability descending, then id ascending.
-  std::sort(ranked.begin(), ranked.end(),
-            [](const Ranked& a, const Ranked& b) { return a.p != b.p ? a.p > b.p : a.id < b.id; });
-  const bool costed = cfg.policy == PrefetchPolicy::Cost && costs.known();
-  const double calibration = costed ? model.plan_calibration(layer) : 1.0;
-  double free_left_ns = costs.free_link_ns;
-  uint64_t used_bytes = 0;
-  bool gated = false;  // the cost gate stopped the walk: the rest only counts (notes->gated)
-  for (const Ranked& r : ranked) {
-    if (r.bytes > cfg.budget_bytes - used_bytes) break;  // stop, never skip (monotone)
-    // FrequencyModel::priced (evidence only, at most the marginal), times the realised
-    // precision of such confident guesses (plan_calibration; capped at 1).
-    if (costed && !gated) {
-      const double priced = model.evidence(layer, std::min(r.p, model.probability(layer, r.id)));
-      const double p = std::min(1.0, priced * calibration);
-      gated = !pays_for_itself(r, p, cfg.speculate, costs, free_left_ns);
-    }
-    used_bytes += r.bytes;
-    if (gated) {
-      if (notes != nullptr) ++notes->gated;  // frequency would have taken it
-      continue;
-    }
-    plan.push_back(r.id);
-  }
-  return plan;
+  const PlanInput in{cfg, model, layer, cands, prev_layer_active, costs};
+  return prefetch_policy(cfg.policy).plan(in, notes);
 }
 
 std::vector<int> backward_order(std::span<const int> candidate_experts,

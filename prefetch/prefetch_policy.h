@@ -6,45 +6,14 @@
 // in the same order (the rule that keeps collectives matched). No randomness, no clocks, and
 // every tie is broken by expert id.
 //
-// Policies (prefetch.policy):
-//   none       nothing ahead; experts are gathered on demand after the router has run.
-//   all        every candidate, in ascending id order, regardless of budget_bytes and
-//              min_probability: the leaf-module baseline of other ZeRO-3 runtimes.
-//   frequency  candidates whose predicted probability (FrequencyModel::predicted: the marginal,
-//              or with the previous layer's active set the max of the shrunk conditionals) is
-//              >= min_probability, most likely first (ties: lower expert id), taken while the
-//              cumulative bytes stay <= budget_bytes. It STOPS at the first candidate that does
-//              not fit (it does not skip it to try smaller ones): the plan is then a prefix of
-//              one ranking, so a larger budget or a lower threshold only ever extends it
-//              (monotone), and a likelier expert is never displaced by a less likely one.
-//   cost       (the default) the frequency ranking and budget, but each candidate must also pay
-//              for itself: with t(e) = gather_latency_ns + bytes(e) * link_ns_per_byte the link
-//              time of e's all-gather (PrefetchCosts) and p = FrequencyModel::priced (the
-//              prediction without the cold prior's weight, at most the marginal) times
-//              plan_calibration (the realised precision of such confident guesses, so an
-//              overconfident model speculates less), prefetching e saves, with probability p,
-//              the stall of an on-demand gather after routing (t(e): nothing of the layer's
-//              compute is left to hide it) and costs, with probability 1 - p, the link time of
-//              bytes nobody uses, except the part that fits in the link's free time
-//              (free_link_ns, consumed in ranking order):
-//                prefetch e  iff  p * t(e) > (1 - p) * max(0, t(e) - free_left)
-//              min_probability stays a floor. The walk stops at the first candidate rejected
-//              (monotone, as frequency). With no link model (PrefetchCosts::known() false: no
-//              bandwidth configured) it is frequency.
-//              What a hit saves depends on prefetch.speculate (speculation_pays):
-//                idle (default)  only the part of t(e) that fits in the free time left: the rest
-//                                of a hit's bytes cross a busy link either way, so moving them
-//                                before routing saves nothing. Hence
-//                                  p * min(t, free_left) > (1 - p) * max(0, t - free_left)
-//                                and with no free time nothing is speculated (the prediction is
-//                                off where the link has no idle time to hide it in: issue 27).
-//                priced          the whole on-demand gather (t(e)): with no free link time the
-//                                rule is p > 1/2 (a link-bound step, every byte priced alike).
-//              free_link_ns is the link's idle time per plan, measured in the previous step and
-//              agreed at its boundary (agreed_free_link_ns, prefetch/link_idle.h), 0 before.
-//              Every input is identical on all ranks of the group (the rule): the frequency
-//              model, the byte sizes and PrefetchCosts (config, the group size and the agreed
-//              free time; never one rank's own clock).
+// Policies (prefetch.policy) are objects, one file each, registered by name in
+// prefetch/policy_registry.cpp (which also gives the config its choices and doc lines):
+//   none       (policy_none.cpp) nothing ahead, and no exact prefetch in backward either.
+//   all        (policy_all.cpp) every candidate, in ascending id order.
+//   frequency  (policy_frequency.cpp) the likeliest candidates within the floor and the budget
+//              (prefetch/ranked_walk.h: stops at the first that does not fit; monotone).
+//   cost       (policy_cost.cpp; the default) frequency's walk, each candidate gathered ahead only
+//              when it pays for itself on the link (speculation_pays, prefetch.speculate).
 
 // Layers ahead (prefetch.lookahead_layers): plan_prefetch plans one layer against
 // budget_bytes, which is a per-layer budget (config doc). Beyond the next layer the previous
@@ -52,7 +21,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/config.h"
@@ -73,6 +45,10 @@ struct PrefetchCosts {
 // receives (n-1)/n of the group's bytes and pays n-1 latency steps.
 // [in] link_gbps: Gbit/s (10^9 bit/s), 0: unknown. [in] latency_us: per step, microseconds.
 PrefetchCosts link_costs(double link_gbps, double latency_us, int group_size);
+// The cost policy's link from the config: prefetch.link_gbps, else comm_emulation.link_gbps
+// (both 0: unknown), at comm_emulation.latency_us per step.
+PrefetchCosts link_costs(const PrefetchConfig& prefetch, const CommEmulationConfig& emulation,
+                         int group_size);
 
 // What a plan reports besides its experts (the step's counters).
 struct PlanNotes {
@@ -87,8 +63,50 @@ double speculative_gather_ns(uint64_t bytes, const PrefetchCosts& costs);
 // (prefetch.speculate: what a hit saves; see "cost" above). Pure.
 bool speculation_pays(double p, double gather_ns, double free_left_ns, Speculate speculate);
 
+// One candidate of a plan: an expert id and the bytes of its gathered group.
+struct Candidate {
+  int id = 0;
+  uint64_t bytes = 0;
+};
+
+// What a policy plans from (plan_prefetch checks it first).
+struct PlanInput {
+  const PrefetchConfig& cfg;
+  const FrequencyModel& model;
+  int layer = 0;                            // MoE layer index in [0, model.layers())
+  std::span<const Candidate> candidates;    // distinct, in range, ascending id
+  const std::vector<char>* prev = nullptr;  // agreed active flags of layer - 1, or none
+  const PrefetchCosts& costs;
+};
+
+// A prefetch policy (prefetch.policy): its class in its own file, one line in the registry
+// (prefetch/policy_registry.cpp). A plan is a pure function of its PlanInput (the rule that keeps
+// collectives matched): no randomness, no clocks, every tie broken by expert id.
+class PrefetchPolicy {
+ public:
+  virtual ~PrefetchPolicy() = default;
+  virtual std::string_view name() const = 0;  // its config string
+  // False: nothing is planned before routing (experts are gathered on demand).
+  virtual bool plans_ahead() const { return true; }
+  // Whether backward gathers the experts of the forward's active set ahead, in exact order.
+  virtual bool exact_backward() const { return true; }
+  // Whether its plans read PrefetchCosts::free_link_ns (the session then measures the link's
+  // idle time before routing).
+  virtual bool reads_free_link(const PrefetchConfig&, const PrefetchCosts&) const { return false; }
+  // The experts to gather ahead, in issue order (a subset of in.candidates).
+  // [out] notes: optional; reset by the caller, then added to.
+  virtual std::vector<int> plan(const PlanInput& in, PlanNotes* notes) const = 0;
+};
+
+// The registered policy named `name` (prefetch/policy_registry.cpp). Throws a user error naming
+// prefetch.policy and the registered names when there is none.
+const PrefetchPolicy& prefetch_policy(std::string_view name);
+// The registered names, in registry order.
+std::vector<std::string> prefetch_policy_names();
+
 // The experts of `layer` to gather ahead, in the order to issue the gathers.
-// [in] cfg: policy, min_probability, budget_bytes (ema_decay/lookahead are not read here).
+// [in] cfg: policy (a registered name), min_probability, budget_bytes (ema_decay/lookahead are
+//      not read here).
 // [in] model: the frequency model (layer indexes its MoE layers).
 // [in] layer: MoE layer index in [0, model.layers()).
 // [in] candidate_experts: the experts this caller could gather (e.g. the EP rank's local experts),

@@ -4,9 +4,44 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/config_choices.h"
 #include "core/error.h"
 
 namespace moezero::prefetch {
+
+namespace {
+
+struct EvictionName {
+  const char* name;  // the config string (shard_cache.eviction)
+  EvictionPolicy value;
+  const char* doc;  // one line for `moezero config --doc` and docs/config.md
+};
+
+const EvictionName kEvictionNames[] = {
+    {"lfu", EvictionPolicy::Lfu,
+     "the lowest frequency-model score first, then the least recently used"},
+    {"lru", EvictionPolicy::Lru, "the least recently used first (a logical clock)"},
+};
+
+std::vector<ConfigChoice> eviction_choices() {
+  std::vector<ConfigChoice> v;
+  for (const EvictionName& e : kEvictionNames) v.push_back({e.name, e.doc});
+  return v;
+}
+
+// shard_cache.eviction's values for the config (core/config_choices.h).
+const ConfigChoicesRegistration kEvictionChoices{"shard_cache.eviction", eviction_choices()};
+
+}  // namespace
+
+EvictionPolicy eviction_policy(std::string_view name) {
+  std::string known;
+  for (const EvictionName& e : kEvictionNames) {
+    if (name == e.name) return e.value;
+    known += (known.empty() ? "" : ", ") + std::string(e.name);
+  }
+  MOEZERO_USER_ERROR("shard_cache.eviction: must be one of ", known, ", got \"", name, "\"");
+}
 
 ShardCache::ShardCache(uint64_t capacity_bytes, EvictionPolicy eviction)
     : capacity_bytes_(capacity_bytes), eviction_(eviction) {}

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string_view>
 #include <vector>
 
 #include "core/config.h"
@@ -41,11 +42,17 @@ using moezero::CacheAdmit;
 using moezero::CacheLookup;
 using moezero::ShardCacheCounters;
 
+// shard_cache.eviction (registered with the config in shard_cache.cpp): the victim order above.
+enum class EvictionPolicy : uint8_t { Lfu, Lru };
+// The order named `name` ("lfu", "lru"). Throws a user error naming shard_cache.eviction.
+EvictionPolicy eviction_policy(std::string_view name);
+
 class ShardCache final : public ResidencyCache {
  public:
   // [in] capacity_bytes: most bytes resident at once (0: disabled). [in] eviction: lfu | lru.
   ShardCache(uint64_t capacity_bytes, EvictionPolicy eviction);
-  explicit ShardCache(const ShardCacheConfig& cfg) : ShardCache(cfg.capacity_bytes, cfg.eviction) {}
+  explicit ShardCache(const ShardCacheConfig& cfg)
+      : ShardCache(cfg.capacity_bytes, eviction_policy(cfg.eviction)) {}
 
   // [in] group: parameter group id. [in] current_version: the parameters' current version.
   // Ticks the clock; a hit makes the entry the most recently used. Throws if the entry is

@@ -10,7 +10,6 @@
 #include "moe/gather_strategy.h"
 #include "prefetch/shard_cache.h"
 #include "train/rank_session_impl.h"
-#include "zero/int8_codec.h"
 
 namespace moezero::moe::session_detail {
 
@@ -71,62 +70,40 @@ EngineStreams RankSession::create_streams() {
 }
 
 void RankSession::build_model() {
-  rt_.moe = cfg_.moe;
-  rt_.ep_size = ep_;
-  rt_.ep_rank = comms_.pgs.ep_rank(ctx_.rank);
-  rt_.a2a = comms_.a2a.get();
-  rt_.a2a_stream = &dev_.create_stream("a2a");  // token all-to-all beside compute and gathers
-  rt_.router = comms_.router.get();
-  rt_.loss_weight = 1.0f / static_cast<float>(tc_.grad_accum_steps);
-  rt_.seed = static_cast<uint64_t>(tc_.seed);
-  rt_.stats = &moe_stats_;
-  rt_.trace = recorder_.get();
+  rt_.options = {.moe = cfg_.moe,
+                 .loss_weight = 1.0f / static_cast<float>(tc_.grad_accum_steps),
+                 .seed = static_cast<uint64_t>(tc_.seed),
+                 .gather = &moe::gather_strategy(cfg_.zero.moe_gather),
+                 .reshard_after_forward = cfg_.zero.reshard_after_forward};
+  rt_.comms = {.ep_size = ep_,
+               .ep_rank = comms_.pgs.ep_rank(ctx_.rank),
+               .a2a = comms_.a2a.get(),
+               .a2a_stream = &dev_.create_stream("a2a"),  // token all-to-all beside the others
+               .router = comms_.router.get()};
+  rt_.report = {.stats = &moe_stats_, .trace = recorder_.get()};
   moe_layers_ = count_moe_layers(cfg_.model);
   if (!cfg_.moe.routing_replay.empty()) {
     std::vector<int> moe_layer_ids;
     for (int l = 0; l < static_cast<int>(cfg_.model.n_layers); ++l)
       if (is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
     routing_replay_ = std::make_unique<RoutingReplay>(cfg_, moe_layer_ids, rows_ * T_, ctx_.rank);
-    rt_.replay = routing_replay_.get();
   }
-  rt_.routing_source = run_.options.routing_source;  // simulated backend only
-  if (moe_layers_ > 0) {
+  rt_.routing = {.replay = routing_replay_.get(),
+                 .source = run_.options.routing_source};  // source: simulated backend only
+  if (moe_layers_ > 0)
     frequency_ = std::make_unique<prefetch::FrequencyModel>(
         moe_layers_, static_cast<int>(cfg_.model.num_experts), cfg_.prefetch.ema_decay);
-    rt_.frequency = frequency_.get();
-  }
-  const double gbps =
-      cfg_.prefetch.link_gbps > 0.0 ? cfg_.prefetch.link_gbps : cfg_.comm_emulation.link_gbps;
   planner_ = std::make_unique<prefetch::PrefetchPlanner>(
       cfg_.prefetch, frequency_.get(),
-      prefetch::link_costs(gbps, cfg_.comm_emulation.latency_us, comms_.edp_gather->size()));
-  rt_.planner = planner_.get();
-  rt_.gather = &moe::gather_strategy(cfg_.zero.moe_gather);
-  rt_.reshard_after_forward = cfg_.zero.reshard_after_forward;
+      prefetch::link_costs(cfg_.prefetch, cfg_.comm_emulation, comms_.edp_gather->size()));
+  rt_.planning = {.frequency = frequency_.get(), .planner = planner_.get()};
   model_ = std::make_unique<Transformer>(cfg_.model, &rt_);
   model_->set_activation_checkpointing(cfg_.train.activation_checkpointing);
 }
 
 void RankSession::build_engine() {
-  ZeroOptions zo;
-  zo.stage = static_cast<int>(cfg_.zero.stage);
-  zo.compute_dtype = tc_.dtype;
-  zo.persistence_threshold_elems = cfg_.zero.param_persistence_threshold;
-  zo.shard_single_rank = cfg_.zero.shard_single_rank;
-  zo.keep_dense_bytes = cfg_.zero.keep_dense_bytes;
-  zo.prefetch_bucket_bytes = cfg_.zero.prefetch_bucket_size;
-  zo.max_live_bytes = cfg_.zero.max_live_parameters;
-  zo.reduce_bucket_bytes = cfg_.zero.reduce_bucket_size;
-  zo.micro_batches_per_step = tc_.grad_accum_steps;
-  zo.grad_accum_dtype =
-      cfg_.zero.grad_accum_dtype == GradAccumDtype::Param ? tc_.dtype : DType::F32;
-  zo.seed = static_cast<uint64_t>(tc_.seed);
-  zo.check_finite = cfg_.profile.check_finite;
+  ZeroOptions zo = ZeroOptions::of(cfg_);
   zo.materialize = !run_.options.run_world;  // simulated: states counted, not filled
-  zo.inter_node_hop = InterNodeHop::Int8;
-  zo.quantization_block = cfg_.zero.quantization_block;
-  if (cfg_.zero.quantized_weights)
-    zo.gather_codec = std::make_shared<BlockInt8Codec>(cfg_.zero.quantization_block);
   if (run_.options.grad_hook)
     zo.grad_hook = [this](const GradReadyInfo& gi) {
       run_.options.grad_hook(GradHookInfo{ctx_.rank, hook_step_, gi.micro_batch, &gi.layout->spec(),
@@ -143,7 +120,8 @@ void RankSession::build_engine() {
                           comms_.reduce_cross.get(), comms_.hpz_gather.get()};
       },
       *comms_.misc, zo,
-      cfg_.shard_cache.capacity_bytes > 0 && moe_layers_ > 0 && rt_.gather->uses_shard_cache()
+      cfg_.shard_cache.capacity_bytes > 0 && moe_layers_ > 0 &&
+              rt_.options.gather->uses_shard_cache()
           ? std::make_unique<prefetch::ShardCache>(cfg_.shard_cache)
           : nullptr,
       planner_.get());

@@ -79,7 +79,8 @@ StepOutcome RankSession::device_step(int64_t step, TensorBuffer& loss, TensorBuf
   o.result = engine_->step(o.hyper);
   dev_.memcpy_async(&o.loss, loss.view().data(), sizeof(float), cs_);
   dev_.memcpy_async(&o.aux, aux.view().data(), sizeof(float), cs_);
-  join_streams(cs_, {streams_.gather, streams_.reduce, rt_.a2a_stream},  // the step's every op
+  join_streams(cs_,
+               {streams_.gather, streams_.reduce, rt_.comms.a2a_stream},  // the step's every op
                recorder_.get());
   cs_.synchronize();
   o.timing = recorder_->finish_step();
@@ -196,13 +197,13 @@ std::optional<double> RankSession::evaluate(int64_t step) {
   if (!due) return std::nullopt;
   if (!eval_model_) {
     eval_rt_ = rt_;
-    eval_rt_.moe.router_jitter = 0.0;
-    eval_rt_.stats = nullptr;
-    eval_rt_.replay = nullptr;  // evaluation routes by the router
-    eval_rt_.frequency = nullptr;
-    eval_rt_.trace = nullptr;
-    eval_rt_.gather = &moe::gather_strategy(rt_.gather->evaluation_strategy());
-    eval_rt_.reshard_after_forward = true;
+    eval_rt_.options.moe.router_jitter = 0.0;
+    eval_rt_.report.stats = nullptr;
+    eval_rt_.routing.replay = nullptr;  // evaluation routes by the router
+    eval_rt_.planning.frequency = nullptr;
+    eval_rt_.report.trace = nullptr;
+    eval_rt_.options.gather = &moe::gather_strategy(rt_.options.gather->evaluation_strategy());
+    eval_rt_.options.reshard_after_forward = true;
     eval_model_ = std::make_unique<Transformer>(cfg_.model, &eval_rt_);
   }
   const int64_t batches = tc_.eval_batches, global_rows = tc_.micro_batch_size;
@@ -226,7 +227,7 @@ std::optional<double> RankSession::evaluate(int64_t step) {
                           cs_);
   float host_loss = 0.0f;
   dev_.memcpy_async(&host_loss, loss.view().data(), sizeof(float), cs_);
-  join_streams(cs_, {streams_.gather, streams_.reduce, rt_.a2a_stream}, nullptr);
+  join_streams(cs_, {streams_.gather, streams_.reduce, rt_.comms.a2a_stream}, nullptr);
   cs_.synchronize();
   return host_loss;
 }

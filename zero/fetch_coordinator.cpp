@@ -29,14 +29,14 @@ void FetchCoordinator::initialise() {
   for (auto& p : m_.groups)
     if (p->params_sharded && std::find(comms.begin(), comms.end(), p->comms.gather) == comms.end())
       comms.push_back(p->comms.gather);
-  live_limit_per_comm_ = m_.options.max_live_bytes / std::max<uint64_t>(1, comms.size());
+  live_limit_per_comm_ = m_.options.zero.max_live_parameters / std::max<uint64_t>(1, comms.size());
   // Reused by the next micro-batch of this step (never past the step: the optimizer changes
   // the shard); the last micro-batch's own forward-to-backward reuse is the model's may_hold.
   const auto reusable = [this] { return m_.micro_batch + 1 < m_.options.micro_batches_per_step; };
   for (auto& p : m_.groups)
     if (p->params_sharded && !p->expert && !dense_keep_.count(p->comms.gather))
       dense_keep_[p->comms.gather] =
-          std::make_unique<DenseKeep>(m_.options.keep_dense_bytes, reusable);
+          std::make_unique<DenseKeep>(m_.options.zero.keep_dense_bytes, reusable);
 }
 
 ResidencyCache* FetchCoordinator::residency(const GroupState& st) const {

@@ -141,8 +141,8 @@ class FetchCoordinator {
   // communicator: a function of that communicator's groups and their release order, so the
   // same on all of its ranks (end_passes drops what they kept in group order).
   std::map<const Communicator*, std::unique_ptr<ResidencyCache>> dense_keep_;
-  // max_live_bytes split evenly over the gather communicators of sharded groups (the world
-  // and this rank's EDP group): each communicator's prefetch decisions see only its own
+  // zero.max_live_parameters split evenly over the gather communicators of sharded groups (the
+  // world and this rank's EDP group): each communicator's prefetch decisions see only its own
   // groups (identical on its ranks), and the shares add up to the limit.
   uint64_t live_limit_per_comm_ = 0;
   uint64_t next_ticket_ = 1;  // GroupState::ticket of the next gather issued

@@ -182,13 +182,14 @@ void FetchCoordinator::prefetch_ahead() {
       if (!st.params_sharded || st.expert) continue;  // experts: prefetched by their policy
       const size_t bytes = st.full_bytes(m_.options.compute_dtype);
       if (st.state == State::Sharded) {
-        if (ahead + bytes > m_.options.prefetch_bucket_bytes || live + bytes > live_limit_per_comm_)
+        if (ahead + bytes > m_.options.zero.prefetch_bucket_size ||
+            live + bytes > live_limit_per_comm_)
           break;
         gather(std::span<const int>(&g, 1), Origin::Recorded, false);
         live += bytes;
       }
       ahead += bytes;  // in flight or just issued
-      if (ahead >= m_.options.prefetch_bucket_bytes) break;
+      if (ahead >= m_.options.zero.prefetch_bucket_size) break;
     }
   });
 }

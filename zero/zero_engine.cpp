@@ -6,11 +6,34 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/trace.h"
+#include "zero/int8_codec.h"
 #include "zero/zero_engine_impl.h"
 
 namespace moezero {
 
 using zero_detail::GroupState;
+
+namespace {
+
+// The gathers' wire format: the options' own codec, else zero.quantized_weights' int8 blocks,
+// else null (the identity).
+std::shared_ptr<const GatherCodec> gather_codec_of(const ZeroOptions& o) {
+  if (o.gather_codec) return o.gather_codec;
+  if (o.zero.quantized_weights) return std::make_shared<BlockInt8Codec>(o.zero.quantization_block);
+  return nullptr;
+}
+
+}  // namespace
+
+ZeroOptions ZeroOptions::of(const Config& c) {
+  ZeroOptions o;
+  o.zero = c.zero;
+  o.compute_dtype = c.train.dtype;
+  o.micro_batches_per_step = c.train.grad_accum_steps;
+  o.seed = static_cast<uint64_t>(c.train.seed);
+  o.check_finite = c.profile.check_finite;
+  return o;
+}
 
 ZeroEngine::ZeroEngine(Device& device, EngineStreams streams, std::vector<GroupSpec> groups,
                        const std::function<GroupComms(const GroupSpec&)>& comms_of,
@@ -20,14 +43,10 @@ ZeroEngine::ZeroEngine(Device& device, EngineStreams streams, std::vector<GroupS
     : impl_(std::make_unique<Impl>(device, streams, world_misc, options, std::move(expert_cache),
                                    planner)),
       options_(options) {
-  MOEZERO_CHECK(options.stage >= 0 && options.stage <= 3, "zero stage must be 0..3, got ",
-                options.stage);
+  MOEZERO_CHECK(options.stage() >= 0 && options.stage() <= 3, "zero stage must be 0..3, got ",
+                options.stage());
   MOEZERO_CHECK(options.compute_dtype == DType::F32 || options.compute_dtype == DType::BF16,
                 "compute dtype must be f32 or bf16, got ", dtype_name(options.compute_dtype));
-  MOEZERO_CHECK(
-      options.grad_accum_dtype == DType::F32 || options.grad_accum_dtype == options.compute_dtype,
-      "gradient accumulation dtype must be f32 or the compute dtype, got ",
-      dtype_name(options.grad_accum_dtype));
   MOEZERO_CHECK(streams.compute && streams.gather && streams.reduce,
                 "ZeroEngine needs compute, gather and reduce streams");
   for (auto& spec : groups) {
@@ -93,7 +112,7 @@ ZeroEngine::Impl::Impl(Device& d, EngineStreams s, Communicator& misc, ZeroOptio
                        prefetch::PrefetchPlanner* planner)
     : EngineShared(d, s, std::move(o)),
       world_misc(misc),
-      fetch(*this, std::move(expert_cache), options.gather_codec, planner) {
+      fetch(*this, std::move(expert_cache), gather_codec_of(options), planner) {
   reduce_done = device.create_event();
 }
 
@@ -139,13 +158,13 @@ void ZeroEngine::Impl::grad_ready(int g, Stream& compute) {
 
 void ZeroEngine::Impl::accumulate_local(int g, Stream& compute) {
   GroupState& st = group(g);
-  if (!st.grad_local && options.grad_accum_dtype == DType::F32) {
+  if (!st.grad_local && options.grad_accum_dtype() == DType::F32) {
     st.grad_local = std::move(st.grad_full);  // the first micro-batch's gradient is the sum
     st.grad_full.reset();                     // a moved-from TensorBuffer keeps its view
     return;
   }
   if (!st.grad_local) {  // the sum in the compute dtype: the first gradient, rounded
-    st.grad_local = TensorBuffer(device, options.grad_accum_dtype, Shape{st.padded}, MemTag::Grad,
+    st.grad_local = TensorBuffer(device, options.grad_accum_dtype(), Shape{st.padded}, MemTag::Grad,
                                  compute, st.layout.spec().name.c_str());
     device.ops().cast(compute, st.grad_full, st.grad_local);
     st.grad_full.reset();
@@ -164,7 +183,7 @@ void ZeroEngine::Impl::enqueue_reduction(int g) {
   Bucket& b = buckets[comm_key(st.comms.reduce)];
   b.groups.push_back(g);
   b.bytes += static_cast<uint64_t>(st.padded) * dtype_size_bytes(options.compute_dtype);
-  if (b.bytes >= options.reduce_bucket_bytes) flush_bucket(b);
+  if (b.bytes >= options.zero.reduce_bucket_size) flush_bucket(b);
 }
 
 void ZeroEngine::Impl::reduce_local_leftovers() {
@@ -242,7 +261,7 @@ void ZeroEngine::Impl::flush_bucket(Bucket& b) {
       else
         ops.cast(rs, st.grad_full, st.grad_acc);
     }
-  } else if (first.grads_sharded && (n > 1 || options.shard_single_rank)) {
+  } else if (first.grads_sharded && (n > 1 || options.zero.shard_single_rank)) {
     int64_t cols = 0;
     for (int g : bucket) cols += group(g).shard_elems;
     TensorBuffer send(device, dt, Shape{n * cols}, MemTag::CommBuffer, rs, "reduce bucket");

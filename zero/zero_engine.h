@@ -13,12 +13,12 @@
 // gradients reduce-scattered (bucketed, on the reduce stream, overlapped with backward) and the
 // updated parameters all-gathered. Stage 1 keeps each micro-batch's full gradient on the rank
 // (summed locally) and reduce-scatters the sum once, in the backward of the step's last
-// micro-batch (ZeroOptions::micro_batches_per_step; the sum in ZeroOptions::grad_accum_dtype);
+// micro-batch (ZeroOptions::micro_batches_per_step; the sum in ZeroOptions::grad_accum_dtype());
 // stage 2 reduce-scatters every micro-batch.
 //
-// Groups smaller than `persistence_threshold_elems` behave as stage 2 under stage 3 (full
-// parameters stay resident; they are not worth a collective each). So do groups held by one
-// rank (world 1, or experts whose EDP group is one rank), unless `shard_single_rank`: their
+// Groups smaller than `zero.param_persistence_threshold` elements behave as stage 2 under stage
+// 3 (full parameters stay resident; they are not worth a collective each). So do groups held by
+// one rank (world 1, or experts whose EDP group is one rank), unless `shard_single_rank`: their
 // shard is the whole group, so a gather would only copy it (FSDP switches to NO_SHARD at world
 // size 1 for the same reason); their gradients also skip the bucket copies and the collective.
 //
@@ -35,13 +35,13 @@
 //
 // Prefetch (dense order): the order of acquire() calls of the first step is recorded and
 // replayed: after each acquire, fetches for the next groups of the recorded order are
-// started, at most `prefetch_bucket_bytes` ahead and never past `max_live_bytes` of gathered
-// parameters (an on-demand acquire may exceed it by the one group it needs); both are counted
-// per sharding group (dense groups over the world, experts over their EDP group), because a
-// prefetch decision must be identical on every rank that takes part in the gather; the live
-// limit is split evenly between those communicators so that the shares add up. When the order
-// changes (MoE routing), the recorder re-learns at the end of the step; a wrong prediction
-// costs a gather, never correctness.
+// started, at most `zero.prefetch_bucket_size` bytes ahead and never past
+// `zero.max_live_parameters` bytes of gathered parameters (an on-demand acquire may exceed it by
+// the one group it needs); both are counted per sharding group (dense groups over the world,
+// experts over their EDP group), because a prefetch decision must be identical on every rank
+// that takes part in the gather; the live limit is split evenly between those communicators so
+// that the shares add up. When the order changes (MoE routing), the recorder re-learns at the
+// end of the step; a wrong prediction costs a gather, never correctness.
 //
 // Rule that keeps collectives matched: every collective here is issued in an order that is a
 // pure function of the call sequence of acquire/grad_ready/step, which the model makes
@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "core/communicator.h"
+#include "core/config.h"
 #include "core/param_group.h"
 #include "core/residency.h"
 #include "prefetch/prefetch_planner.h"
@@ -77,51 +78,62 @@ struct GradReadyInfo {
   int64_t micro_batch = 0;   // 0-based: finish_backward() calls since the last step()
 };
 
+// What the engine is built from: the `zero` section as parsed (core/config.h ZeroConfig: stage,
+// persistence threshold, buckets, live limit, dense keep, quantisation), read as it is, and what
+// the run adds from its other sections. Nothing copies the section's fields one by one.
 struct ZeroOptions {
-  int stage = 3;
-  DType compute_dtype = DType::F32;
-  int64_t persistence_threshold_elems = 1024;
-  // Groups held by one rank take the full path anyway: gathered at stage 3, gradients through
-  // the bucket copies and the (one-rank) collective. Copies only; for tests and for profiling
-  // the fetch machinery on one rank.
-  bool shard_single_rank = false;
-  // Stage 3 with several micro-batches per step: dense groups released before the step's last
-  // micro-batch stay gathered (up to this many bytes per gather communicator, in release order)
-  // and serve the next micro-batches' acquires without a gather, until the step ends (the
-  // optimizer changes their shards). Experts have the shard cache. 0: regather every
-  // micro-batch, as FSDP does without set_reshard_after_backward(False).
-  uint64_t keep_dense_bytes = 64ull << 20;
-  uint64_t prefetch_bucket_bytes = 64ull << 20;
+  // The zero section. The engine reads: stage; param_persistence_threshold (elements: smaller
+  // groups stay replicated); shard_single_rank (groups held by one rank take the full path
+  // anyway: gathered at stage 3, gradients through the bucket copies and the one-rank
+  // collective; copies only, for tests and for profiling the fetch machinery on one rank);
+  // keep_dense_bytes (stage 3 with several micro-batches per step: dense groups released
+  // before the step's last micro-batch stay gathered, up to this many bytes per gather
+  // communicator in release order, and serve the next micro-batches' acquires without a
+  // gather until the step ends; experts have the shard cache; 0: regather every micro-batch,
+  // as FSDP does without set_reshard_after_backward(False)); prefetch_bucket_size and
+  // max_live_parameters (bytes); reduce_bucket_size (bytes per reduce-scatter bucket);
+  // grad_accum_dtype (grad_accum_dtype() below); quantized_weights and quantization_block (the
+  // gathers' wire format when gather_codec is null) and quantization_block for the two-hop
+  // reduction. moe_gather, reshard_after_forward, quantized_gradients and hpz_partition_size
+  // reach it as the communicators and the model the run builds from them.
+  ZeroConfig zero;
+  DType compute_dtype = DType::F32;  // train.dtype
   // prefetch_set: the most bytes one coalesced gather carries (a set larger is cut by shape).
   uint64_t coalesce_bytes = 64ull << 20;
-  uint64_t max_live_bytes = 1ull << 30;
-  uint64_t reduce_bucket_bytes = 64ull << 20;
-  // Stage 1: gradients are summed on the rank and reduce-scattered in the backward of
-  // micro-batch micro_batches_per_step - 1 (0-based; later ones reduce too). A step that ends
-  // with fewer micro-batches reduces the rest at step(), not overlapped.
+  // train.grad_accum_steps. Stage 1: gradients are summed on the rank and reduce-scattered in
+  // the backward of micro-batch micro_batches_per_step - 1 (0-based; later ones reduce too). A
+  // step that ends with fewer micro-batches reduces the rest at step(), not overlapped.
   int64_t micro_batches_per_step = 1;
-  // Stage 1: the dtype of the rank's sum of a step's micro-batch gradients (until the last
-  // one's reduction): F32, or the compute dtype (zero.grad_accum_dtype=param: half the bytes in
-  // bf16, each micro-batch's addition rounded to it).
-  DType grad_accum_dtype = DType::F32;
-  uint64_t seed = 1234;  // parameter initialisation
+  uint64_t seed = 1234;  // train.seed: parameter initialisation
   // False on the simulated backend (issue 18): the states are allocated (and counted by tag)
   // but no initial value is computed or uploaded, so a rank can stand for a shard of a model
   // far larger than this machine's memory.
   bool materialize = true;
-  // Gradient health (docs/health.md). check_finite: every full gradient is scanned for
+  // profile.check_finite: gradient health (docs/health.md): every full gradient is scanned for
   // NaN/Inf on the compute stream before it is reduced (Ops::find_nonfinite); the results
   // are read at the step's one host sync and the first one is StepResult::nonfinite.
   bool check_finite = true;
   // Test/debug hook, called on the host in grad_ready() before the check (may be empty).
   std::function<void(const GradReadyInfo&)> grad_hook;
-  // The wire format of parameter all-gathers (zero/gather_codec.h); null: IdentityCodec.
+  // The wire format of parameter all-gathers (zero/gather_codec.h). Null: BlockInt8Codec of
+  // zero.quantization_block when zero.quantized_weights, else IdentityCodec.
   std::shared_ptr<const GatherCodec> gather_codec;
   // Gradient reduce-scatters of groups whose GroupComms name reduce_intra and reduce_cross take
   // two hops (zero/quantized_reduce.h, zero.quantized_gradients): the inter-node hop's wire
-  // format, and its elements per int8 scale.
+  // format (its elements per int8 scale: zero.quantization_block).
   InterNodeHop inter_node_hop = InterNodeHop::Int8;
-  int64_t quantization_block = 2048;
+
+  // A run's options: its zero section as it is, and train.dtype, train.grad_accum_steps,
+  // train.seed and profile.check_finite. The run adds materialize and grad_hook.
+  static ZeroOptions of(const Config& c);
+
+  int stage() const { return static_cast<int>(zero.stage); }
+  // Stage 1: the dtype of the rank's sum of a step's micro-batch gradients (until the last
+  // one's reduction): F32, or the compute dtype (zero.grad_accum_dtype=param: half the bytes in
+  // bf16, each micro-batch's addition rounded to it).
+  DType grad_accum_dtype() const {
+    return zero.grad_accum_dtype == GradAccumDtype::Param ? compute_dtype : DType::F32;
+  }
 };
 
 // The communicators of a group's sharding group (world for dense groups, the EDP group for

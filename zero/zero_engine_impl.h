@@ -25,7 +25,7 @@ struct ZeroEngine::Impl : zero_detail::EngineShared {
   Tensor grad(int g, Stream& compute);
   // A group whose gradient one rank reduces alone (flush_bucket's copy, no collective).
   bool reduced_alone(const zero_detail::GroupState& st) const {
-    return st.n == 1 && !options.shard_single_rank;
+    return st.n == 1 && !options.zero.shard_single_rank;
   }
   void grad_ready(int g, Stream& compute);
   void accumulate_local(int g, Stream& compute);  // stage 1, not the last micro-batch

@@ -59,12 +59,12 @@ void ZeroEngine::Impl::add_group(GroupSpec spec, GroupComms comms) {
   st->rank = comms.gather->rank();
   MOEZERO_CHECK(comms.reduce->size() == st->n && comms.reduce->rank() == st->rank, "group '",
                 st->layout.spec().name, "': gather and reduce communicators differ in group");
-  const int stage = options.stage;
+  const int stage = options.stage();
   // A group held by one rank has nothing to shard or gather (FSDP switches to NO_SHARD at world
   // size 1 for the same reason): its parameters stay gathered, as below the persistence
   // threshold, and its gradients skip the collective (flush_bucket).
-  st->params_sharded = stage == 3 && (st->n > 1 || options.shard_single_rank) &&
-                       st->layout.numel() >= options.persistence_threshold_elems;
+  st->params_sharded = stage == 3 && (st->n > 1 || options.zero.shard_single_rank) &&
+                       st->layout.numel() >= options.zero.param_persistence_threshold;
   st->grads_sharded = stage >= 1;
   st->grads_deferred = stage == 1;
   st->opt_sharded = stage >= 1;
@@ -76,7 +76,7 @@ void ZeroEngine::Impl::add_group(GroupSpec spec, GroupComms comms) {
     MOEZERO_CHECK(comms.reduce_intra && comms.reduce_cross, "group '", st->layout.spec().name,
                   "': a two-hop reduction needs both reduce_intra and reduce_cross");
     st->two_hop.emplace(*comms.reduce_intra, *comms.reduce_cross, options.inter_node_hop,
-                        options.quantization_block);
+                        options.zero.quantization_block);
     MOEZERO_CHECK(st->two_hop->per_node() * st->two_hop->nodes() == st->n &&
                       st->two_hop->group_rank() == st->rank,
                   "group '", st->layout.spec().name, "': the two-hop communicators (",

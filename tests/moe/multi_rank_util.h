@@ -119,13 +119,13 @@ inline std::vector<RankOut> run_layer(const LayerRun& run) {
         std::unique_ptr<Communicator> router = rc.communicator(rc.world_group(), "router");
         RankOut& ro = outs[static_cast<size_t>(rank)];
         moe::MoeRuntime rt;
-        rt.moe = run.moe;
-        rt.ep_size = run.ep;
-        rt.ep_rank = pg.ep_rank(rank);
-        rt.a2a = a2a.get();
-        rt.router = router.get();
-        rt.seed = run.seed;
-        rt.stats = &ro.stats;
+        rt.options.moe = run.moe;
+        rt.comms.ep_size = run.ep;
+        rt.comms.ep_rank = pg.ep_rank(rank);
+        rt.comms.a2a = a2a.get();
+        rt.comms.router = router.get();
+        rt.options.seed = run.seed;
+        rt.report.stats = &ro.stats;
         moe::MoeFeedForward layer(run.model, rt, /*layer=*/0, /*moe_index=*/0, /*first_group=*/0);
         Device& dev = *rc.device;
         Stream& s = dev.default_stream();
@@ -149,10 +149,10 @@ inline std::vector<RankOut> run_layer(const LayerRun& run) {
         ctx.loss_out = loss;
         ctx.aux_out = aux;
 
-        TensorBuffer h = d::upload(dev, s, &run.h[static_cast<size_t>(rank * N * C)], Shape{N, C},
-                                   run.dtype);
-        TensorBuffer dresid = d::upload(dev, s, &run.c[static_cast<size_t>(rank * N * C)],
-                                        Shape{N, C}, run.dtype);
+        TensorBuffer h =
+            d::upload(dev, s, &run.h[static_cast<size_t>(rank * N * C)], Shape{N, C}, run.dtype);
+        TensorBuffer dresid =
+            d::upload(dev, s, &run.c[static_cast<size_t>(rank * N * C)], Shape{N, C}, run.dtype);
         TensorBuffer out(dev, run.dtype, Shape{N, C}, MemTag::Other, s, "test.out");
         auto saved = layer.forward(ctx, params, h, out);
         ro.backward_begin = params.calls().size();

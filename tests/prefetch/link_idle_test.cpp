@@ -79,7 +79,7 @@ TEST(LinkIdle, OnlyTheIdleGateMeasures) {
   cfg.speculate = Speculate::Priced;
   EXPECT_FALSE(PrefetchPlanner(cfg, &m, link).measures_idle_link());
   cfg.speculate = Speculate::Idle;
-  for (PrefetchPolicy p : {PrefetchPolicy::None, PrefetchPolicy::All, PrefetchPolicy::Frequency}) {
+  for (const char* p : {"none", "all", "frequency"}) {
     cfg.policy = p;
     EXPECT_FALSE(PrefetchPlanner(cfg, &m, link).measures_idle_link());
   }

@@ -17,7 +17,7 @@ FrequencyModel graded_model() {  // probabilities {1, 0.5, 0.25, 0.125}
   return m;
 }
 
-PrefetchConfig with(PrefetchPolicy policy, int64_t lookahead = 1) {
+PrefetchConfig with(const std::string& policy, int64_t lookahead = 1) {
   PrefetchConfig c;
   c.policy = policy;
   c.lookahead_layers = lookahead;
@@ -31,14 +31,14 @@ TEST(PrefetchPlanner, PlansExpertsWithTheConfiguredPolicy) {
   const Ids candidates = {3, 1, 2, 0};
   const std::vector<uint64_t> bytes = {10, 10, 10, 10};
   const ExpertPlanQuery q{0, candidates, bytes, nullptr};
-  const PrefetchPlanner freq(with(PrefetchPolicy::Frequency), &m, PrefetchCosts{});
+  const PrefetchPlanner freq(with("frequency"), &m, PrefetchCosts{});
   EXPECT_TRUE(freq.plans_experts());
   EXPECT_EQ(freq.expert_plan(q), (Ids{0, 1}));  // p >= 0.3, likeliest first
-  EXPECT_EQ(PrefetchPlanner(with(PrefetchPolicy::All), &m, {}).expert_plan(q), (Ids{0, 1, 2, 3}));
+  EXPECT_EQ(PrefetchPlanner(with("all"), &m, {}).expert_plan(q), (Ids{0, 1, 2, 3}));
   // Nothing ahead: policy none, no lookahead, or no frequency model.
-  for (const PrefetchPlanner& p : {PrefetchPlanner(with(PrefetchPolicy::None), &m, {}),
-                                   PrefetchPlanner(with(PrefetchPolicy::All, 0), &m, {}),
-                                   PrefetchPlanner(with(PrefetchPolicy::All), nullptr, {})}) {
+  for (const PrefetchPlanner& p :
+       {PrefetchPlanner(with("none"), &m, {}), PrefetchPlanner(with("all", 0), &m, {}),
+        PrefetchPlanner(with("all"), nullptr, {})}) {
     EXPECT_FALSE(p.plans_experts());
     EXPECT_TRUE(p.expert_plan(q).empty());
   }
@@ -47,10 +47,10 @@ TEST(PrefetchPlanner, PlansExpertsWithTheConfiguredPolicy) {
 TEST(PrefetchPlanner, BackwardIsExactUnlessThePolicyIsNone) {
   const Ids local = {6, 4, 5};
   const std::vector<char> active = {0, 0, 0, 0, 1, 0, 1};
-  const PrefetchPlanner cost(with(PrefetchPolicy::Cost), nullptr, {});
+  const PrefetchPlanner cost(with("cost"), nullptr, {});
   EXPECT_TRUE(cost.exact_backward());
   EXPECT_EQ(cost.backward_order(local, active), (Ids{4, 6}));
-  EXPECT_FALSE(PrefetchPlanner(with(PrefetchPolicy::None), nullptr, {}).exact_backward());
+  EXPECT_FALSE(PrefetchPlanner(with("none"), nullptr, {}).exact_backward());
 }
 
 TEST(PrefetchPlanner, KeepsOneRecordedOrderPerChannel) {

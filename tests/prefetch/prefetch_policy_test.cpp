@@ -18,7 +18,7 @@ using Ids = std::vector<int>;
 
 // [in] speculate: the cost policy's gain of a hit; the tests written before the gate existed
 // (issue 27) price it as `priced` (the whole on-demand gather).
-PrefetchConfig config(PrefetchPolicy policy, double min_probability, uint64_t budget_bytes,
+PrefetchConfig config(const std::string& policy, double min_probability, uint64_t budget_bytes,
                       Speculate speculate = Speculate::Priced) {
   PrefetchConfig c;
   c.policy = policy;
@@ -42,47 +42,39 @@ const std::vector<uint64_t> kTenEach = {10, 10, 10, 10};
 
 TEST(PrefetchPolicy, NoneAndAll) {
   const FrequencyModel m = graded_model();
-  EXPECT_TRUE(
-      plan_prefetch(config(PrefetchPolicy::None, 0.0, 1000), m, 0, kShuffled, kTenEach, nullptr)
-          .empty());
+  EXPECT_TRUE(plan_prefetch(config("none", 0.0, 1000), m, 0, kShuffled, kTenEach, nullptr).empty());
   // all: ascending id, ignoring threshold and budget.
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::All, 0.9, 5), m, 0, kShuffled, kTenEach, nullptr),
+  EXPECT_EQ(plan_prefetch(config("all", 0.9, 5), m, 0, kShuffled, kTenEach, nullptr),
             (Ids{0, 1, 2, 3}));
-  EXPECT_TRUE(plan_prefetch(config(PrefetchPolicy::All, 0.0, 0), m, 0, {}, {}, nullptr).empty());
+  EXPECT_TRUE(plan_prefetch(config("all", 0.0, 0), m, 0, {}, {}, nullptr).empty());
 }
 
 TEST(PrefetchPolicy, FrequencyOrdersByProbabilityThenThreshold) {
   const FrequencyModel m = graded_model();
   ASSERT_EQ(m.probability(0, 1), 0.5);
   ASSERT_EQ(m.probability(0, 3), 0.125);
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 1000), m, 0, kShuffled, kTenEach,
-                          nullptr),
+  EXPECT_EQ(plan_prefetch(config("frequency", 0.0, 1000), m, 0, kShuffled, kTenEach, nullptr),
             (Ids{0, 1, 2, 3}));
   // Threshold is inclusive.
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.25, 1000), m, 0, kShuffled, kTenEach,
-                          nullptr),
+  EXPECT_EQ(plan_prefetch(config("frequency", 0.25, 1000), m, 0, kShuffled, kTenEach, nullptr),
             (Ids{0, 1, 2}));
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.26, 1000), m, 0, kShuffled, kTenEach,
-                          nullptr),
+  EXPECT_EQ(plan_prefetch(config("frequency", 0.26, 1000), m, 0, kShuffled, kTenEach, nullptr),
             (Ids{0, 1}));
   // Only candidates are planned (an EP rank's local experts).
   const Ids local = {3, 2};
   const std::vector<uint64_t> local_bytes = {10, 10};
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 1000), m, 0, local, local_bytes,
-                          nullptr),
+  EXPECT_EQ(plan_prefetch(config("frequency", 0.0, 1000), m, 0, local, local_bytes, nullptr),
             (Ids{2, 3}));
 }
 
 TEST(PrefetchPolicy, FrequencyTiesGoToTheLowerId) {
   FrequencyModel m(1, 4, 0.5);
   m.update(0, Counts{0, 1, 0, 1});  // {0.5, 1, 0.5, 1}
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 1000), m, 0, kShuffled, kTenEach,
-                          nullptr),
+  EXPECT_EQ(plan_prefetch(config("frequency", 0.0, 1000), m, 0, kShuffled, kTenEach, nullptr),
             (Ids{1, 3, 0, 2}));
   // Cold model: everything ties at 1.0: ascending id within the budget.
   const FrequencyModel cold(1, 4, 0.9);
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.1, 30), cold, 0, kShuffled, kTenEach,
-                          nullptr),
+  EXPECT_EQ(plan_prefetch(config("frequency", 0.1, 30), cold, 0, kShuffled, kTenEach, nullptr),
             (Ids{0, 1, 2}));
 }
 
@@ -92,14 +84,11 @@ TEST(PrefetchPolicy, FrequencyBudgetStopsAtTheFirstThatDoesNotFit) {
   // though 2 and 3 would fit.
   const Ids ids = {0, 1, 2, 3};
   const std::vector<uint64_t> bytes = {10, 100, 10, 10};
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 50), m, 0, ids, bytes, nullptr),
-            (Ids{0}));
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 110), m, 0, ids, bytes, nullptr),
-            (Ids{0, 1}));
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 130), m, 0, ids, bytes, nullptr),
+  EXPECT_EQ(plan_prefetch(config("frequency", 0.0, 50), m, 0, ids, bytes, nullptr), (Ids{0}));
+  EXPECT_EQ(plan_prefetch(config("frequency", 0.0, 110), m, 0, ids, bytes, nullptr), (Ids{0, 1}));
+  EXPECT_EQ(plan_prefetch(config("frequency", 0.0, 130), m, 0, ids, bytes, nullptr),
             (Ids{0, 1, 2, 3}));  // exactly the budget
-  EXPECT_TRUE(
-      plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 9), m, 0, ids, bytes, nullptr).empty());
+  EXPECT_TRUE(plan_prefetch(config("frequency", 0.0, 9), m, 0, ids, bytes, nullptr).empty());
 }
 
 TEST(PrefetchPolicy, FrequencyPlanIsMonotoneInBudgetAndThreshold) {
@@ -120,16 +109,14 @@ TEST(PrefetchPolicy, FrequencyPlanIsMonotoneInBudgetAndThreshold) {
   }
   Ids prev_plan;
   for (uint64_t budget = 0; budget <= 1300; budget += 7) {
-    const Ids plan =
-        plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, budget), m, 0, ids, bytes, nullptr);
+    const Ids plan = plan_prefetch(config("frequency", 0.0, budget), m, 0, ids, bytes, nullptr);
     ASSERT_GE(plan.size(), prev_plan.size());
     EXPECT_TRUE(std::equal(prev_plan.begin(), prev_plan.end(), plan.begin())) << budget;
     prev_plan = plan;
   }
   EXPECT_EQ(prev_plan.size(), 12u);
   for (double thr = 1.0; thr >= 0.0; thr -= 0.05) {
-    const Ids plan =
-        plan_prefetch(config(PrefetchPolicy::Frequency, thr, 1u << 20), m, 0, ids, bytes, nullptr);
+    const Ids plan = plan_prefetch(config("frequency", thr, 1u << 20), m, 0, ids, bytes, nullptr);
     EXPECT_TRUE(std::equal(plan.begin(), plan.end(), prev_plan.begin())) << thr;  // a prefix
   }
 }
@@ -144,7 +131,7 @@ TEST(PrefetchPolicy, CoActivationChangesThePlan) {
     m.update(1, c);
   }
   const Ids ids = {0, 1, 2, 3};
-  const PrefetchConfig cfg = config(PrefetchPolicy::Frequency, 0.3, 1000);
+  const PrefetchConfig cfg = config("frequency", 0.3, 1000);
   // Marginals: experts 0 and 1 each about one half.
   EXPECT_EQ(plan_prefetch(cfg, m, 1, ids, kTenEach, nullptr), (Ids{1, 0}));  // 1 was last: likelier
   const std::vector<char> prev0 = {1, 0, 0, 0}, prev1 = {0, 1, 0, 0}, prev01 = {1, 1, 0, 0};
@@ -159,7 +146,7 @@ TEST(PrefetchPolicy, CoActivationChangesThePlan) {
 
 TEST(PrefetchPolicy, ArgumentsAreChecked) {
   const FrequencyModel m(2, 4, 0.9);
-  const PrefetchConfig cfg = config(PrefetchPolicy::Frequency, 0.1, 100);
+  const PrefetchConfig cfg = config("frequency", 0.1, 100);
   const std::vector<char> prev = {1, 0, 0, 0};
   const std::vector<char> short_prev = {1, 0};
   const Ids dup = {1, 1};
@@ -186,7 +173,7 @@ TEST(PrefetchPolicy, BackwardOrderIsTheForwardActiveSetAscending) {
 // the prior's d^3 = 1/8: {1, 3/7, 1/7, 0}. 10 bytes each, 1 ns per byte.
 TEST(PrefetchPolicy, CostTakesWhatPaysForItself) {
   const FrequencyModel m = graded_model();
-  const PrefetchConfig c = config(PrefetchPolicy::Cost, 0.0, 1000);
+  const PrefetchConfig c = config("cost", 0.0, 1000);
   auto plan = [&](double free_ns) {
     return plan_prefetch(c, m, 0, kShuffled, kTenEach, nullptr, PrefetchCosts{1.0, 0.0, free_ns});
   };
@@ -213,7 +200,7 @@ TEST(PrefetchPolicy, CostDiscountsConfidentGuessesByTheirRealisedPrecision) {
   const double cal = m.plan_calibration(0);
   EXPECT_LT(cal, 0.85);  // claimed ~1.5 per micro-batch where ~1 came
   EXPECT_GT(cal, 0.5);
-  const PrefetchConfig c = config(PrefetchPolicy::Cost, 0.0, 1000);
+  const PrefetchConfig c = config("cost", 0.0, 1000);
   const PrefetchCosts bound{1.0, 0.0, 0.0};  // link-bound: take iff p > 1/2
   EXPECT_EQ(plan_prefetch(c, m, 0, Ids{0, 1}, std::vector<uint64_t>{10, 10}, nullptr, bound),
             (Ids{0}));
@@ -229,7 +216,7 @@ TEST(PrefetchPolicy, CostDiscountsConfidentGuessesByTheirRealisedPrecision) {
   // The calibration is state: it round-trips exactly.
   EXPECT_EQ(FrequencyModel::from_json(m.to_json()), m);
   // Only the frequency policy's threshold applies there: no calibration.
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.5, 1000), m, 0, Ids{0, 1},
+  EXPECT_EQ(plan_prefetch(config("frequency", 0.5, 1000), m, 0, Ids{0, 1},
                           std::vector<uint64_t>{10, 10}, nullptr, bound),
             (Ids{0, 1}));
 }
@@ -237,18 +224,15 @@ TEST(PrefetchPolicy, CostDiscountsConfidentGuessesByTheirRealisedPrecision) {
 TEST(PrefetchPolicy, CostKeepsFloorAndBudgetAndFallsBackWithoutALink) {
   const FrequencyModel m = graded_model();
   const PrefetchCosts free_link{1.0, 0.0, 1e9};
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Cost, 0.3, 1000), m, 0, kShuffled, kTenEach,
-                          nullptr, free_link),
+  EXPECT_EQ(plan_prefetch(config("cost", 0.3, 1000), m, 0, kShuffled, kTenEach, nullptr, free_link),
             (Ids{0, 1}));  // min_probability is a floor
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Cost, 0.0, 15), m, 0, kShuffled, kTenEach, nullptr,
-                          free_link),
+  EXPECT_EQ(plan_prefetch(config("cost", 0.0, 15), m, 0, kShuffled, kTenEach, nullptr, free_link),
             (Ids{0}));  // budget_bytes caps memory
   // No link model: the cost policy is frequency.
   for (double floor : {0.0, 0.2, 0.6})
-    EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Cost, floor, 25), m, 0, kShuffled, kTenEach,
-                            nullptr, PrefetchCosts{}),
-              plan_prefetch(config(PrefetchPolicy::Frequency, floor, 25), m, 0, kShuffled, kTenEach,
-                            nullptr));
+    EXPECT_EQ(plan_prefetch(config("cost", floor, 25), m, 0, kShuffled, kTenEach, nullptr,
+                            PrefetchCosts{}),
+              plan_prefetch(config("frequency", floor, 25), m, 0, kShuffled, kTenEach, nullptr));
 }
 
 TEST(PrefetchPolicy, LinkCostsOfARingAllGather) {
@@ -280,7 +264,7 @@ TEST(PrefetchPolicy, CostPlansAreDeterministicAndMonotoneInFreeLinkTime) {
   const Ids ids = {0, 1, 2, 3, 4, 5, 6, 7};
   std::vector<uint64_t> bytes(8);
   for (auto& x : bytes) x = 100 + rng() % 900;
-  const PrefetchConfig c = config(PrefetchPolicy::Cost, 0.0, 1ull << 20);
+  const PrefetchConfig c = config("cost", 0.0, 1ull << 20);
   Ids prev;
   for (double free_ns = 0.0; free_ns < 20000.0; free_ns += 250.0) {
     const PrefetchCosts costs{2.0, 500.0, free_ns};
@@ -316,7 +300,7 @@ TEST(PrefetchPolicy, SpeculationPaysOnlyIntoIdleLinkTime) {
 // taken but the gate refused.
 TEST(PrefetchPolicy, IdleGateSpeculatesOnlyIntoFreeLinkTime) {
   const FrequencyModel m = graded_model();
-  const PrefetchConfig c = config(PrefetchPolicy::Cost, 0.0, 1000, Speculate::Idle);
+  const PrefetchConfig c = config("cost", 0.0, 1000, Speculate::Idle);
   EXPECT_EQ(PrefetchConfig{}.speculate, Speculate::Idle) << "the default";
   auto plan = [&](double free_ns, PlanNotes* notes = nullptr) {
     return plan_prefetch(c, m, 0, kShuffled, kTenEach, nullptr, PrefetchCosts{1.0, 0.0, free_ns},
@@ -338,12 +322,12 @@ TEST(PrefetchPolicy, IdleGateSpeculatesOnlyIntoFreeLinkTime) {
   const FrequencyModel cold(1, 4, 0.5);
   EXPECT_EQ(plan_prefetch(c, cold, 0, kShuffled, kTenEach, nullptr, PrefetchCosts{1.0, 0.0, 0.0}),
             Ids{});
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Cost, 0.0, 1000), cold, 0, kShuffled, kTenEach,
-                          nullptr, PrefetchCosts{1.0, 0.0, 0.0}),
+  EXPECT_EQ(plan_prefetch(config("cost", 0.0, 1000), cold, 0, kShuffled, kTenEach, nullptr,
+                          PrefetchCosts{1.0, 0.0, 0.0}),
             (Ids{0, 1, 2, 3}));
   // The other policies ignore the gate (and count nothing).
-  EXPECT_EQ(plan_prefetch(config(PrefetchPolicy::Frequency, 0.0, 1000, Speculate::Idle), m, 0,
-                          kShuffled, kTenEach, nullptr, PrefetchCosts{1.0, 0.0, 0.0}, &notes),
+  EXPECT_EQ(plan_prefetch(config("frequency", 0.0, 1000, Speculate::Idle), m, 0, kShuffled,
+                          kTenEach, nullptr, PrefetchCosts{1.0, 0.0, 0.0}, &notes),
             (Ids{0, 1, 2, 3}));
   EXPECT_EQ(notes.gated, 0u);
   // Without a link model the cost policy is frequency, whatever the mode.
@@ -368,7 +352,7 @@ TEST(PrefetchPolicy, IdleGatePlansAreMonotoneInFreeLinkTime) {
   const Ids ids = {0, 1, 2, 3, 4, 5, 6, 7};
   std::vector<uint64_t> bytes(8);
   for (auto& x : bytes) x = 100 + rng() % 900;
-  const PrefetchConfig c = config(PrefetchPolicy::Cost, 0.0, 1ull << 20, Speculate::Idle);
+  const PrefetchConfig c = config("cost", 0.0, 1ull << 20, Speculate::Idle);
   Ids prev;
   for (double free_ns = 0.0; free_ns < 40000.0; free_ns += 250.0) {
     const PrefetchCosts costs{2.0, 500.0, free_ns};

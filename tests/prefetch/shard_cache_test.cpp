@@ -136,7 +136,7 @@ TEST(ShardCache, PinnedEntriesAreNeverEvicted) {
 }
 
 TEST(ShardCache, CapacityZeroCachesNothing) {
-  ShardCache c(ShardCacheConfig{0, EvictionPolicy::Lfu});
+  ShardCache c(ShardCacheConfig{0, "lfu"});
   EXPECT_FALSE(c.admit(1, 1, 0, 1.0).admitted);
   EXPECT_EQ(c.lookup(1, 0), CacheLookup::Miss);
   EXPECT_TRUE(c.resident().empty());

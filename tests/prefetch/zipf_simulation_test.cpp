@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 
 #include "prefetch/prefetch_policy.h"
 
@@ -59,7 +60,7 @@ enum class UseCoActivation : uint8_t { No, Yes };
 enum class Planner : uint8_t { Config, Oracle };
 
 // Simulates `steps` micro-batches; measures plans after `warmup`.
-Totals simulate(PrefetchPolicy policy, Routing routing, UseCoActivation coact, uint64_t seed,
+Totals simulate(const std::string& policy, Routing routing, UseCoActivation coact, uint64_t seed,
                 int tokens, int warmup, int steps, Planner planner = Planner::Config) {
   std::mt19937_64 rng(seed);
   const Zipf zipf(kExperts, 1.0);
@@ -139,18 +140,18 @@ TEST(ZipfSimulation, FrequencyBeatsNoneOnMissesAndAllOnWaste) {
   std::printf("seed %llu, 4 tokens x top-2, Zipf(1.0) over 16 experts, budget 8 experts\n",
               static_cast<unsigned long long>(seed));
   const int tokens = 4, warmup = 50, steps = 550;
-  const Totals none = simulate(PrefetchPolicy::None, Routing::Independent, UseCoActivation::No,
-                               seed, tokens, warmup, steps);
-  const Totals all = simulate(PrefetchPolicy::All, Routing::Independent, UseCoActivation::No, seed,
-                              tokens, warmup, steps);
-  const Totals freq = simulate(PrefetchPolicy::Frequency, Routing::Independent, UseCoActivation::No,
-                               seed, tokens, warmup, steps);
+  const Totals none =
+      simulate("none", Routing::Independent, UseCoActivation::No, seed, tokens, warmup, steps);
+  const Totals all =
+      simulate("all", Routing::Independent, UseCoActivation::No, seed, tokens, warmup, steps);
+  const Totals freq =
+      simulate("frequency", Routing::Independent, UseCoActivation::No, seed, tokens, warmup, steps);
   print("none", none);
   print("all", all);
-  const Totals oracle = simulate(PrefetchPolicy::Frequency, Routing::Independent,
-                                 UseCoActivation::No, seed, tokens, warmup, steps, Planner::Oracle);
-  const Totals freq_coact = simulate(PrefetchPolicy::Frequency, Routing::Independent,
-                                     UseCoActivation::Yes, seed, tokens, warmup, steps);
+  const Totals oracle = simulate("frequency", Routing::Independent, UseCoActivation::No, seed,
+                                 tokens, warmup, steps, Planner::Oracle);
+  const Totals freq_coact = simulate("frequency", Routing::Independent, UseCoActivation::Yes, seed,
+                                     tokens, warmup, steps);
   print("frequency", freq);
   print("frequency, co-activation", freq_coact);
   print("oracle top-8 ranks", oracle);
@@ -174,10 +175,10 @@ TEST(ZipfSimulation, CoActivationBeatsMarginalsOnTokenPaths) {
   std::printf("seed %llu, 2 tokens x top-2 following fixed paths 90%% of the time\n",
               static_cast<unsigned long long>(seed));
   const int tokens = 2, warmup = 100, steps = 600;
-  const Totals marginal = simulate(PrefetchPolicy::Frequency, Routing::Paths, UseCoActivation::No,
-                                   seed, tokens, warmup, steps);
-  const Totals coact = simulate(PrefetchPolicy::Frequency, Routing::Paths, UseCoActivation::Yes,
-                                seed, tokens, warmup, steps);
+  const Totals marginal =
+      simulate("frequency", Routing::Paths, UseCoActivation::No, seed, tokens, warmup, steps);
+  const Totals coact =
+      simulate("frequency", Routing::Paths, UseCoActivation::Yes, seed, tokens, warmup, steps);
   print("frequency, marginals", marginal);
   print("frequency, co-activation", coact);
   EXPECT_EQ(marginal.needed_bytes, coact.needed_bytes);

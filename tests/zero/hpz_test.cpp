@@ -50,9 +50,9 @@ Seen run(int partition, uint64_t keep_dense_bytes = 0) {
       sec = ctx.communicator(secondary_partition_of(wg, ctx.rank, partition), "hpz");
     ZeroOptions opt;
     opt.micro_batches_per_step = 4;  // the passes are the step's micro-batches
-    opt.persistence_threshold_elems = 16;
-    opt.keep_dense_bytes = keep_dense_bytes;  // 0: every pass gathers again
-    opt.prefetch_bucket_bytes = 0;            // no prefetch by recorded order: exact counts
+    opt.zero.param_persistence_threshold = 16;
+    opt.zero.keep_dense_bytes = keep_dense_bytes;  // 0: every pass gathers again
+    opt.zero.prefetch_bucket_size = 0;             // no prefetch by recorded order: exact counts
     ZeroEngine eng(
         dev, st, groups(),
         [&](const GroupSpec&) {

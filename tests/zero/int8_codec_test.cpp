@@ -116,7 +116,7 @@ GatherRun gather_twice(int world, DType dt, std::shared_ptr<const GatherCodec> c
     auto misc = ctx.communicator(wg, "misc");
     ZeroOptions o;
     o.compute_dtype = dt;
-    o.persistence_threshold_elems = 64;  // "tiny" stays replicated
+    o.zero.param_persistence_threshold = 64;  // "tiny" stays replicated
     o.gather_codec = codec;
     ZeroEngine eng(
         dev, st, groups(),

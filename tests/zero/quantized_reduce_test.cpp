@@ -251,10 +251,10 @@ EngineRun train_engine(int stage, int rpn, bool two_hops, DType dt = DType::F32)
         groups.push_back({"a", GroupKind::Dense, -1, -1, {{"a.w", Shape{250, 16}}}});
         groups.push_back({"b", GroupKind::Dense, -1, -1, {{"b.w", Shape{1001}}}});
         ZeroOptions opt;
-        opt.stage = stage;
+        opt.zero.stage = stage;
         opt.compute_dtype = dt;
-        opt.persistence_threshold_elems = 0;
-        opt.reduce_bucket_bytes = 6000;  // "a" alone, then "b": two buckets
+        opt.zero.param_persistence_threshold = 0;
+        opt.zero.reduce_bucket_size = 6000;  // "a" alone, then "b": two buckets
         opt.inter_node_hop = InterNodeHop::FullPrecision;
         ZeroEngine eng(
             dev, st, groups,

@@ -56,9 +56,9 @@ TEST_P(SetFullParams, ReadBackAndAcquireGiveTheValues) {
     auto reduce = ctx.communicator(wg, "reduce");
     auto misc = ctx.communicator(wg, "misc");
     ZeroOptions opt;
-    opt.stage = c.stage;
+    opt.zero.stage = c.stage;
     opt.compute_dtype = c.dtype;
-    opt.persistence_threshold_elems = 100;  // "tiny" (7) stays replicated under stage 3
+    opt.zero.param_persistence_threshold = 100;  // "tiny" (7) stays replicated under stage 3
     ZeroEngine eng(
         dev, st, groups(),
         [&](const GroupSpec&) {
@@ -121,9 +121,9 @@ TEST(SetFullParamsErrors, WrongSizeAndGatheredGroupAreRefused) {
     auto reduce = ctx.communicator(wg, "reduce");
     auto misc = ctx.communicator(wg, "misc");
     ZeroOptions opt;
-    opt.stage = 3;
-    opt.persistence_threshold_elems = 1;
-    opt.shard_single_rank = true;  // one rank, gathered on acquire
+    opt.zero.stage = 3;
+    opt.zero.param_persistence_threshold = 1;
+    opt.zero.shard_single_rank = true;  // one rank, gathered on acquire
     ZeroEngine eng(
         dev, st, groups(),
         [&](const GroupSpec&) {

@@ -64,8 +64,9 @@ TrainRun train(int world, ZeroOptions opt, int steps, int64_t big = 960, int acc
           return GroupComms{gather.get(), reduce.get()};
         },
         *misc, opt,
-        cache_bytes > 0 ? std::make_unique<prefetch::ShardCache>(cache_bytes, EvictionPolicy::Lfu)
-                        : nullptr);
+        cache_bytes > 0
+            ? std::make_unique<prefetch::ShardCache>(cache_bytes, prefetch::EvictionPolicy::Lfu)
+            : nullptr);
     Ops& ops = dev.ops();
     Stream& cs = *st.compute;
     const int K = 12, per_rank = K / world;
@@ -132,13 +133,13 @@ void expect_close(const TrainRun& a, const TrainRun& b, double rel, const std::s
 
 TEST(ZeroEngine, EveryStageAndWorldSizeMatchesOneRank) {
   ZeroOptions base;
-  base.persistence_threshold_elems = 64;  // "tiny" stays replicated at stage 3
-  base.reduce_bucket_bytes = 2000;        // several buckets per pass
+  base.zero.param_persistence_threshold = 64;  // "tiny" stays replicated at stage 3
+  base.zero.reduce_bucket_size = 2000;         // several buckets per pass
   TrainRun ref = train(1, base, 4);
   for (int stage = 0; stage <= 3; ++stage) {
     for (int world : {2, 3, 4}) {
       ZeroOptions o = base;
-      o.stage = stage;
+      o.zero.stage = stage;
       // Sums are taken in a different order across ranks: agreement to float rounding.
       expect_close(ref, train(world, o, 4), 1e-5,
                    "stage " + std::to_string(stage) + " world " + std::to_string(world));
@@ -154,12 +155,12 @@ TEST(ZeroEngine, OneRankGroupsSkipTheGatherPathWithTheSameBits) {
     for (int stage : {2, 3}) {
       for (DType dt : {DType::F32, DType::BF16}) {
         ZeroOptions o;
-        o.stage = stage;
+        o.zero.stage = stage;
         o.compute_dtype = dt;
-        o.persistence_threshold_elems = 64;
-        o.reduce_bucket_bytes = 2000;
+        o.zero.param_persistence_threshold = 64;
+        o.zero.reduce_bucket_size = 2000;
         ZeroOptions forced = o;
-        forced.shard_single_rank = true;
+        forced.zero.shard_single_rank = true;
         const TrainRun a = train(1, o, 3, 960, accum), b = train(1, forced, 3, 960, accum);
         const std::string what = "stage " + std::to_string(stage) + " accum " +
                                  std::to_string(accum) + " " + std::string(dtype_name(dt));
@@ -186,12 +187,12 @@ TEST(ZeroEngine, DenseGroupsStayGatheredAcrossMicroBatchesWithinTheBudget) {
   // served from memory twice; the budget admits groups in release order; the bits are those of
   // regathering.
   ZeroOptions o;
-  o.persistence_threshold_elems = 64;  // embed, block0, block1 sharded; tiny replicated
+  o.zero.param_persistence_threshold = 64;  // embed, block0, block1 sharded; tiny replicated
   const int steps = 2, accum = 3;
   o.micro_batches_per_step = accum;
   ZeroOptions none = o, all = o, one = o;
-  none.keep_dense_bytes = 0;
-  all.keep_dense_bytes = 1ull << 30;
+  none.zero.keep_dense_bytes = 0;
+  all.zero.keep_dense_bytes = 1ull << 30;
   const TrainRun a = train(2, none, steps, 960, accum), b = train(2, all, steps, 960, accum);
   ASSERT_EQ(a.params.size(), b.params.size());
   for (size_t g = 0; g < a.params.size(); ++g)
@@ -204,7 +205,7 @@ TEST(ZeroEngine, DenseGroupsStayGatheredAcrossMicroBatchesWithinTheBudget) {
   EXPECT_EQ(b.counters.dense_kept_hits, uint64_t{3 * steps * (accum - 1)});
   EXPECT_EQ(b.counters.gathered_dense_bytes * accum, a.counters.gathered_dense_bytes);
   // Room for the first released group only (embed: 960 elements, padded, f32).
-  one.keep_dense_bytes = 960 * 4;
+  one.zero.keep_dense_bytes = 960 * 4;
   const TrainRun c = train(2, one, steps, 960, accum);
   EXPECT_EQ(c.counters.dense_kept_hits, uint64_t{steps * (accum - 1)});
   EXPECT_EQ(c.counters.gathers, uint64_t{steps + 2 * steps * accum});
@@ -225,11 +226,11 @@ TEST(ZeroEngine, StageOneReduceScattersOncePerStep) {
   // Stage 1 sums a step's micro-batches on the rank and reduce-scatters once, in the last
   // micro-batch's backward; a configured count larger than what ran reduces at step().
   ZeroOptions o;
-  o.reduce_bucket_bytes = 2000;
+  o.zero.reduce_bucket_size = 2000;
   TrainRun ref = train(1, o, 3, 960, 2);
   for (int64_t per_step : {2, 1, 3}) {
     ZeroOptions s1 = o;
-    s1.stage = 1;
+    s1.zero.stage = 1;
     s1.micro_batches_per_step = per_step;
     TrainRun r = train(4, s1, 3, 960, 2);
     // Local sums first, then the ranks: float rounding only.
@@ -248,7 +249,7 @@ TEST(ZeroEngine, ModelStateBytesFollowTheZeroFormula) {
     const int world = 4;
     ZeroOptions o;
     o.compute_dtype = dt;
-    o.persistence_threshold_elems = 0;
+    o.zero.param_persistence_threshold = 0;
     const int64_t big = 96000;
     TrainRun r = train(world, o, 1, big);
     int64_t psi = 0;
@@ -271,7 +272,7 @@ TEST(ZeroEngine, CachedExpertsGiveTheirShardsBack) {
     const int world = 4;
     ZeroOptions o;
     o.compute_dtype = dt;
-    o.persistence_threshold_elems = 0;
+    o.zero.param_persistence_threshold = 0;
     const int64_t big = 960;
     TrainRun none = train(world, o, 3, big, 2, /*cache_bytes=*/0);  // dense groups only
     // A cache of 1 byte admits nothing: the expert groups without any resident copy.
@@ -328,7 +329,7 @@ TEST(ZeroEngine, AGatherCodecCarriesEveryGatherWithTheSameBits) {
     const int world = 2;
     ZeroOptions o;
     o.compute_dtype = dt;
-    o.persistence_threshold_elems = 64;
+    o.zero.param_persistence_threshold = 64;
     ZeroOptions wide = o;
     auto codec = std::make_shared<WideCodec>();
     wide.gather_codec = codec;
@@ -349,19 +350,19 @@ TEST(ZeroEngine, AGatherCodecCarriesEveryGatherWithTheSameBits) {
 
 TEST(ZeroEngine, LiveParametersStayWithinTheLimitPlusOneGroup) {
   ZeroOptions o;
-  o.persistence_threshold_elems = 0;
-  o.max_live_bytes = 5000;
-  o.prefetch_bucket_bytes = 1 << 20;
+  o.zero.param_persistence_threshold = 0;
+  o.zero.max_live_parameters = 5000;
+  o.zero.prefetch_bucket_size = 1 << 20;
   const int64_t big = 960;
   TrainRun r = train(2, o, 3, big);
   const uint64_t largest = uint64_t(big + 5 + 11) * 4;  // block1, padded
-  EXPECT_LE(r.counters.peak_live_bytes, o.max_live_bytes + largest);
+  EXPECT_LE(r.counters.peak_live_bytes, o.zero.max_live_parameters + largest);
   EXPECT_GT(r.counters.prefetched, 0u) << "steps after the first replay the recorded order";
 }
 
 TEST(ZeroEngine, PrefetchReplaysTheRecordedOrder) {
   ZeroOptions o;
-  o.persistence_threshold_elems = 0;
+  o.zero.param_persistence_threshold = 0;
   TrainRun r = train(2, o, 3);
   // Step 1 records the order; steps 2-3 prefetch every group after the first acquired one.
   // (Dense groups: prefetched by order, never counted as expert prefetch hits.)
@@ -391,9 +392,9 @@ TEST(ZeroEngine, PrefetchSetCoalescesWithinTheLiveLimit) {
       auto c2 = ctx.communicator(ctx.world_group(), "reduce");
       auto c3 = ctx.communicator(ctx.world_group(), "misc");
       ZeroOptions o;
-      o.persistence_threshold_elems = 0;
+      o.zero.param_persistence_threshold = 0;
       o.coalesce_bytes = c.coalesce_bytes;
-      o.max_live_bytes = c.max_live_bytes;
+      o.zero.max_live_parameters = c.max_live_bytes;
       ZeroEngine eng(
           dev, st, make_groups(big),
           [&](const GroupSpec&) {
@@ -440,8 +441,8 @@ TEST(ZeroEngine, IllegalTransitionsAreErrors) {
     auto c2 = ctx.communicator(ctx.world_group(), "reduce");
     auto c3 = ctx.communicator(ctx.world_group(), "misc");
     ZeroOptions o;
-    o.persistence_threshold_elems = 0;
-    o.shard_single_rank = true;  // one rank: the gather path's transitions
+    o.zero.param_persistence_threshold = 0;
+    o.zero.shard_single_rank = true;  // one rank: the gather path's transitions
     ZeroEngine eng(
         dev, st, make_groups(96),
         [&](const GroupSpec&) {

@@ -59,9 +59,9 @@ RunOut run(int world, int stage, const std::vector<int>& data, int poison, float
     auto reduce = ctx.communicator(wg, "reduce");
     auto misc = ctx.communicator(wg, "misc");
     ZeroOptions opt;
-    opt.stage = stage;
+    opt.zero.stage = stage;
     opt.compute_dtype = dtype;
-    opt.persistence_threshold_elems = 16;
+    opt.zero.param_persistence_threshold = 16;
     opt.grad_hook = [&](const GradReadyInfo& gi) {
       if (ctx.rank != world - 1 || gi.step != poison || gi.group != 1) return;
       const int64_t at = gi.layout->offset(1) + 7;

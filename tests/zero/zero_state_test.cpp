@@ -48,9 +48,9 @@ void with_engine(int world, int stage, DType dt, int steps,
     auto reduce = ctx.communicator(ctx.world_group(), "reduce");
     auto misc = ctx.communicator(ctx.world_group(), "misc");
     ZeroOptions o;
-    o.stage = stage;
+    o.zero.stage = stage;
     o.compute_dtype = dt;
-    o.persistence_threshold_elems = 64;  // "tiny" stays replicated at stage 3
+    o.zero.param_persistence_threshold = 64;  // "tiny" stays replicated at stage 3
     ZeroEngine eng(
         dev, st, groups(),
         [&](const GroupSpec&) {
