@@ -138,7 +138,7 @@ inline std::vector<RankOut> run_layer(const LayerRun& run) {
         TensorBuffer aux(dev, DType::F32, Shape{1}, MemTag::Other, s, "test.aux");
         dev.ops().fill(s, loss, 0.0);
         dev.ops().fill(s, aux, 0.0);
-        moe::ModuleContext ctx;
+        layers::ModuleContext ctx;
         ctx.stream = &s;
         ctx.dtype = run.dtype;
         ctx.batch = run.batch;
@@ -149,10 +149,10 @@ inline std::vector<RankOut> run_layer(const LayerRun& run) {
         ctx.loss_out = loss;
         ctx.aux_out = aux;
 
-        TensorBuffer h = d::upload(dev, s, &run.h[static_cast<size_t>(rank * N * C)], Shape{N, C},
-                                   run.dtype);
-        TensorBuffer dresid = d::upload(dev, s, &run.c[static_cast<size_t>(rank * N * C)],
-                                        Shape{N, C}, run.dtype);
+        TensorBuffer h =
+            d::upload(dev, s, &run.h[static_cast<size_t>(rank * N * C)], Shape{N, C}, run.dtype);
+        TensorBuffer dresid =
+            d::upload(dev, s, &run.c[static_cast<size_t>(rank * N * C)], Shape{N, C}, run.dtype);
         TensorBuffer out(dev, run.dtype, Shape{N, C}, MemTag::Other, s, "test.out");
         auto saved = layer.forward(ctx, params, h, out);
         ro.backward_begin = params.calls().size();
