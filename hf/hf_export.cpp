@@ -99,7 +99,7 @@ HfArchitecture hf_architecture(const Config& cfg) {
 
 std::vector<GroupSpec> full_param_groups(const ModelConfig& model) {
   MoeRuntime rt;  // one rank, every expert local
-  return Transformer(model, &rt).param_groups();
+  return model::Transformer(model, &rt).param_groups();
 }
 
 std::string hf_config_json(const Config& cfg, SafetensorsDType dtype) {
@@ -367,7 +367,7 @@ HfModel read_hf_dir(const std::string& dir) {
     read_llama_keys(r, m);
   check_unsupported_keys(r, m);
   try {
-    validate_model_config(m);
+    model::validate_model_config(m);
   } catch (const Error& e) {
     MOEZERO_USER_ERROR(file, ": describes a model we cannot build: ", e.message());
   }

@@ -76,7 +76,7 @@ void fill_window_batch(const std::vector<int32_t>& text, int64_t w0, int64_t B, 
 
 // Runs the forward pass over every window, batch_windows at a time, and returns the summed
 // loss over all targets; keeps the first window's logits in `result` when asked.
-double sum_window_losses(Device& dev, Stream& cs, Transformer& net, ZeroEngine& engine,
+double sum_window_losses(Device& dev, Stream& cs, model::Transformer& net, ZeroEngine& engine,
                          const std::vector<int32_t>& text, int64_t windows, int64_t T,
                          int64_t vocab_size, const ScoreOptions& options, ScoreResult& result) {
   double loss_sum = 0.0;
@@ -142,7 +142,7 @@ ScoreResult score_tokens(const ModelConfig& model_in, const MoeConfig& moe_in,
     auto misc = ctx.communicator(wg, "misc");
     MoeRuntime rt;
     rt.moe = moe;
-    Transformer net(model, &rt);
+    model::Transformer net(model, &rt);
     ZeroOptions zo;
     zo.stage = 0;  // one rank: everything resident
     zo.compute_dtype = DType::F32;

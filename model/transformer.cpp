@@ -11,18 +11,19 @@
 #include "model/recompute_params.h"
 #include "moe/moe_layer.h"
 
-namespace moezero::moe {
+namespace moezero::model {
 
 bool is_moe_layer(const ModelConfig& cfg, int layer) {
   return cfg.num_experts > 0 && cfg.moe_every >= 1 && layer % cfg.moe_every == cfg.moe_every - 1;
 }
 
 std::unique_ptr<layers::FeedForward> make_feed_forward(const ModelConfig& cfg, int layer,
-                                                       int first_group, const MoeRuntime* rt,
+                                                       int first_group, const moe::MoeRuntime* rt,
                                                        int moe_index) {
   if (is_moe_layer(cfg, layer)) {
-    MoeRuntime single;  // one rank, no communication: tests and single-process use
-    return std::make_unique<MoeFeedForward>(cfg, rt ? *rt : single, layer, moe_index, first_group);
+    moe::MoeRuntime single;  // one rank, no communication: tests and single-process use
+    return std::make_unique<moe::MoeFeedForward>(cfg, rt ? *rt : single, layer, moe_index,
+                                                 first_group);
   }
   return std::make_unique<layers::DenseSwiGLU>(cfg, layer, first_group);
 }
@@ -74,7 +75,7 @@ struct Transformer::State {
   layers::Head::Saved head;
 };
 
-Transformer::Transformer(const ModelConfig& cfg, const MoeRuntime* rt)
+Transformer::Transformer(const ModelConfig& cfg, const moe::MoeRuntime* rt)
     : cfg_((validate_model_config(cfg), cfg)), embed_(cfg, 0), head_(cfg, -1) {
   lookahead_ = !rt           ? 1
                : rt->planner ? rt->planner->config().lookahead_layers
@@ -143,23 +144,23 @@ namespace {
 template <typename F>
 void for_each_moe(const std::vector<std::unique_ptr<layers::FeedForward>>& ffn, F&& f) {
   for (const auto& layer : ffn)
-    if (auto* m = dynamic_cast<MoeFeedForward*>(layer.get())) f(*m);
+    if (auto* m = dynamic_cast<moe::MoeFeedForward*>(layer.get())) f(*m);
 }
 }  // namespace
 
 void Transformer::update_expert_bias() {
-  for_each_moe(ffn_, [](MoeFeedForward& m) { m.update_expert_bias(); });
+  for_each_moe(ffn_, [](moe::MoeFeedForward& m) { m.update_expert_bias(); });
 }
 
 std::vector<std::vector<float>> Transformer::expert_biases() const {
   std::vector<std::vector<float>> out;
-  for_each_moe(ffn_, [&](MoeFeedForward& m) { out.push_back(m.expert_bias()); });
+  for_each_moe(ffn_, [&](moe::MoeFeedForward& m) { out.push_back(m.expert_bias()); });
   return out;
 }
 
 void Transformer::set_expert_biases(const std::vector<std::vector<float>>& biases) {
   size_t i = 0;
-  for_each_moe(ffn_, [&](MoeFeedForward& m) {
+  for_each_moe(ffn_, [&](moe::MoeFeedForward& m) {
     MOEZERO_REQUIRE(i < biases.size(), "expert biases: ", biases.size(),
                     " lists for more MoE layers");
     m.set_expert_bias(biases[i++]);
@@ -182,7 +183,7 @@ void Transformer::end_module(int span) const {
 
 void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens,
                           const Tensor& targets, float loss_scale, const Tensor& loss_out,
-                          const MicroBatchInfo& mb, const Tensor& aux_out) {
+                          const moe::MicroBatchInfo& mb, const Tensor& aux_out) {
   state_.reset();
   check_provider(params);
   MOEZERO_CHECK(tokens.rank() == 2 && tokens.dtype() == DType::I32,
@@ -341,4 +342,4 @@ void Transformer::backward(ParamProvider& params, Stream& s) {
   // st (and dresid) free here: stream-safe, after everything above has been enqueued.
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::model

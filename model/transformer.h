@@ -67,7 +67,7 @@
 #include "layers/head.h"
 #include "moe/moe_runtime.h"
 
-namespace moezero::moe {
+namespace moezero::model {
 
 class RecomputeParams;
 
@@ -80,7 +80,7 @@ bool is_moe_layer(const ModelConfig& cfg, int layer);
 // before this one), else a DenseSwiGLU.
 std::unique_ptr<layers::FeedForward> make_feed_forward(const ModelConfig& cfg, int layer,
                                                        int first_group,
-                                                       const MoeRuntime* rt = nullptr,
+                                                       const moe::MoeRuntime* rt = nullptr,
                                                        int moe_index = 0);
 
 // Throws moezero::Error naming the model.* key when cfg cannot describe a model
@@ -91,7 +91,7 @@ class Transformer {
  public:
   // [in] rt: the MoE runtime of this rank (EP place, communicators, router options); null
   // means one rank with default router options. Required only when the model has MoE layers.
-  explicit Transformer(const ModelConfig& cfg, const MoeRuntime* rt = nullptr);
+  explicit Transformer(const ModelConfig& cfg, const moe::MoeRuntime* rt = nullptr);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -113,7 +113,7 @@ class Transformer {
   //      alone; [out] aux_out: f32 (1) `+=` the unscaled aux loss of every MoE layer, or
   //      undefined.
   void forward(ParamProvider& params, Stream& s, const Tensor& tokens, const Tensor& targets,
-               float loss_scale, const Tensor& loss_out, const MicroBatchInfo& mb = {},
+               float loss_scale, const Tensor& loss_out, const moe::MicroBatchInfo& mb = {},
                const Tensor& aux_out = Tensor());
   // Backward of the last forward, on the same stream: every group's gradient `+=` through
   // params.grad(g). Frees the activations.
@@ -169,4 +169,4 @@ class Transformer {
   std::unique_ptr<State> state_;
 };
 
-}  // namespace moezero::moe
+}  // namespace moezero::model

@@ -210,7 +210,7 @@ std::vector<std::string> default_strategy_names() {
 static uint64_t dense_sharded_bytes(const Config& cfg) {
   const int world = static_cast<int>(cfg.parallel.world_size);
   uint64_t elems = 0;
-  for (const GroupSpec& g : moe::Transformer(cfg.model).param_groups()) {
+  for (const GroupSpec& g : model::Transformer(cfg.model).param_groups()) {
     const GroupLayout layout(g);
     if (g.kind != GroupKind::Expert &&
         layout.numel() >= static_cast<int64_t>(cfg.zero.param_persistence_threshold))
@@ -223,7 +223,7 @@ uint64_t local_expert_bytes(const Config& cfg) {
   const int ep = static_cast<int>(cfg.parallel.ep_size);
   const int edp = static_cast<int>(cfg.parallel.world_size) / ep;
   uint64_t elems = 0;  // all experts of all MoE layers, each padded as the engine pads it
-  for (const GroupSpec& g : moe::Transformer(cfg.model).param_groups())
+  for (const GroupSpec& g : model::Transformer(cfg.model).param_groups())
     if (g.kind == GroupKind::Expert) elems += uint64_t(GroupLayout(g).padded_numel(edp));
   return elems * dtype_size_bytes(cfg.train.dtype) / uint64_t(ep);
 }

@@ -184,7 +184,7 @@ std::unique_ptr<moe::RoutingSource> make_routing(const PlanArgs& a, const Config
   shape.tokens_per_rank =
       c.train.micro_batch_size / c.parallel.world_size * static_cast<int64_t>(c.model.seq_len);
   for (int l = 0; l < static_cast<int>(c.model.n_layers); ++l)
-    shape.moe_layers += moe::is_moe_layer(c.model, l) ? 1 : 0;
+    shape.moe_layers += model::is_moe_layer(c.model, l) ? 1 : 0;
   if (shape.moe_layers == 0) {  // a dense model: any valid shape (no MoE layer asks)
     shape.moe_layers = 1;
     shape.num_experts = std::max<int64_t>(shape.num_experts, 1);

@@ -85,7 +85,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
 // What will run: the model, parallelism, MoE, schedule and data lines.
 void print_plan(const Config& cfg, const std::string& config_path, bool under_mpi) {
   int64_t params = 0;
-  for (const auto& g : moe::Transformer(cfg.model).param_groups())
+  for (const auto& g : model::Transformer(cfg.model).param_groups())
     for (const auto& p : g.params) params += p.shape.numel();
   const auto& m = cfg.model;
   std::printf("moezero train: %s\n", config_path.c_str());

@@ -57,7 +57,7 @@ uint64_t activation_bytes(const Config& cfg) {
   const uint64_t attn = (ac == ActivationCheckpointing::Selective ? 2 * C : 3 * C) + 2 * kvd;
   uint64_t per_token = 0, backward = 0, largest_layer = 0;
   for (int64_t l = 0; l < m.n_layers; ++l) {
-    const bool moe = is_moe_layer(m, static_cast<int>(l));
+    const bool moe = model::is_moe_layer(m, static_cast<int>(l));
     const uint64_t routing = moe ? 2 * E : 0;  // the router's probabilities (MoE)
     // resid; attention; FFN: hn + gate + up (dense) or hn + k * (xs + xr + gate + up + y)
     const uint64_t layer = C + attn + (moe ? C + k * (3 * C + 2 * F) : C + 2 * F) + routing;

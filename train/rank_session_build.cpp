@@ -18,7 +18,7 @@ namespace {
 
 int count_moe_layers(const ModelConfig& model) {
   int n = 0;
-  for (int l = 0; l < static_cast<int>(model.n_layers); ++l) n += is_moe_layer(model, l);
+  for (int l = 0; l < static_cast<int>(model.n_layers); ++l) n += model::is_moe_layer(model, l);
   return n;
 }
 
@@ -57,7 +57,7 @@ RankSession::RankSession(comm::RankContext& ctx, const TrainRun& run)
   if (!cfg_.profile.routing_trace.empty()) {
     std::vector<int> moe_layer_ids;
     for (int l = 0; l < static_cast<int>(cfg_.model.n_layers); ++l)
-      if (is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
+      if (model::is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
     moe_stats_.record_local_counts = true;
     routing_trace_ = std::make_unique<RoutingTrace>(cfg_, std::move(moe_layer_ids), ctx_.rank == 0,
                                                     !run_.options.resume_from.empty());
@@ -85,7 +85,7 @@ void RankSession::build_model() {
   if (!cfg_.moe.routing_replay.empty()) {
     std::vector<int> moe_layer_ids;
     for (int l = 0; l < static_cast<int>(cfg_.model.n_layers); ++l)
-      if (is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
+      if (model::is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
     routing_replay_ = std::make_unique<RoutingReplay>(cfg_, moe_layer_ids, rows_ * T_, ctx_.rank);
     rt_.replay = routing_replay_.get();
   }
@@ -103,7 +103,7 @@ void RankSession::build_model() {
   rt_.planner = planner_.get();
   rt_.gather = &moe::gather_strategy(cfg_.zero.moe_gather);
   rt_.reshard_after_forward = cfg_.zero.reshard_after_forward;
-  model_ = std::make_unique<Transformer>(cfg_.model, &rt_);
+  model_ = std::make_unique<model::Transformer>(cfg_.model, &rt_);
   model_->set_activation_checkpointing(cfg_.train.activation_checkpointing);
 }
 

@@ -159,11 +159,11 @@ class RankSession {
   int moe_layers_ = 0;
   std::unique_ptr<prefetch::FrequencyModel> frequency_;  // null for a dense model
   std::unique_ptr<prefetch::PrefetchPlanner> planner_;   // the engine's and the MoE layers'
-  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<model::Transformer> model_;
   // Evaluation (train.eval_every): the same groups, forward only, with its own runtime (built
   // at the first evaluation).
   MoeRuntime eval_rt_;
-  std::unique_ptr<Transformer> eval_model_;
+  std::unique_ptr<model::Transformer> eval_model_;
   int64_t hook_step_ = 0;  // 1-based step for the grad hook
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<GradHealth> health_;

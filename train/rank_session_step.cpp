@@ -203,7 +203,7 @@ std::optional<double> RankSession::evaluate(int64_t step) {
     eval_rt_.trace = nullptr;
     eval_rt_.gather = &moe::gather_strategy(rt_.gather->evaluation_strategy());
     eval_rt_.reshard_after_forward = true;
-    eval_model_ = std::make_unique<Transformer>(cfg_.model, &eval_rt_);
+    eval_model_ = std::make_unique<model::Transformer>(cfg_.model, &eval_rt_);
   }
   const int64_t batches = tc_.eval_batches, global_rows = tc_.micro_batch_size;
   const float scale = 1.0f / static_cast<float>(batches * global_rows * T_);

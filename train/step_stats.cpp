@@ -109,7 +109,7 @@ StepStatsCollector::StepStatsCollector(const ModelConfig& model, const ZeroEngin
     : experts_(static_cast<int>(model.num_experts)) {
   moe_index_.assign(static_cast<size_t>(model.n_layers), -1);
   for (int l = 0; l < static_cast<int>(model.n_layers); ++l)
-    if (is_moe_layer(model, l)) {
+    if (model::is_moe_layer(model, l)) {
       moe_index_[static_cast<size_t>(l)] = static_cast<int>(moe_layers_.size());
       moe_layers_.push_back(l);
     }
