@@ -42,7 +42,7 @@ class ZeroEngine;
 namespace prefetch {
 class FrequencyModel;
 }
-namespace moe {
+namespace model {
 class Transformer;
 }
 }  // namespace moezero
