@@ -116,14 +116,15 @@ void print_plan(const Config& cfg, const std::string& config_path, bool under_mp
       (long long)cfg.train.warmup_steps);
   std::printf("  data     %s\n",
               cfg.data.path.empty() ? "<built-in corpus>" : cfg.data.path.c_str());
-  std::printf("%s\n", moe::memory_estimate_text(moe::estimate_memory(cfg, under_mpi),
-                                                moe::machine_memory_limit(), cfg.train.memory_limit)
-                          .c_str());
+  std::printf("%s\n",
+              train::memory_estimate_text(train::estimate_memory(cfg, under_mpi),
+                                          train::machine_memory_limit(), cfg.train.memory_limit)
+                  .c_str());
 }
 
 // --export-hf after the run: from the final checkpoint under mpirun (each process holds only
 // its shards), else from the parameters the run collected.
-void export_trained(const Config& cfg, moe::TrainResult& r, const TrainArgs& a, bool under_mpi) {
+void export_trained(const Config& cfg, train::TrainResult& r, const TrainArgs& a, bool under_mpi) {
   if (under_mpi) {
     export_checkpoint(cfg.train.save_dir, a.export_dir, a.export_opt);
     return;
@@ -164,10 +165,10 @@ std::string resume_command(const std::vector<std::string>& args, const std::stri
 }
 
 // After a SIGTERM / SIGINT stop: what was kept and how to continue; the exit status.
-int report_stop(const moe::TrainResult& r, const Config& cfg, const std::vector<std::string>& args,
-                bool lead, bool under_mpi) {
+int report_stop(const train::TrainResult& r, const Config& cfg,
+                const std::vector<std::string>& args, bool lead, bool under_mpi) {
   if (lead) {
-    std::printf("stopped by %s after step %lld of %lld\n", moe::signal_name(r.stop_signal),
+    std::printf("stopped by %s after step %lld of %lld\n", train::signal_name(r.stop_signal),
                 (long long)r.stopped_after_step, (long long)cfg.train.steps);
     if (r.stop_saved)
       std::printf("checkpoint saved in %s; resume with%s:\n  %s\n", cfg.train.save_dir.c_str(),
@@ -179,7 +180,7 @@ int report_stop(const moe::TrainResult& r, const Config& cfg, const std::vector<
           "a stopped run\n");
     std::fflush(stdout);
   }
-  return moe::kExitStopped;
+  return train::kExitStopped;
 }
 
 }  // namespace
@@ -208,7 +209,7 @@ int train(const std::vector<std::string>& args) {
   if (lead) print_plan(cfg, a.config_path, mpi.has_value());
   std::fflush(stdout);
 
-  moe::TrainOptions opt;
+  train::TrainOptions opt;
   opt.progress = a.quiet ? nullptr : &std::cout;
   opt.metrics_path = a.metrics_path;
   opt.resume_from = a.resume;
@@ -219,11 +220,11 @@ int train(const std::vector<std::string>& args) {
   opt.collect_params = !a.export_dir.empty() && !mpi;
   opt.trace_path = a.trace_path;
   // SIGTERM / SIGINT: every rank finishes the step, a checkpoint is saved, exit kExitStopped.
-  moe::install_stop_handlers();
-  opt.stop_flag = &moe::stop_signal_flag();
+  train::install_stop_handlers();
+  opt.stop_flag = &train::stop_signal_flag();
   if (a.gemm_profile) cpu_gemm_profile_enable(true);
   const auto t0 = std::chrono::steady_clock::now();
-  moe::TrainResult r = moe::train(cfg, opt);
+  train::TrainResult r = train::train(cfg, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (lead && !r.steps.empty())
     std::printf("done: %zu steps in %.1f s, loss %.4f -> %.4f\n", r.steps.size(), secs,

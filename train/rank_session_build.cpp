@@ -12,7 +12,7 @@
 #include "train/rank_session_impl.h"
 #include "zero/int8_codec.h"
 
-namespace moezero::moe::session_detail {
+namespace moezero::train::session_detail {
 
 namespace {
 
@@ -59,8 +59,8 @@ RankSession::RankSession(comm::RankContext& ctx, const TrainRun& run)
     for (int l = 0; l < static_cast<int>(cfg_.model.n_layers); ++l)
       if (model::is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
     moe_stats_.record_local_counts = true;
-    routing_trace_ = std::make_unique<RoutingTrace>(cfg_, std::move(moe_layer_ids), ctx_.rank == 0,
-                                                    !run_.options.resume_from.empty());
+    routing_trace_ = std::make_unique<moe::RoutingTrace>(
+        cfg_, std::move(moe_layer_ids), ctx_.rank == 0, !run_.options.resume_from.empty());
   }
 }
 
@@ -86,7 +86,8 @@ void RankSession::build_model() {
     std::vector<int> moe_layer_ids;
     for (int l = 0; l < static_cast<int>(cfg_.model.n_layers); ++l)
       if (model::is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
-    routing_replay_ = std::make_unique<RoutingReplay>(cfg_, moe_layer_ids, rows_ * T_, ctx_.rank);
+    routing_replay_ =
+        std::make_unique<moe::RoutingReplay>(cfg_, moe_layer_ids, rows_ * T_, ctx_.rank);
     rt_.replay = routing_replay_.get();
   }
   rt_.routing_source = run_.options.routing_source;  // simulated backend only
@@ -169,4 +170,4 @@ void RankSession::load_start_state() {
                        " (raise train.steps to continue)");
 }
 
-}  // namespace moezero::moe::session_detail
+}  // namespace moezero::train::session_detail
