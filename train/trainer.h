@@ -28,10 +28,11 @@
 namespace moezero::comm {
 struct RankContext;
 }
+namespace moezero::moe {
+class RoutingSource;
+}
 
 namespace moezero::train {
-
-class RoutingSource;
 
 struct StepLog {
   int64_t step = 0;  // 1-based
