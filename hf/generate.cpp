@@ -13,7 +13,7 @@
 #include "kernels/backend.h"
 #include "model/transformer.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 namespace {
 
@@ -315,4 +315,4 @@ std::vector<int32_t> generate(KvGenerator& gen, const std::vector<int32_t>& prom
   return out;
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -18,7 +18,7 @@
 #include "model/transformer.h"
 #include "moe/moe_runtime.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -98,7 +98,7 @@ HfArchitecture hf_architecture(const Config& cfg) {
 }
 
 std::vector<GroupSpec> full_param_groups(const ModelConfig& model) {
-  MoeRuntime rt;  // one rank, every expert local
+  moe::MoeRuntime rt;  // one rank, every expert local
   return model::Transformer(model, &rt).param_groups();
 }
 
@@ -498,4 +498,4 @@ void check_same_routing(const MoeConfig& ours, const HfModel& hf, const std::str
                        ") but moe.score_function = sigmoid (set it to softmax)");
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

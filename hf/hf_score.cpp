@@ -15,7 +15,7 @@
 #include "moe/moe_runtime.h"
 #include "zero/zero_engine.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 namespace {
 
@@ -140,7 +140,7 @@ ScoreResult score_tokens(const ModelConfig& model_in, const MoeConfig& moe_in,
     auto gather = ctx.communicator(wg, "gather");
     auto reduce = ctx.communicator(wg, "reduce");
     auto misc = ctx.communicator(wg, "misc");
-    MoeRuntime rt;
+    moe::MoeRuntime rt;
     rt.moe = moe;
     model::Transformer net(model, &rt);
     ZeroOptions zo;
@@ -197,4 +197,4 @@ std::string score_json(const ScoreResult& r) {
   return buf;
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -42,7 +42,7 @@ struct TrainArgs {
   bool quiet = false;
   bool gemm_profile = false;
   std::string export_dir;
-  moe::HfExportOptions export_opt;
+  hf::HfExportOptions export_opt;
 };
 
 TrainArgs parse_train_args(const std::vector<std::string>& args) {
@@ -74,7 +74,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
       const std::string d = value("--export-dtype");
       MOEZERO_REQUIRE(d == "f32" || d == "bf16", "train: --export-dtype must be f32 or bf16, got '",
                       d, "'");
-      a.export_opt.dtype = d == "f32" ? moe::SafetensorsDType::F32 : moe::SafetensorsDType::BF16;
+      a.export_opt.dtype = d == "f32" ? hf::SafetensorsDType::F32 : hf::SafetensorsDType::BF16;
     } else
       MOEZERO_USAGE_ERROR("train: unknown option '", args[i], "'");
   }
@@ -129,14 +129,14 @@ void export_trained(const Config& cfg, train::TrainResult& r, const TrainArgs& a
     export_checkpoint(cfg.train.save_dir, a.export_dir, a.export_opt);
     return;
   }
-  std::vector<moe::GroupValues> groups;
+  std::vector<hf::GroupValues> groups;
   for (size_t g = 0; g < r.params.size(); ++g)
     groups.push_back({r.group_names[g], std::move(r.params[g])});
-  moe::export_hf(cfg, groups, a.export_dir, a.export_opt);
+  hf::export_hf(cfg, groups, a.export_dir, a.export_opt);
   if (!cfg.data.tokenizer.empty())
-    moe::export_hf_tokenizer(cfg.data.tokenizer, a.export_dir, cfg.model.seq_len,
-                             cfg.model.vocab_size);
-  std::printf("exported %s to %s\n", moe::hf_architecture_name(moe::hf_architecture(cfg)),
+    hf::export_hf_tokenizer(cfg.data.tokenizer, a.export_dir, cfg.model.seq_len,
+                            cfg.model.vocab_size);
+  std::printf("exported %s to %s\n", hf::hf_architecture_name(hf::hf_architecture(cfg)),
               a.export_dir.c_str());
 }
 
@@ -188,7 +188,7 @@ int report_stop(const train::TrainResult& r, const Config& cfg,
 int train(const std::vector<std::string>& args) {
   TrainArgs a = parse_train_args(args);
   const Config cfg = load_config(a.config_path, a.overrides);
-  if (!a.export_dir.empty()) moe::hf_architecture(cfg);  // refuse before training, not after
+  if (!a.export_dir.empty()) hf::hf_architecture(cfg);  // refuse before training, not after
   // No step to run is a mistake unless the point is to export the initial parameters.
   MOEZERO_REQUIRE(cfg.train.steps > 0 || !a.export_dir.empty(),
                   "train.steps is 0: there is nothing to train (set train.steps > 0; with "

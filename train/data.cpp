@@ -133,13 +133,13 @@ TokenData::TokenData(const DataConfig& data, int64_t vocab_size, int64_t seq_len
     val_source_ = "the last " + std::to_string(held) + " tokens of " + source_;
   }
   if (!data.tokenizer.empty()) {
-    std::unique_ptr<moe::BpeTokenizer> loaded;
+    std::unique_ptr<hf::BpeTokenizer> loaded;
     try {
-      loaded = std::make_unique<moe::BpeTokenizer>(data.tokenizer);
+      loaded = std::make_unique<hf::BpeTokenizer>(data.tokenizer);
     } catch (const Error& e) {
       MOEZERO_USER_ERROR("data.tokenizer: ", e.message());
     }
-    const moe::BpeTokenizer& tok = *loaded;
+    const hf::BpeTokenizer& tok = *loaded;
     MOEZERO_REQUIRE(tok.vocab_size() <= vocab_size, "data.tokenizer: '", data.tokenizer, "' has ",
                     tok.vocab_size(), " token ids, more than model.vocab_size (", vocab_size, ")");
   }

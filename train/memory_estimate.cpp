@@ -142,7 +142,7 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
           ? members(ProcessGroups(world, ep, static_cast<int>(m.num_experts)).edp_group_of(0))
           : 0;
   const int experts_per_rank = m.num_experts > 0 ? static_cast<int>(m.num_experts) / ep : 0;
-  for (const GroupSpec& g : moe::full_param_groups(m)) {
+  for (const GroupSpec& g : hf::full_param_groups(m)) {
     const bool expert = g.kind == GroupKind::Expert;
     // With expert parallelism a rank holds num_experts / ep_size experts (counted as the first
     // ones: every expert has the same shape), sharded over its EDP group.

@@ -15,7 +15,7 @@
 #include "train/data.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 namespace {
 
 namespace fs = std::filesystem;
@@ -495,4 +495,4 @@ TEST(HfScore, RefusesShortTextAndBytesOutsideTheVocabulary) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::hf

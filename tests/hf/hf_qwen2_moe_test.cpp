@@ -17,7 +17,7 @@
 #include "train/data.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 namespace {
 
 namespace fs = std::filesystem;
@@ -333,4 +333,4 @@ TEST(HfQwen2Moe, ReadRefusesWhatOurModelCannotComputeAndTakesTheClassDefaults) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::hf
