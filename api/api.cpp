@@ -16,7 +16,7 @@ Config validate_config(const Config& cfg) {
 
 int64_t parameter_count(const ModelConfig& cfg) {
   int64_t n = 0;
-  for (const auto& g : moe::Transformer(cfg).param_groups())
+  for (const auto& g : model::Transformer(cfg).param_groups())
     for (const auto& p : g.params) n += p.shape.numel();
   return n;
 }

@@ -62,14 +62,14 @@ int main(int argc, char** argv) {
     const std::string trace_file =
         (std::filesystem::temp_directory_path() / "moezero_trace_bench.json").string();
     Mode modes[2] = {{"untraced", false, {}}, {"traced", true, {}}};
-    moe::train(cfg, {});  // warm-up (allocator, thread pools, page faults), not measured
+    train::train(cfg, {});  // warm-up (allocator, thread pools, page faults), not measured
     for (int r = 0; r < repeats; ++r)
       for (int k = 0; k < 2; ++k) {
         Mode& m = modes[(k + r) % 2];
-        moe::TrainOptions opt;
+        train::TrainOptions opt;
         if (m.traced) opt.trace_path = trace_file;
         const auto t0 = std::chrono::steady_clock::now();
-        const moe::TrainResult res = moe::train(cfg, opt);
+        const train::TrainResult res = train::train(cfg, opt);
         const double run_s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         double steps_s = 0.0;

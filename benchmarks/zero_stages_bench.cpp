@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
       o.push_back("zero.stage=" + std::to_string(stage));
       Config cfg = load_config(path, o);
       world = static_cast<int>(cfg.parallel.world_size);
-      moe::TrainResult r = moe::train(cfg, {});
+      train::TrainResult r = train::train(cfg, {});
       std::vector<double> tps;
       for (size_t s = 1; s < r.steps.size(); ++s) tps.push_back(r.steps[s].tokens_per_s);
       if (tps.empty()) tps.push_back(r.steps[0].tokens_per_s);

@@ -25,8 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         fs::path(t && *t ? t : "/tmp") / ("moezero_hf_config_fuzz_" + std::to_string(::getpid()));
     fs::create_directories(d);
     const float one = 1.0f;
-    moezero::moe::write_safetensors((d / "model.safetensors").string(), {{"x", {1}, &one}},
-                                    moezero::moe::SafetensorsDType::F32, {});
+    moezero::hf::write_safetensors((d / "model.safetensors").string(), {{"x", {1}, &one}},
+                                   moezero::hf::SafetensorsDType::F32, {});
     return d;
   }();
   {
@@ -34,8 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   }
   try {
-    const moezero::moe::HfModel hf = moezero::moe::read_hf_dir(dir.string());
-    moezero::moe::check_same_shape(moezero::ModelConfig{}, hf, "<fuzz>");
+    const moezero::hf::HfModel hf = moezero::hf::read_hf_dir(dir.string());
+    moezero::hf::check_same_shape(moezero::ModelConfig{}, hf, "<fuzz>");
   } catch (const moezero::Error&) {
   }
   return 0;

@@ -11,9 +11,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    const moezero::moe::SafetensorsFile f =
-        moezero::moe::SafetensorsFile::parse(std::vector<uint8_t>(data, data + size), "<fuzz>");
-    for (const moezero::moe::SafetensorsEntry& e : f.entries()) {
+    const moezero::hf::SafetensorsFile f =
+        moezero::hf::SafetensorsFile::parse(std::vector<uint8_t>(data, data + size), "<fuzz>");
+    for (const moezero::hf::SafetensorsEntry& e : f.entries()) {
       // What was accepted lies inside the file: never more values than the file has bytes.
       if (static_cast<uint64_t>(e.numel()) > size && e.end > e.begin) __builtin_trap();
       try {

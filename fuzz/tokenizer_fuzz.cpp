@@ -28,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   }
   try {
-    const moezero::moe::BpeTokenizer tok(file.string());
+    const moezero::hf::BpeTokenizer tok(file.string());
     const auto ids = tok.encode("Hello world, it's 2026! <|endoftext|> \xc3\xa9t\xc3\xa9");
     (void)tok.decode(ids);
     (void)tok.decode({0, 1, -1, 1 << 30});

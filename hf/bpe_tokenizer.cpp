@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/json_duplicates.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 namespace {
 
@@ -273,4 +273,4 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   return s;
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -21,7 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 class BpeTokenizer {
  public:
@@ -52,4 +52,4 @@ class BpeTokenizer {
   std::unique_ptr<Regex> regex_;
 };
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -13,7 +13,7 @@
 #include "kernels/backend.h"
 #include "model/transformer.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 namespace {
 
@@ -207,7 +207,7 @@ void KvGenerator::feed_forward(int64_t l) {
   const std::string p = "model.layers." + std::to_string(l) + ".";
   ops.rmsnorm_forward(s, st.x, st.at(p + "post_attention_layernorm.weight"), float(m.norm_eps),
                       st.xn, st.rstd);
-  if (!is_moe_layer(m, int(l))) return expert(p + "mlp.", 1.0f);
+  if (!model::is_moe_layer(m, int(l))) return expert(p + "mlp.", 1.0f);
   if (m.num_shared_experts > 0) shared_experts(l);
   // The router on the device; the top-k choice on the host (E values), as the Transformer's:
   // softmax, top-k descending with ties to the lower expert, renormalised when normalize_top_k.
@@ -315,4 +315,4 @@ std::vector<int32_t> generate(KvGenerator& gen, const std::vector<int32_t>& prom
   return out;
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -27,7 +27,7 @@
 #include "core/device.h"
 #include "hf/hf_export.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 class KvGenerator {
  public:
@@ -84,4 +84,4 @@ int32_t sample_token(const std::vector<float>& logits, const Sampling& s, std::m
 std::vector<int32_t> generate(KvGenerator& gen, const std::vector<int32_t>& prompt,
                               int64_t max_new_tokens, const Sampling& s, int32_t eos = -1);
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 struct ConfigReader {
   const nlohmann::json& j;
@@ -54,4 +54,4 @@ struct ConfigReader {
   }
 };
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

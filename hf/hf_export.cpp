@@ -18,7 +18,7 @@
 #include "model/transformer.h"
 #include "moe/moe_runtime.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -98,8 +98,8 @@ HfArchitecture hf_architecture(const Config& cfg) {
 }
 
 std::vector<GroupSpec> full_param_groups(const ModelConfig& model) {
-  MoeRuntime rt;  // one rank, every expert local
-  return Transformer(model, &rt).param_groups();
+  moe::MoeRuntime rt;  // one rank, every expert local
+  return model::Transformer(model, &rt).param_groups();
 }
 
 std::string hf_config_json(const Config& cfg, SafetensorsDType dtype) {
@@ -367,7 +367,7 @@ HfModel read_hf_dir(const std::string& dir) {
     read_llama_keys(r, m);
   check_unsupported_keys(r, m);
   try {
-    validate_model_config(m);
+    model::validate_model_config(m);
   } catch (const Error& e) {
     MOEZERO_USER_ERROR(file, ": describes a model we cannot build: ", e.message());
   }
@@ -498,4 +498,4 @@ void check_same_routing(const MoeConfig& ours, const HfModel& hf, const std::str
                        ") but moe.score_function = sigmoid (set it to softmax)");
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -32,7 +32,7 @@
 #include "core/param_group.h"
 #include "hf/safetensors.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 // One parameter group's full fp32 parameters, laid out as GroupLayout(spec) of the group of
 // the same name in full_param_groups(model) (alignment gaps included, no padding).
@@ -112,4 +112,4 @@ void check_same_shape(const ModelConfig& ours, const HfModel& hf, const std::str
 // experts of `hf` (an MoE model) differently from the function its weights were trained for.
 void check_same_routing(const MoeConfig& ours, const HfModel& hf, const std::string& what);
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

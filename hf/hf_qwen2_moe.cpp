@@ -3,7 +3,7 @@
 
 #include "core/error.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 using nlohmann::json;
 
@@ -106,4 +106,4 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> qwen2_moe_qkv_bias_ten
   return out;
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -32,7 +32,7 @@
 #include "core/config.h"
 #include "hf/hf_config_reader.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 // Throws naming the setting (model.shared_expert_gate, moe.score_function,
 // moe.expert_bias_update_rate) when `cfg` has no Qwen2MoeForCausalLM form.
@@ -58,4 +58,4 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> qwen2_moe_qkv_bias_ten
 // The total width of the shared experts, S · Fs (0 without them).
 int64_t shared_experts_width(const ModelConfig& m);
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -15,7 +15,7 @@
 #include "moe/moe_runtime.h"
 #include "zero/zero_engine.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 namespace {
 
@@ -76,7 +76,7 @@ void fill_window_batch(const std::vector<int32_t>& text, int64_t w0, int64_t B, 
 
 // Runs the forward pass over every window, batch_windows at a time, and returns the summed
 // loss over all targets; keeps the first window's logits in `result` when asked.
-double sum_window_losses(Device& dev, Stream& cs, Transformer& net, ZeroEngine& engine,
+double sum_window_losses(Device& dev, Stream& cs, model::Transformer& net, ZeroEngine& engine,
                          const std::vector<int32_t>& text, int64_t windows, int64_t T,
                          int64_t vocab_size, const ScoreOptions& options, ScoreResult& result) {
   double loss_sum = 0.0;
@@ -140,9 +140,9 @@ ScoreResult score_tokens(const ModelConfig& model_in, const MoeConfig& moe_in,
     auto gather = ctx.communicator(wg, "gather");
     auto reduce = ctx.communicator(wg, "reduce");
     auto misc = ctx.communicator(wg, "misc");
-    MoeRuntime rt;
+    moe::MoeRuntime rt;
     rt.options.moe = moe;
-    Transformer net(model, &rt);
+    model::Transformer net(model, &rt);
     ZeroOptions zo;
     zo.zero.stage = 0;  // one rank: everything resident
     zo.compute_dtype = DType::F32;
@@ -197,4 +197,4 @@ std::string score_json(const ScoreResult& r) {
   return buf;
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

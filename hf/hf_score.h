@@ -17,7 +17,7 @@
 #include "core/config.h"
 #include "hf/hf_export.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 struct ScoreOptions {
   int64_t seq_len = 0;        // T; 0: the model's seq_len (config.json's max_position_embeddings)
@@ -55,4 +55,4 @@ ScoreResult score_hf_dir(const std::string& model_dir, const std::string& text_p
 // {"tokens": n, "loss": x} (x with 17 significant digits), one line.
 std::string score_json(const ScoreResult& r);
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

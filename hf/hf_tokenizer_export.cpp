@@ -9,7 +9,7 @@
 #include "core/output_file.h"
 #include "hf/bpe_tokenizer.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 namespace fs = std::filesystem;
 using ordered_json = nlohmann::ordered_json;
@@ -59,4 +59,4 @@ void export_hf_tokenizer(const std::string& tokenizer_json, const std::string& o
   write_json(dir / "generation_config.json", gen);
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <string>
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 // [in] tokenizer_json: a tokenizer.json that hf/bpe_tokenizer.h loads (checked; errors name
 // the file); [in] out_dir: an existing export directory; [in] context: model.seq_len.
@@ -24,4 +24,4 @@ namespace moezero::moe {
 void export_hf_tokenizer(const std::string& tokenizer_json, const std::string& out_dir,
                          int64_t context, int64_t vocab_size);
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/output_file.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors stores little-endian data; this code copies it as is");
@@ -302,4 +302,4 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
   if (ec) MOEZERO_USER_ERROR(path, ": cannot rename ", tmp, " into place: ", ec.message());
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

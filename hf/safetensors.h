@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace moezero::moe {
+namespace moezero::hf {
 
 // One tensor of a safetensors header. `dtype` is the format's name ("F32", "BF16", "F16", ...).
 struct SafetensorsEntry {
@@ -78,4 +78,4 @@ std::string safetensors_header(const std::vector<SafetensorsTensor>& tensors,
                                SafetensorsDType dtype,
                                const std::map<std::string, std::string>& metadata);
 
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -4,7 +4,7 @@
 
 #include <string>
 
-namespace moezero::moe {
+namespace moezero::layers {
 
 namespace {
 // Parameter indices inside the group (the order of param_group()).
@@ -204,4 +204,4 @@ void AttentionBlock::backward(const ModuleContext& ctx, ParamProvider& params, S
   ops.add(s, dresid, dx, dresid);  // residual: dL/dx = dL/dout + (attention path)
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::layers

@@ -25,7 +25,7 @@
 #include "core/param_group.h"
 #include "layers/module.h"
 
-namespace moezero::moe {
+namespace moezero::layers {
 
 class AttentionBlock {
  public:
@@ -71,4 +71,4 @@ class AttentionBlock {
   int layer_, group_;
 };
 
-}  // namespace moezero::moe
+}  // namespace moezero::layers

@@ -1,7 +1,7 @@
 // layers/embedding.cpp — the token embedding module (see embedding.h).
 #include "layers/embedding.h"
 
-namespace moezero::moe {
+namespace moezero::layers {
 
 Embedding::Embedding(const ModelConfig& cfg, int group)
     : vocab_size_(cfg.vocab_size),
@@ -34,4 +34,4 @@ void Embedding::backward(const ModuleContext& ctx, ParamProvider& params, const 
   params.grad_ready(group_, ctx.s());
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::layers

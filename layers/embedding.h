@@ -10,7 +10,7 @@
 #include "core/param_group.h"
 #include "layers/module.h"
 
-namespace moezero::moe {
+namespace moezero::layers {
 
 class Embedding {
  public:
@@ -34,4 +34,4 @@ class Embedding {
   int group_;
 };
 
-}  // namespace moezero::moe
+}  // namespace moezero::layers

@@ -14,7 +14,7 @@
 #include "core/param_group.h"
 #include "layers/module.h"
 
-namespace moezero::moe {
+namespace moezero::layers {
 
 class FeedForward {
  public:
@@ -65,4 +65,4 @@ class FeedForward {
                         std::unique_ptr<Saved> saved, const Tensor& h, const Tensor& dresid) = 0;
 };
 
-}  // namespace moezero::moe
+}  // namespace moezero::layers

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 
-namespace moezero::moe {
+namespace moezero::layers {
 
 namespace {
 constexpr size_t kFfnNorm = 0, kFfnGate = 1, kFfnUp = 2, kFfnDown = 3;
@@ -130,4 +130,4 @@ void DenseSwiGLU::backward(const ModuleContext& ctx, ParamProvider& params,
   ops.add(s, dresid, dh, dresid);  // residual: dL/dh = dL/dout + (FFN path)
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::layers

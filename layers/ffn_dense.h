@@ -12,7 +12,7 @@
 
 #include "layers/feed_forward.h"
 
-namespace moezero::moe {
+namespace moezero::layers {
 
 class DenseSwiGLU final : public FeedForward {
  public:
@@ -42,4 +42,4 @@ class DenseSwiGLU final : public FeedForward {
   int layer_, group_;
 };
 
-}  // namespace moezero::moe
+}  // namespace moezero::layers

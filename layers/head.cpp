@@ -1,7 +1,7 @@
 // layers/head.cpp — forward and backward of the final norm, LM head and cross-entropy (head.h).
 #include "layers/head.h"
 
-namespace moezero::moe {
+namespace moezero::layers {
 
 namespace {
 constexpr size_t kHeadNorm = 0, kLmHead = 1;
@@ -81,4 +81,4 @@ void Head::backward(const ModuleContext& ctx, ParamProvider& params, Saved& sv, 
   sv.rstd.reset();
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::layers

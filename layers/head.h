@@ -14,7 +14,7 @@
 #include "core/param_group.h"
 #include "layers/module.h"
 
-namespace moezero::moe {
+namespace moezero::layers {
 
 class Head {
  public:
@@ -45,4 +45,4 @@ class Head {
   int group_;
 };
 
-}  // namespace moezero::moe
+}  // namespace moezero::layers

@@ -21,7 +21,7 @@
 #include "core/ops.h"
 #include "core/tensor.h"
 
-namespace moezero::moe {
+namespace moezero::layers {
 
 // One micro-batch's view of the world, shared by every module call of its forward and backward.
 struct ModuleContext {
@@ -70,4 +70,4 @@ inline void linear_backward_weight(const ModuleContext& ctx, const Tensor& dy, c
                  GemmArgs{.a = dy, .b = x, .c = dw, .trans_a = Transpose::Yes, .beta = 1.0f});
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::layers

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 
-namespace moezero::moe {
+namespace moezero::model {
 
 Tensor RecomputeParams::acquire(int group, Stream& compute) {
   if (auto it = held_.find(group); it != held_.end()) {
@@ -37,4 +37,4 @@ void RecomputeParams::finish_block(Stream& compute) {
   held_.clear();
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::model

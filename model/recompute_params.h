@@ -22,7 +22,7 @@
 
 #include "core/param_group.h"
 
-namespace moezero::moe {
+namespace moezero::model {
 
 class RecomputeParams final : public ParamProvider {
  public:
@@ -72,4 +72,4 @@ class RecomputeParams final : public ParamProvider {
   std::map<int, Tensor> held_;      // released while holding: still acquired in inner_
 };
 
-}  // namespace moezero::moe
+}  // namespace moezero::model

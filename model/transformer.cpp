@@ -11,19 +11,21 @@
 #include "model/recompute_params.h"
 #include "moe/moe_layer.h"
 
-namespace moezero::moe {
+namespace moezero::model {
 
 bool is_moe_layer(const ModelConfig& cfg, int layer) {
   return cfg.num_experts > 0 && cfg.moe_every >= 1 && layer % cfg.moe_every == cfg.moe_every - 1;
 }
 
-std::unique_ptr<FeedForward> make_feed_forward(const ModelConfig& cfg, int layer, int first_group,
-                                               const MoeRuntime* rt, int moe_index) {
+std::unique_ptr<layers::FeedForward> make_feed_forward(const ModelConfig& cfg, int layer,
+                                                       int first_group, const moe::MoeRuntime* rt,
+                                                       int moe_index) {
   if (is_moe_layer(cfg, layer)) {
-    MoeRuntime single;  // one rank, no communication: tests and single-process use
-    return std::make_unique<MoeFeedForward>(cfg, rt ? *rt : single, layer, moe_index, first_group);
+    moe::MoeRuntime single;  // one rank, no communication: tests and single-process use
+    return std::make_unique<moe::MoeFeedForward>(cfg, rt ? *rt : single, layer, moe_index,
+                                                 first_group);
   }
-  return std::make_unique<DenseSwiGLU>(cfg, layer, first_group);
+  return std::make_unique<layers::DenseSwiGLU>(cfg, layer, first_group);
 }
 
 void validate_model_config(const ModelConfig& c) {
@@ -60,7 +62,7 @@ void validate_model_config(const ModelConfig& c) {
 
 // The activations of one micro-batch, from forward to backward.
 struct Transformer::State {
-  ModuleContext ctx;
+  layers::ModuleContext ctx;
   float loss_scale = 1.0f;
   TensorBuffer tokens;     // i32 (B*T)
   TensorBuffer targets;    // i32 (B*T)
@@ -68,12 +70,12 @@ struct Transformer::State {
   // The residual stream, (B*T, C) each: resid[0] = x_0 (embeddings), resid[2l+1] = h_l,
   // resid[2l+2] = x_{l+1}; resid[2L] is the head's input.
   std::vector<TensorBuffer> resid;
-  std::vector<AttentionBlock::Saved> attn;
-  std::vector<std::unique_ptr<FeedForward::Saved>> ffn;
-  Head::Saved head;
+  std::vector<layers::AttentionBlock::Saved> attn;
+  std::vector<std::unique_ptr<layers::FeedForward::Saved>> ffn;
+  layers::Head::Saved head;
 };
 
-Transformer::Transformer(const ModelConfig& cfg, const MoeRuntime* rt)
+Transformer::Transformer(const ModelConfig& cfg, const moe::MoeRuntime* rt)
     : cfg_((validate_model_config(cfg), cfg)), embed_(cfg, 0), head_(cfg, -1) {
   lookahead_ = !rt                    ? 1
                : rt->planning.planner ? rt->planning.planner->config().lookahead_layers
@@ -88,7 +90,7 @@ Transformer::Transformer(const ModelConfig& cfg, const MoeRuntime* rt)
     moe_index += is_moe_layer(cfg_, l) ? 1 : 0;
     g += static_cast<int>(ffn_.back()->param_groups().size());
   }
-  head_ = Head(cfg_, g);
+  head_ = layers::Head(cfg_, g);
   group_count_ = g + 1;
 }
 
@@ -140,25 +142,25 @@ void Transformer::discard_activations() { state_.reset(); }
 namespace {
 // The MoE FFNs in layer order.
 template <typename F>
-void for_each_moe(const std::vector<std::unique_ptr<FeedForward>>& ffn, F&& f) {
+void for_each_moe(const std::vector<std::unique_ptr<layers::FeedForward>>& ffn, F&& f) {
   for (const auto& layer : ffn)
-    if (auto* m = dynamic_cast<MoeFeedForward*>(layer.get())) f(*m);
+    if (auto* m = dynamic_cast<moe::MoeFeedForward*>(layer.get())) f(*m);
 }
 }  // namespace
 
 void Transformer::update_expert_bias() {
-  for_each_moe(ffn_, [](MoeFeedForward& m) { m.update_expert_bias(); });
+  for_each_moe(ffn_, [](moe::MoeFeedForward& m) { m.update_expert_bias(); });
 }
 
 std::vector<std::vector<float>> Transformer::expert_biases() const {
   std::vector<std::vector<float>> out;
-  for_each_moe(ffn_, [&](MoeFeedForward& m) { out.push_back(m.expert_bias()); });
+  for_each_moe(ffn_, [&](moe::MoeFeedForward& m) { out.push_back(m.expert_bias()); });
   return out;
 }
 
 void Transformer::set_expert_biases(const std::vector<std::vector<float>>& biases) {
   size_t i = 0;
-  for_each_moe(ffn_, [&](MoeFeedForward& m) {
+  for_each_moe(ffn_, [&](moe::MoeFeedForward& m) {
     MOEZERO_REQUIRE(i < biases.size(), "expert biases: ", biases.size(),
                     " lists for more MoE layers");
     m.set_expert_bias(biases[i++]);
@@ -181,7 +183,7 @@ void Transformer::end_module(int span) const {
 
 void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens,
                           const Tensor& targets, float loss_scale, const Tensor& loss_out,
-                          const MicroBatchInfo& mb, const Tensor& aux_out) {
+                          const moe::MicroBatchInfo& mb, const Tensor& aux_out) {
   state_.reset();
   check_provider(params);
   MOEZERO_CHECK(tokens.rank() == 2 && tokens.dtype() == DType::I32,
@@ -200,7 +202,7 @@ void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens
                 "Transformer::forward: tokens, targets and loss_out must live on ", dev.name());
 
   auto st = std::make_unique<State>();
-  ModuleContext& ctx = st->ctx;
+  layers::ModuleContext& ctx = st->ctx;
   ctx.stream = &s;
   ctx.dtype = params.compute_dtype();
   ctx.batch = B;
@@ -242,21 +244,22 @@ void Transformer::forward(ParamProvider& params, Stream& s, const Tensor& tokens
     for (size_t m = l; m < std::min(attn_.size(), l + ahead); ++m) {
       if (prepared[m]) continue;
       prepared[m] = 1;
-      ffn_[m]->prepare(ctx, params,
-                       m == l ? FeedForward::Prepare::JustInTime : FeedForward::Prepare::Ahead);
+      ffn_[m]->prepare(
+          ctx, params,
+          m == l ? layers::FeedForward::Prepare::JustInTime : layers::FeedForward::Prepare::Ahead);
     }
     const int layer = static_cast<int>(l);
     span = begin_module(s, "attn", layer, "fwd");
     st->attn.push_back(attn_[l].forward(ctx, params, x, next_resid("h")));
     end_module(span);
     if (checkpointing_ == ActivationCheckpointing::Selective)
-      AttentionBlock::drop_core_attention(st->attn.back());
+      layers::AttentionBlock::drop_core_attention(st->attn.back());
     const Tensor h = st->resid.back();
     span = begin_module(s, is_moe_layer(cfg_, layer) ? "moe" : "ffn", layer, "fwd");
     st->ffn.push_back(ffn_[l]->forward(ctx, params, h, next_resid("x")));
     end_module(span);
     if (checkpointing_ == ActivationCheckpointing::Full) {  // keep x_l (and the routing) only
-      st->attn.back() = AttentionBlock::Saved();
+      st->attn.back() = layers::AttentionBlock::Saved();
       ffn_[l]->drop_for_recompute(*st->ffn.back());
       st->resid[st->resid.size() - 2].reset();  // h_l (stream-safe: freed after its last use)
     }
@@ -274,7 +277,7 @@ void Transformer::set_activation_checkpointing(ActivationCheckpointing mode) {
 }
 
 void Transformer::recompute_layer(size_t l, RecomputeParams& params, State& st) {
-  const ModuleContext& ctx = st.ctx;
+  const layers::ModuleContext& ctx = st.ctx;
   Stream& s = ctx.s();
   const int layer = static_cast<int>(l);
   const Shape rc{ctx.rows(), cfg_.d_model};
@@ -296,7 +299,7 @@ void Transformer::recompute_layer(size_t l, RecomputeParams& params, State& st) 
 void Transformer::backward(ParamProvider& params, Stream& s) {
   MOEZERO_CHECK(state_ != nullptr, "Transformer::backward without a forward (or called twice)");
   std::unique_ptr<State> st = std::move(state_);
-  const ModuleContext& ctx = st->ctx;
+  const layers::ModuleContext& ctx = st->ctx;
   MOEZERO_CHECK(&s == ctx.stream, "Transformer::backward on stream '", s.name(),
                 "' but the forward ran on '", ctx.stream->name(), "'");
   check_provider(params);
@@ -339,4 +342,4 @@ void Transformer::backward(ParamProvider& params, Stream& s) {
   // st (and dresid) free here: stream-safe, after everything above has been enqueued.
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::model

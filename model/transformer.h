@@ -67,7 +67,7 @@
 #include "layers/head.h"
 #include "moe/moe_runtime.h"
 
-namespace moezero::moe {
+namespace moezero::model {
 
 class RecomputeParams;
 
@@ -78,8 +78,10 @@ bool is_moe_layer(const ModelConfig& cfg, int layer);
 // The FFN of decoder layer `layer` whose first group gets provider index `first_group`:
 // a MoeFeedForward when is_moe_layer (then `rt` is required; `moe_index` counts the MoE layers
 // before this one), else a DenseSwiGLU.
-std::unique_ptr<FeedForward> make_feed_forward(const ModelConfig& cfg, int layer, int first_group,
-                                               const MoeRuntime* rt = nullptr, int moe_index = 0);
+std::unique_ptr<layers::FeedForward> make_feed_forward(const ModelConfig& cfg, int layer,
+                                                       int first_group,
+                                                       const moe::MoeRuntime* rt = nullptr,
+                                                       int moe_index = 0);
 
 // Throws moezero::Error naming the model.* key when cfg cannot describe a model
 // (heads not dividing d_model, odd head dim, ...). The Transformer constructor calls it.
@@ -89,7 +91,7 @@ class Transformer {
  public:
   // [in] rt: the MoE runtime of this rank (EP place, communicators, router options); null
   // means one rank with default router options. Required only when the model has MoE layers.
-  explicit Transformer(const ModelConfig& cfg, const MoeRuntime* rt = nullptr);
+  explicit Transformer(const ModelConfig& cfg, const moe::MoeRuntime* rt = nullptr);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -111,7 +113,7 @@ class Transformer {
   //      alone; [out] aux_out: f32 (1) `+=` the unscaled aux loss of every MoE layer, or
   //      undefined.
   void forward(ParamProvider& params, Stream& s, const Tensor& tokens, const Tensor& targets,
-               float loss_scale, const Tensor& loss_out, const MicroBatchInfo& mb = {},
+               float loss_scale, const Tensor& loss_out, const moe::MicroBatchInfo& mb = {},
                const Tensor& aux_out = Tensor());
   // Backward of the last forward, on the same stream: every group's gradient `+=` through
   // params.grad(g). Frees the activations.
@@ -144,10 +146,10 @@ class Transformer {
   std::shared_ptr<const std::vector<int32_t>> host_positions(int64_t batch, int64_t seq);
 
   ModelConfig cfg_;
-  Embedding embed_;
-  std::vector<AttentionBlock> attn_;
-  std::vector<std::unique_ptr<FeedForward>> ffn_;
-  Head head_;
+  layers::Embedding embed_;
+  std::vector<layers::AttentionBlock> attn_;
+  std::vector<std::unique_ptr<layers::FeedForward>> ffn_;
+  layers::Head head_;
   int group_count_ = 0;
   // A compute span "layers.<layer>.<module> <pass>" (layer -1: "<module> <pass>") while the
   // trace recorder is tracing; -1 otherwise. end_module(-1) does nothing.
@@ -167,4 +169,4 @@ class Transformer {
   std::unique_ptr<State> state_;
 };
 
-}  // namespace moezero::moe
+}  // namespace moezero::model

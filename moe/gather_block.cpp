@@ -8,15 +8,15 @@
 
 namespace moezero::moe {
 
-ExpertPrefetch BlockGather::prefetch_forward(const ModuleContext& ctx, ParamProvider& params,
-                                             const LocalExperts& experts,
-                                             FeedForward::Prepare when) const {
-  if (when == FeedForward::Prepare::JustInTime)
+ExpertPrefetch BlockGather::prefetch_forward(const layers::ModuleContext& ctx,
+                                             ParamProvider& params, const LocalExperts& experts,
+                                             layers::FeedForward::Prepare when) const {
+  if (when == layers::FeedForward::Prepare::JustInTime)
     params.prefetch_block(experts.block_groups(), ctx.s(), ParamProvider::FetchReason::Predicted);
   return ExpertPrefetch::Own;
 }
 
-void BlockGather::forward(const ModuleContext& ctx, ParamProvider& params,
+void BlockGather::forward(const layers::ModuleContext& ctx, ParamProvider& params,
                           const LocalExperts& experts, const std::vector<char>& active,
                           std::vector<Tensor>& held, const ExpertWave& run) const {
   std::vector<Tensor> w = experts.acquire_block(ctx, params);
@@ -31,7 +31,7 @@ void BlockGather::forward(const ModuleContext& ctx, ParamProvider& params,
     experts.release_block(ctx, params);
 }
 
-void BlockGather::backward(const ModuleContext& ctx, ParamProvider& params,
+void BlockGather::backward(const layers::ModuleContext& ctx, ParamProvider& params,
                            const LocalExperts& experts, const std::vector<char>& active,
                            std::vector<Tensor>& held, const ExpertWave& run) const {
   Stream& s = ctx.s();

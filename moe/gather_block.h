@@ -17,16 +17,16 @@ class BlockGather : public GatherStrategy {
 
   bool uses_shard_cache() const override { return false; }  // nothing kept beyond its use
   // The block, one module ahead (the previous layer's prepare), just in time only.
-  ExpertPrefetch prefetch_forward(const ModuleContext& ctx, ParamProvider& params,
+  ExpertPrefetch prefetch_forward(const layers::ModuleContext& ctx, ParamProvider& params,
                                   const LocalExperts& experts,
-                                  FeedForward::Prepare when) const override;
-  void forward(const ModuleContext& ctx, ParamProvider& params, const LocalExperts& experts,
+                                  layers::FeedForward::Prepare when) const override;
+  void forward(const layers::ModuleContext& ctx, ParamProvider& params, const LocalExperts& experts,
                const std::vector<char>& active, std::vector<Tensor>& held,
                const ExpertWave& run) const override;
   // Hold: forward's parameters; Release: the block gathered again (prefetch_backward's).
-  void backward(const ModuleContext& ctx, ParamProvider& params, const LocalExperts& experts,
-                const std::vector<char>& active, std::vector<Tensor>& held,
-                const ExpertWave& run) const override;
+  void backward(const layers::ModuleContext& ctx, ParamProvider& params,
+                const LocalExperts& experts, const std::vector<char>& active,
+                std::vector<Tensor>& held, const ExpertWave& run) const override;
 
  private:
   AfterForward after_;

@@ -33,8 +33,9 @@ struct RunOrder {
 
 // [in] reason: Needed in forward (after the router: on demand), Exact in backward (the exact
 // backward prefetch: the routing is known when the layer's backward starts).
-RunOrder run_order(const ModuleContext& ctx, ParamProvider& params, const LocalExperts& experts,
-                   const std::vector<char>& active, ParamProvider::FetchReason reason) {
+RunOrder run_order(const layers::ModuleContext& ctx, ParamProvider& params,
+                   const LocalExperts& experts, const std::vector<char>& active,
+                   ParamProvider::FetchReason reason) {
   std::vector<int> ids;
   for (int j = 0; j < experts.count(); ++j)
     if (active[static_cast<size_t>(j)]) ids.push_back(j);
@@ -99,23 +100,23 @@ class ExpertsGather final : public GatherStrategy {
  public:
   std::string_view name() const override { return "experts"; }
   bool uses_shard_cache() const override { return true; }
-  ExpertPrefetch prefetch_forward(const ModuleContext&, ParamProvider&, const LocalExperts&,
-                                  FeedForward::Prepare) const override {
+  ExpertPrefetch prefetch_forward(const layers::ModuleContext&, ParamProvider&, const LocalExperts&,
+                                  layers::FeedForward::Prepare) const override {
     return ExpertPrefetch::Routed;
   }
-  ExpertPrefetch prefetch_backward(const ModuleContext&, ParamProvider&,
+  ExpertPrefetch prefetch_backward(const layers::ModuleContext&, ParamProvider&,
                                    const LocalExperts&) const override {
     return ExpertPrefetch::Routed;
   }
-  void forward(const ModuleContext& ctx, ParamProvider& params, const LocalExperts& experts,
+  void forward(const layers::ModuleContext& ctx, ParamProvider& params, const LocalExperts& experts,
                const std::vector<char>& active, std::vector<Tensor>& held,
                const ExpertWave& run) const override;
-  void backward(const ModuleContext& ctx, ParamProvider& params, const LocalExperts& experts,
-                const std::vector<char>& active, std::vector<Tensor>& held,
-                const ExpertWave& run) const override;
+  void backward(const layers::ModuleContext& ctx, ParamProvider& params,
+                const LocalExperts& experts, const std::vector<char>& active,
+                std::vector<Tensor>& held, const ExpertWave& run) const override;
 };
 
-void ExpertsGather::forward(const ModuleContext& ctx, ParamProvider& params,
+void ExpertsGather::forward(const layers::ModuleContext& ctx, ParamProvider& params,
                             const LocalExperts& experts, const std::vector<char>& active,
                             std::vector<Tensor>& held, const ExpertWave& run) const {
   Stream& s = ctx.s();
@@ -140,7 +141,7 @@ void ExpertsGather::forward(const ModuleContext& ctx, ParamProvider& params,
   });
 }
 
-void ExpertsGather::backward(const ModuleContext& ctx, ParamProvider& params,
+void ExpertsGather::backward(const layers::ModuleContext& ctx, ParamProvider& params,
                              const LocalExperts& experts, const std::vector<char>& active,
                              std::vector<Tensor>& held, const ExpertWave& run) const {
   Stream& s = ctx.s();

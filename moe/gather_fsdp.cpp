@@ -18,7 +18,7 @@ class FsdpGather final : public BlockGather {
   // Forward only: nothing to hold the block for, so it is gathered and freed as leaf does.
   std::string_view evaluation_strategy() const override { return "leaf"; }
   // Nothing to fetch: the block is still held since forward.
-  ExpertPrefetch prefetch_backward(const ModuleContext&, ParamProvider&,
+  ExpertPrefetch prefetch_backward(const layers::ModuleContext&, ParamProvider&,
                                    const LocalExperts&) const override {
     return ExpertPrefetch::Own;
   }

@@ -13,7 +13,7 @@ class LeafGather final : public BlockGather {
   LeafGather() : BlockGather(AfterForward::Release) {}
   std::string_view name() const override { return "leaf"; }
   // The block again, one module ahead of its backward.
-  ExpertPrefetch prefetch_backward(const ModuleContext& ctx, ParamProvider& params,
+  ExpertPrefetch prefetch_backward(const layers::ModuleContext& ctx, ParamProvider& params,
                                    const LocalExperts& experts) const override {
     params.prefetch_block(experts.block_groups(), ctx.s(), ParamProvider::FetchReason::Predicted);
     return ExpertPrefetch::Own;

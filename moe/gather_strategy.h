@@ -65,25 +65,25 @@ class GatherStrategy {
 
   // Before the layer's forward (MoeFeedForward::prepare, at `when`): starts what the strategy
   // prefetches itself; Routed: the routing-aware plan applies.
-  virtual ExpertPrefetch prefetch_forward(const ModuleContext& ctx, ParamProvider& params,
+  virtual ExpertPrefetch prefetch_forward(const layers::ModuleContext& ctx, ParamProvider& params,
                                           const LocalExperts& experts,
-                                          FeedForward::Prepare when) const = 0;
+                                          layers::FeedForward::Prepare when) const = 0;
   // Before the layer's backward (MoeFeedForward::prepare_backward), likewise; Routed: the exact
   // backward prefetch of the forward's active experts applies.
-  virtual ExpertPrefetch prefetch_backward(const ModuleContext& ctx, ParamProvider& params,
+  virtual ExpertPrefetch prefetch_backward(const layers::ModuleContext& ctx, ParamProvider& params,
                                            const LocalExperts& experts) const = 0;
 
   // Forward of the local experts: acquires the parameters of at least the active ones
   // ([in] active (Epr): agreed), calls run() once per wave of active experts, releases them or
   // keeps them in held (Epr or empty; see LocalExperts::forward). Every rank of an EDP group
   // issues the same gathers in the same order.
-  virtual void forward(const ModuleContext& ctx, ParamProvider& params, const LocalExperts& experts,
-                       const std::vector<char>& active, std::vector<Tensor>& held,
-                       const ExpertWave& run) const = 0;
+  virtual void forward(const layers::ModuleContext& ctx, ParamProvider& params,
+                       const LocalExperts& experts, const std::vector<char>& active,
+                       std::vector<Tensor>& held, const ExpertWave& run) const = 0;
   // Backward: the same for the active experts' parameters and gradients (ExpertWeights::gw);
   // marks each active expert's gradient ready (grad_ready) before releasing it; held: forward's
   // (consumed, left empty).
-  virtual void backward(const ModuleContext& ctx, ParamProvider& params,
+  virtual void backward(const layers::ModuleContext& ctx, ParamProvider& params,
                         const LocalExperts& experts, const std::vector<char>& active,
                         std::vector<Tensor>& held, const ExpertWave& run) const = 0;
 };

@@ -43,7 +43,7 @@ std::vector<GroupSpec> LocalExperts::param_groups() const {
   return groups;
 }
 
-int LocalExperts::experts_span(const ModuleContext& ctx, const DispatchState& rows,
+int LocalExperts::experts_span(const layers::ModuleContext& ctx, const DispatchState& rows,
                                const std::vector<ExpertParams>& ex, TracePass pass) const {
   if (!rt_.report.trace || !rt_.report.trace->tracing()) return -1;
   // FLOPs of one row: 3 GEMMs of 2 C F forward; backward 6 (dact, dW2, dW1, dW3, dx twice).
@@ -63,7 +63,7 @@ std::vector<int> LocalExperts::block_groups() const {
   return groups;
 }
 
-std::vector<Tensor> LocalExperts::acquire_block(const ModuleContext& ctx,
+std::vector<Tensor> LocalExperts::acquire_block(const layers::ModuleContext& ctx,
                                                 ParamProvider& params) const {
   params.prefetch_block(block_groups(), ctx.s(), ParamProvider::FetchReason::Needed);
   std::vector<Tensor> w;
@@ -71,7 +71,7 @@ std::vector<Tensor> LocalExperts::acquire_block(const ModuleContext& ctx,
   return w;
 }
 
-void LocalExperts::release_block(const ModuleContext& ctx, ParamProvider& params) const {
+void LocalExperts::release_block(const layers::ModuleContext& ctx, ParamProvider& params) const {
   for (int j = 0; j < experts_per_rank_; ++j) params.release(group(j), ctx.s());
 }
 
@@ -93,7 +93,7 @@ std::vector<std::pair<int64_t, int64_t>> merged_ranges(std::vector<std::pair<int
 
 }  // namespace
 
-void LocalExperts::forward_experts(const ModuleContext& ctx, const DispatchState& rows,
+void LocalExperts::forward_experts(const layers::ModuleContext& ctx, const DispatchState& rows,
                                    const std::vector<ExpertParams>& ex, const Tensor& x,
                                    const Tensor& gate, const Tensor& up, const Tensor& act,
                                    const Tensor& y) const {
@@ -120,7 +120,7 @@ void LocalExperts::forward_experts(const ModuleContext& ctx, const DispatchState
   if (rt_.report.trace) rt_.report.trace->end_span(span);
 }
 
-void LocalExperts::backward_experts(const ModuleContext& ctx, const DispatchState& rows,
+void LocalExperts::backward_experts(const layers::ModuleContext& ctx, const DispatchState& rows,
                                     const std::vector<ExpertParams>& ex, const Tensor& x,
                                     const Tensor& gate, const Tensor& up, const Tensor& dy,
                                     const Tensor& act, const Tensor& dact, const Tensor& dgate,
@@ -171,7 +171,7 @@ void LocalExperts::backward_experts(const ModuleContext& ctx, const DispatchStat
   if (rt_.report.trace) rt_.report.trace->end_span(span);
 }
 
-TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& params,
+TensorBuffer LocalExperts::forward(const layers::ModuleContext& ctx, ParamProvider& params,
                                    const DispatchState& rows, const std::vector<char>& active,
                                    const Tensor& x, TensorBuffer& gate, TensorBuffer& up,
                                    std::vector<Tensor>& held) const {
@@ -188,7 +188,7 @@ TensorBuffer LocalExperts::forward(const ModuleContext& ctx, ParamProvider& para
   return y;
 }
 
-TensorBuffer LocalExperts::recompute(const ModuleContext& ctx, ParamProvider& params,
+TensorBuffer LocalExperts::recompute(const layers::ModuleContext& ctx, ParamProvider& params,
                                      const DispatchState& rows, const std::vector<char>& active,
                                      const Tensor& x, TensorBuffer& gate, TensorBuffer& up,
                                      std::vector<Tensor>& held) const {
@@ -221,7 +221,7 @@ TensorBuffer LocalExperts::recompute(const ModuleContext& ctx, ParamProvider& pa
   return y;
 }
 
-TensorBuffer LocalExperts::backward(const ModuleContext& ctx, ParamProvider& params,
+TensorBuffer LocalExperts::backward(const layers::ModuleContext& ctx, ParamProvider& params,
                                     const DispatchState& rows, const std::vector<char>& active,
                                     const Tensor& x, const Tensor& gate, const Tensor& up,
                                     const Tensor& dy, std::vector<Tensor>& held) const {

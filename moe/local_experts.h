@@ -52,27 +52,29 @@ class LocalExperts {
   // [in,out] held (Epr or empty), the gather strategy's: fsdp: forward fills it with the acquired
   // experts, backward takes and releases them; experts with reshard_after_forward=false: slot j
   // holds expert j when it was kept (undefined Tensor otherwise); empty otherwise.
-  TensorBuffer forward(const ModuleContext& ctx, ParamProvider& params, const DispatchState& rows,
-                       const std::vector<char>& active, const Tensor& x, TensorBuffer& gate,
-                       TensorBuffer& up, std::vector<Tensor>& held) const;
+  TensorBuffer forward(const layers::ModuleContext& ctx, ParamProvider& params,
+                       const DispatchState& rows, const std::vector<char>& active, const Tensor& x,
+                       TensorBuffer& gate, TensorBuffer& up, std::vector<Tensor>& held) const;
   // Full activation checkpointing: forward() again in backward, with the same results.
   // Experts held since forward ([in,out] held) run without an acquire (ParamProvider::use_held);
   // the other active ones go through the gather strategy's forward (which may hold them too:
   // they join `held`). With nothing held, exactly forward()'s acquires.
-  TensorBuffer recompute(const ModuleContext& ctx, ParamProvider& params, const DispatchState& rows,
-                         const std::vector<char>& active, const Tensor& x, TensorBuffer& gate,
-                         TensorBuffer& up, std::vector<Tensor>& held) const;
+  TensorBuffer recompute(const layers::ModuleContext& ctx, ParamProvider& params,
+                         const DispatchState& rows, const std::vector<char>& active,
+                         const Tensor& x, TensorBuffer& gate, TensorBuffer& up,
+                         std::vector<Tensor>& held) const;
   // [in] dy (R, C); x, gate, up: forward's; returns dx (R, C) `=`. Writes (`+=`) each active
   // expert's parameter gradient and marks it ready (grad_ready) before releasing the expert.
-  TensorBuffer backward(const ModuleContext& ctx, ParamProvider& params, const DispatchState& rows,
-                        const std::vector<char>& active, const Tensor& x, const Tensor& gate,
-                        const Tensor& up, const Tensor& dy, std::vector<Tensor>& held) const;
+  TensorBuffer backward(const layers::ModuleContext& ctx, ParamProvider& params,
+                        const DispatchState& rows, const std::vector<char>& active, const Tensor& x,
+                        const Tensor& gate, const Tensor& up, const Tensor& dy,
+                        std::vector<Tensor>& held) const;
   // The provider groups of all local experts (a block, for prefetch_block).
   std::vector<int> block_groups() const;
   // Every local expert, one coalesced gather (a no-op when prefetched), acquired in id order;
   // release_block releases them all (the block strategies, moe/gather_block.h).
-  std::vector<Tensor> acquire_block(const ModuleContext& ctx, ParamProvider& params) const;
-  void release_block(const ModuleContext& ctx, ParamProvider& params) const;
+  std::vector<Tensor> acquire_block(const layers::ModuleContext& ctx, ParamProvider& params) const;
+  void release_block(const layers::ModuleContext& ctx, ParamProvider& params) const;
 
  private:
   // Several experts' compute as grouped GEMMs (Ops::grouped_gemm: every ready expert's row
@@ -82,16 +84,16 @@ class LocalExperts {
   // are bit-identical to running the experts one by one. Tracing runs this same path: one
   // "experts" span around the grouped calls, per-expert spans derived from it (experts_span).
   using ExpertParams = ExpertWeights;  // one wave's experts (moe/gather_strategy.h)
-  void forward_experts(const ModuleContext& ctx, const DispatchState& rows,
+  void forward_experts(const layers::ModuleContext& ctx, const DispatchState& rows,
                        const std::vector<ExpertParams>& ex, const Tensor& x, const Tensor& gate,
                        const Tensor& up, const Tensor& act, const Tensor& y) const;
-  void backward_experts(const ModuleContext& ctx, const DispatchState& rows,
+  void backward_experts(const layers::ModuleContext& ctx, const DispatchState& rows,
                         const std::vector<ExpertParams>& ex, const Tensor& x, const Tensor& gate,
                         const Tensor& up, const Tensor& dy, const Tensor& act, const Tensor& dact,
                         const Tensor& dgate, const Tensor& dup, const Tensor& dx) const;
   // While tracing, a span around the grouped compute of `ex` (TraceRecorder::begin_experts:
   // each expert's rows of this micro-batch and its GEMM flops); -1 otherwise.
-  int experts_span(const ModuleContext& ctx, const DispatchState& rows,
+  int experts_span(const layers::ModuleContext& ctx, const DispatchState& rows,
                    const std::vector<ExpertParams>& ex, TracePass pass) const;
 
   ModelConfig cfg_;

@@ -22,7 +22,7 @@ const prefetch::PrefetchPlanner& planner_of(const MoeRuntime& rt) {
 }
 }  // namespace
 
-struct MoeFeedForward::MoeSaved : FeedForward::Saved {
+struct MoeFeedForward::MoeSaved : layers::FeedForward::Saved {
   TensorBuffer rstd, hn;        // norm: f32 (N), (N, C)
   DispatchState routes;         // the token layout of this micro-batch (and combine's saved input)
   TensorBuffer xr;              // (R, C) rows received for the local experts
@@ -100,7 +100,8 @@ std::vector<GroupSpec> MoeFeedForward::param_groups() const {
   return groups;
 }
 
-void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Prepare when) {
+void MoeFeedForward::prepare(const layers::ModuleContext& ctx, ParamProvider& params,
+                             Prepare when) {
   planned_.clear();
   plan_p_.clear();
   if (rt_.options.gather->prefetch_forward(ctx, params, experts_, when) != ExpertPrefetch::Routed)
@@ -140,7 +141,7 @@ void MoeFeedForward::prepare(const ModuleContext& ctx, ParamProvider& params, Pr
   if (windowed) rt_.report.trace->speculative_collectives(false);
 }
 
-void MoeFeedForward::prepare_backward(const ModuleContext& ctx, ParamProvider& params,
+void MoeFeedForward::prepare_backward(const layers::ModuleContext& ctx, ParamProvider& params,
                                       const Saved& saved) {
   const auto* sv = dynamic_cast<const MoeSaved*>(&saved);
   MOEZERO_CHECK(sv != nullptr, "MoeFeedForward::prepare_backward of layer ", layer_,
@@ -156,7 +157,7 @@ void MoeFeedForward::prepare_backward(const ModuleContext& ctx, ParamProvider& p
   params.prefetch_set(groups, ctx.s(), ParamProvider::FetchReason::Exact);
 }
 
-Router::Routing& MoeFeedForward::route(const ModuleContext& ctx, ParamProvider& params,
+Router::Routing& MoeFeedForward::route(const layers::ModuleContext& ctx, ParamProvider& params,
                                        const Tensor& h, MoeSaved& sv) {
   const int64_t N = ctx.rows(), C = cfg_.d_model;
   const Tensor flat = params.acquire(first_group_, ctx.s());
@@ -171,7 +172,7 @@ Router::Routing& MoeFeedForward::route(const ModuleContext& ctx, ParamProvider& 
                                ctx.micro_batch, RouterMode::Train, forced);
 }
 
-void MoeFeedForward::agree(const ModuleContext& ctx, ParamProvider& params,
+void MoeFeedForward::agree(const layers::ModuleContext& ctx, ParamProvider& params,
                            const Router::Routing& routing) {
   Stream& s = ctx.s();
   if (rt_.comms.router && rt_.comms.router->size() > 1)
@@ -183,7 +184,8 @@ void MoeFeedForward::agree(const ModuleContext& ctx, ParamProvider& params,
   params.release(first_group_, s);  // the router read the gate weight (forward_local/finish)
 }
 
-std::vector<float> MoeFeedForward::synchronize(const ModuleContext& ctx, DispatchCounts& counts,
+std::vector<float> MoeFeedForward::synchronize(const layers::ModuleContext& ctx,
+                                               DispatchCounts& counts,
                                                const Router::Routing& routing) const {
   Stream& s = ctx.s();
   dispatcher_.download_counts(ctx, counts);
@@ -194,7 +196,7 @@ std::vector<float> MoeFeedForward::synchronize(const ModuleContext& ctx, Dispatc
   return h_stats;
 }
 
-void MoeFeedForward::simulated_counts(const ModuleContext& ctx, DispatchCounts& counts,
+void MoeFeedForward::simulated_counts(const layers::ModuleContext& ctx, DispatchCounts& counts,
                                       std::vector<float>& h_stats) const {
   const RoutingSource& src = *rt_.routing.source;
   const int64_t E = cfg_.num_experts, mb = ctx.micro_batch;
@@ -274,9 +276,8 @@ std::vector<char> MoeFeedForward::apply_agreement(ParamProvider& params,
   return active;
 }
 
-std::unique_ptr<FeedForward::Saved> MoeFeedForward::forward(const ModuleContext& ctx,
-                                                            ParamProvider& params, const Tensor& h,
-                                                            const Tensor& out) {
+std::unique_ptr<layers::FeedForward::Saved> MoeFeedForward::forward(
+    const layers::ModuleContext& ctx, ParamProvider& params, const Tensor& h, const Tensor& out) {
   auto sv = std::make_unique<MoeSaved>();
   // 1. route; dispatch preprocess: this rank's kept assignments per expert.
   const Router::Routing& routing = route(ctx, params, h, *sv);
@@ -330,8 +331,8 @@ void MoeFeedForward::drop_for_recompute(Saved& saved) const {
   sv->shared = SharedExperts::Saved();
 }
 
-void MoeFeedForward::recompute(const ModuleContext& ctx, ParamProvider& params, Saved& saved,
-                               const Tensor& h, const Tensor& out) {
+void MoeFeedForward::recompute(const layers::ModuleContext& ctx, ParamProvider& params,
+                               Saved& saved, const Tensor& h, const Tensor& out) {
   auto* sv = dynamic_cast<MoeSaved*>(&saved);
   MOEZERO_CHECK(sv != nullptr, "MoeFeedForward::recompute of layer ", layer_,
                 ": saved state is not a MoeFeedForward's");
@@ -354,7 +355,7 @@ void MoeFeedForward::recompute(const ModuleContext& ctx, ParamProvider& params, 
   if (shared_) shared_->forward(ctx, params, sv->hn, out, sv->shared);
 }
 
-void MoeFeedForward::backward(const ModuleContext& ctx, ParamProvider& params,
+void MoeFeedForward::backward(const layers::ModuleContext& ctx, ParamProvider& params,
                               std::unique_ptr<Saved> saved, const Tensor& h, const Tensor& dresid) {
   auto* sv = dynamic_cast<MoeSaved*>(saved.get());
   MOEZERO_CHECK(sv != nullptr, "MoeFeedForward::backward of layer ", layer_,

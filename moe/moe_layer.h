@@ -46,7 +46,7 @@
 
 namespace moezero::moe {
 
-class MoeFeedForward final : public FeedForward {
+class MoeFeedForward final : public layers::FeedForward {
  public:
   // [in] layer: decoder layer index; moe_index: index among the MoE layers (for stats).
   MoeFeedForward(const ModelConfig& cfg, const MoeRuntime& rt, int layer, int moe_index,
@@ -58,14 +58,14 @@ class MoeFeedForward final : public FeedForward {
   // layer (prefetch.policy), within prefetch.budget_bytes, before the attention block runs.
   // Only when the gather strategy's prefetch is Routed (zero.moe_gather=experts); otherwise the
   // strategy prefetches (leaf, fsdp: the coalesced block, one module ahead).
-  void prepare(const ModuleContext& ctx, ParamProvider& params, Prepare when) override;
+  void prepare(const layers::ModuleContext& ctx, ParamProvider& params, Prepare when) override;
   // Exact backward prefetch: the forward's active experts, in the order backward runs them.
-  void prepare_backward(const ModuleContext& ctx, ParamProvider& params,
+  void prepare_backward(const layers::ModuleContext& ctx, ParamProvider& params,
                         const Saved& saved) override;
-  std::unique_ptr<Saved> forward(const ModuleContext& ctx, ParamProvider& params, const Tensor& h,
-                                 const Tensor& out) override;
-  void backward(const ModuleContext& ctx, ParamProvider& params, std::unique_ptr<Saved> saved,
-                const Tensor& h, const Tensor& dresid) override;
+  std::unique_ptr<Saved> forward(const layers::ModuleContext& ctx, ParamProvider& params,
+                                 const Tensor& h, const Tensor& out) override;
+  void backward(const layers::ModuleContext& ctx, ParamProvider& params,
+                std::unique_ptr<Saved> saved, const Tensor& h, const Tensor& dresid) override;
   // Full checkpointing keeps the forward's agreed routing: the router's state (expert ids,
   // weights, probabilities, agreed statistics), the token layout's counts and the active set
   // (and experts held since forward); it frees the norm output, the dispatched rows, the
@@ -75,8 +75,8 @@ class MoeFeedForward final : public FeedForward {
   // router, the agreement all-reduce, the host sync and every statistic (frequency model,
   // MoE stats, capacity drops, routing traces) are not run again. The token all-to-alls and
   // the experts' acquires are (every rank recomputes, so they stay matched).
-  void recompute(const ModuleContext& ctx, ParamProvider& params, Saved& saved, const Tensor& h,
-                 const Tensor& out) override;
+  void recompute(const layers::ModuleContext& ctx, ParamProvider& params, Saved& saved,
+                 const Tensor& h, const Tensor& out) override;
 
   int local_experts() const { return experts_.count(); }
 
@@ -96,16 +96,17 @@ class MoeFeedForward final : public FeedForward {
   struct MoeSaved;
   // The steps of forward (moe_layer.cpp), in order.
   // Route: norm and router; the layer group stays acquired until agree().
-  Router::Routing& route(const ModuleContext& ctx, ParamProvider& params, const Tensor& h,
+  Router::Routing& route(const layers::ModuleContext& ctx, ParamProvider& params, const Tensor& h,
                          MoeSaved& sv);
   // Agree: all-reduce of the router statistics, the router's losses; releases the layer group.
-  void agree(const ModuleContext& ctx, ParamProvider& params, const Router::Routing& routing);
+  void agree(const layers::ModuleContext& ctx, ParamProvider& params,
+             const Router::Routing& routing);
   // HOST SYNC: downloads the dispatch counts and the agreed router statistics (returned).
-  std::vector<float> synchronize(const ModuleContext& ctx, DispatchCounts& counts,
+  std::vector<float> synchronize(const layers::ModuleContext& ctx, DispatchCounts& counts,
                                  const Router::Routing& routing) const;
   // The simulated backend: overwrites what synchronize() read with the routing source's counts
   // (MoeRoutingInputs::source): this rank's, its EP peers' for its experts, the world's total.
-  void simulated_counts(const ModuleContext& ctx, DispatchCounts& counts,
+  void simulated_counts(const layers::ModuleContext& ctx, DispatchCounts& counts,
                         std::vector<float>& h_stats) const;
   // From the agreed kept counts (E), identical on every rank: the active local experts (Epr),
   // the frequency model and keep scores, dropped unneeded prefetches, routing statistics.

@@ -31,7 +31,7 @@ void upload(Stream& s, std::vector<T> host, const Tensor& dst) {
 }
 
 // c = alpha · op(a) @ op(b) + beta · c (the op table's gemm, shorter to call).
-void mm(const ModuleContext& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
+void mm(const layers::ModuleContext& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
         float alpha = 1.0f, float beta = 0.0f, Transpose ta = Transpose::No,
         Transpose tb = Transpose::No) {
   ctx.ops().gemm(ctx.s(), GemmArgs{a, b, c, ta, tb, alpha, beta});
@@ -131,7 +131,7 @@ namespace {
 
 // The gate input in f32: x itself (f32, no jitter), else a cast and/or the jittered product
 // x · noise in `tmp`.
-Tensor gate_input(const ModuleContext& ctx, const Tensor& x, const Tensor& noise,
+Tensor gate_input(const layers::ModuleContext& ctx, const Tensor& x, const Tensor& noise,
                   TensorBuffer& tmp) {
   Ops& ops = ctx.ops();
   Tensor x32 = x;
@@ -147,7 +147,7 @@ Tensor gate_input(const ModuleContext& ctx, const Tensor& x, const Tensor& noise
   return tmp;
 }
 
-Tensor gate_f32(const ModuleContext& ctx, const Tensor& gate, TensorBuffer& tmp) {
+Tensor gate_f32(const layers::ModuleContext& ctx, const Tensor& gate, TensorBuffer& tmp) {
   if (gate.dtype() == DType::F32) return gate;
   tmp = ctx.alloc(DType::F32, gate.shape(), "router.gate32");
   ctx.ops().cast(ctx.s(), gate, tmp);
@@ -156,7 +156,7 @@ Tensor gate_f32(const ModuleContext& ctx, const Tensor& gate, TensorBuffer& tmp)
 
 }  // namespace
 
-Router::Routing& Router::forward_local(const ModuleContext& ctx, const Tensor& x,
+Router::Routing& Router::forward_local(const layers::ModuleContext& ctx, const Tensor& x,
                                        const Tensor& gate, int64_t token_offset,
                                        int64_t micro_batch, RouterMode mode,
                                        std::span<const int64_t> forced) {
@@ -192,7 +192,7 @@ Router::Routing& Router::forward_local(const ModuleContext& ctx, const Tensor& x
   return st_->routing;
 }
 
-std::unique_ptr<Router::State> Router::new_state(const ModuleContext& ctx, int64_t N,
+std::unique_ptr<Router::State> Router::new_state(const layers::ModuleContext& ctx, int64_t N,
                                                  int64_t C) const {
   const int64_t E = cfg_.num_experts, k = cfg_.top_k;
   auto st = std::make_unique<State>();
@@ -211,7 +211,7 @@ std::unique_ptr<Router::State> Router::new_state(const ModuleContext& ctx, int64
   return st;
 }
 
-void Router::make_noise(const ModuleContext& ctx, State& st, int64_t token_offset,
+void Router::make_noise(const layers::ModuleContext& ctx, State& st, int64_t token_offset,
                         int64_t micro_batch) const {
   // Noise on the host, keyed by the global token index (world-size independent).
   const int64_t N = st.n, C = st.c;
@@ -243,7 +243,7 @@ std::vector<int32_t> Router::forced_choices(std::span<const int64_t> counts, int
   return ids;
 }
 
-TensorBuffer Router::select(const ModuleContext& ctx, State& st, const Tensor& x,
+TensorBuffer Router::select(const layers::ModuleContext& ctx, State& st, const Tensor& x,
                             const Tensor& gate, std::span<const int64_t> forced) const {
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
@@ -295,7 +295,7 @@ TensorBuffer Router::select(const ModuleContext& ctx, State& st, const Tensor& x
   return logits;
 }
 
-Tensor Router::ones(const ModuleContext& ctx, State& st) const {
+Tensor Router::ones(const layers::ModuleContext& ctx, State& st) const {
   if (!st.ones) {
     st.ones = ctx.alloc(DType::F32, Shape{st.n}, "router.ones");
     ctx.ops().fill(ctx.s(), st.ones, 1.0);
@@ -303,7 +303,7 @@ Tensor Router::ones(const ModuleContext& ctx, State& st) const {
   return st.ones;
 }
 
-void Router::local_statistics(const ModuleContext& ctx, State& st) const {
+void Router::local_statistics(const layers::ModuleContext& ctx, State& st) const {
   // Selections per expert, Σ_t probs (the kept counts follow: dropless or capacity).
   const int64_t E = cfg_.num_experts, N = st.n;
   const RouterStats layout = stats_layout();
@@ -313,7 +313,7 @@ void Router::local_statistics(const ModuleContext& ctx, State& st) const {
   mm(ctx, ones(ctx, st).reshape({1, N}), st.probs, layout.prob_sum(st.stats));
 }
 
-void Router::logsumexp(const ModuleContext& ctx, State& st, const Tensor& logits) const {
+void Router::logsumexp(const layers::ModuleContext& ctx, State& st, const Tensor& logits) const {
   st.lse = ctx.alloc(DType::F32, Shape{st.n}, "router.lse");
   ctx.ops().logsumexp(ctx.s(), logits, st.lse);
   if (cfg_.score == ScoreFunction::Sigmoid) {  // the z gradient needs softmax(logits)
@@ -322,7 +322,7 @@ void Router::logsumexp(const ModuleContext& ctx, State& st, const Tensor& logits
   }
 }
 
-void Router::drop_over_capacity(const ModuleContext& ctx, State& st) const {
+void Router::drop_over_capacity(const layers::ModuleContext& ctx, State& st) const {
   // Decided on the host (one host synchronisation).
   Stream& s = ctx.s();
   const int64_t E = cfg_.num_experts, k = cfg_.top_k, N = st.n;
@@ -342,7 +342,7 @@ void Router::drop_over_capacity(const ModuleContext& ctx, State& st) const {
   st.routing.weights = st.kept_w;
 }
 
-void Router::finish(const ModuleContext& ctx, int64_t global_tokens, float scale,
+void Router::finish(const layers::ModuleContext& ctx, int64_t global_tokens, float scale,
                     const Tensor& loss_out, const Tensor& aux_out, const Tensor& z_out) {
   routing();  // throws when there is no state
   State& st = *st_;
@@ -380,7 +380,7 @@ void Router::finish(const ModuleContext& ctx, int64_t global_tokens, float scale
   }
 }
 
-void Router::backward(const ModuleContext& ctx, const Tensor& dweights, const Tensor& x,
+void Router::backward(const layers::ModuleContext& ctx, const Tensor& dweights, const Tensor& x,
                       const Tensor& gate, const Tensor& dx, const Tensor& dgate) {
   routing();  // throws when there is no state
   State& st = *st_;
@@ -410,8 +410,8 @@ void Router::backward(const ModuleContext& ctx, const Tensor& dweights, const Te
   st_.reset();
 }
 
-Tensor Router::kept_dweights(const ModuleContext& ctx, const State& st, const Tensor& dweights,
-                             TensorBuffer& tmp) const {
+Tensor Router::kept_dweights(const layers::ModuleContext& ctx, const State& st,
+                             const Tensor& dweights, TensorBuffer& tmp) const {
   // Dropped assignments contribute nothing: dw · keep.
   if (!st.keep) return dweights;
   tmp = ctx.alloc(DType::F32, Shape{st.n, cfg_.top_k}, "router.dw_kept");
@@ -419,7 +419,7 @@ Tensor Router::kept_dweights(const ModuleContext& ctx, const State& st, const Te
   return tmp;
 }
 
-TensorBuffer Router::logits_backward(const ModuleContext& ctx, const State& st,
+TensorBuffer Router::logits_backward(const layers::ModuleContext& ctx, const State& st,
                                      const Tensor& dw) const {
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
@@ -458,8 +458,9 @@ TensorBuffer Router::logits_backward(const ModuleContext& ctx, const State& st,
   return dlogits;
 }
 
-void Router::sigmoid_scores_backward(const ModuleContext& ctx, const State& st, const Tensor& dw,
-                                     const Tensor& dprobs, const Tensor& dlogits) const {
+void Router::sigmoid_scores_backward(const layers::ModuleContext& ctx, const State& st,
+                                     const Tensor& dw, const Tensor& dprobs,
+                                     const Tensor& dlogits) const {
   // With s = sigmoid(l), ds/dl = s (1 - s), and for y = v / Σ v (probs from scores, normalised
   // weights from chosen scores) dL/dv_j · v_j = softmax_backward(y, dy)_j (both equal
   // y_j (dy_j - Σ_i dy_i y_i)), so no division by s is needed:
@@ -487,9 +488,9 @@ void Router::sigmoid_scores_backward(const ModuleContext& ctx, const State& st, 
   ops.mul(s, dlogits, one_minus, dlogits);
 }
 
-void Router::input_backward(const ModuleContext& ctx, const State& st, const Tensor& dlogits,
-                            const Tensor& x, const Tensor& gate, const Tensor& dx,
-                            const Tensor& dgate) const {
+void Router::input_backward(const layers::ModuleContext& ctx, const State& st,
+                            const Tensor& dlogits, const Tensor& x, const Tensor& gate,
+                            const Tensor& dx, const Tensor& dgate) const {
   // dWg += dlogits^T @ xj (xj recomputed); dx += (dlogits @ Wg) · noise.
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();

@@ -130,7 +130,7 @@ class Router {
   //      weights are computed from the scores of the forced experts as for top-k choices, so
   //      gradients flow; the bias plays no part. Needs capacity_factor 0.
   // [out] the routing (views; stats still local).
-  Routing& forward_local(const ModuleContext& ctx, const Tensor& x, const Tensor& gate,
+  Routing& forward_local(const layers::ModuleContext& ctx, const Tensor& x, const Tensor& gate,
                          int64_t token_offset, int64_t micro_batch, RouterMode mode,
                          std::span<const int64_t> forced = {});
 
@@ -149,15 +149,15 @@ class Router {
   // [out] aux_out f32 (1) `+=` aux, unscaled and global (same on every rank); may be undefined;
   // [out] z_out f32 (1) `+=` z_local, unscaled; may be undefined (then z is not computed unless
   //       z_coef > 0).
-  void finish(const ModuleContext& ctx, int64_t global_tokens, float scale, const Tensor& loss_out,
-              const Tensor& aux_out, const Tensor& z_out = Tensor());
+  void finish(const layers::ModuleContext& ctx, int64_t global_tokens, float scale,
+              const Tensor& loss_out, const Tensor& aux_out, const Tensor& z_out = Tensor());
 
   // Backward of everything: the combine weights, the aux loss and the z-loss. Frees the state.
   // [in] dweights f32 (N, k): dL/dw (combine_rows_backward); entries of dropped assignments
   //      are ignored; [in] x, gate: the tensors of forward_local;
   // [out] dx (N, C) ctx.dtype `+=`; [out] dgate f32 (E, C) `+=`.
   // The gradient is of the loss summed over ranks: this rank's tokens' part.
-  void backward(const ModuleContext& ctx, const Tensor& dweights, const Tensor& x,
+  void backward(const layers::ModuleContext& ctx, const Tensor& dweights, const Tensor& x,
                 const Tensor& gate, const Tensor& dx, const Tensor& dgate);
 
   // The routing of the current micro-batch (throws when there is none).
@@ -177,29 +177,32 @@ class Router {
  private:
   struct State;
   // The steps of forward_local, in order (router.cpp):
-  std::unique_ptr<State> new_state(const ModuleContext& ctx, int64_t N, int64_t C) const;
-  void make_noise(const ModuleContext& ctx, State& st, int64_t token_offset,
+  std::unique_ptr<State> new_state(const layers::ModuleContext& ctx, int64_t N, int64_t C) const;
+  void make_noise(const layers::ModuleContext& ctx, State& st, int64_t token_offset,
                   int64_t micro_batch) const;  // jitter, training only
   // logits, scores, probs, top-k (with the bias), weights; returns the logits f32 (N, E).
-  TensorBuffer select(const ModuleContext& ctx, State& st, const Tensor& x, const Tensor& gate,
-                      std::span<const int64_t> forced) const;
-  void local_statistics(const ModuleContext& ctx, State& st) const;  // selected, prob_sum
-  void logsumexp(const ModuleContext& ctx, State& st, const Tensor& logits) const;  // z_coef > 0
-  void drop_over_capacity(const ModuleContext& ctx, State& st) const;  // capacity > 0: host sync
+  TensorBuffer select(const layers::ModuleContext& ctx, State& st, const Tensor& x,
+                      const Tensor& gate, std::span<const int64_t> forced) const;
+  void local_statistics(const layers::ModuleContext& ctx, State& st) const;  // selected, prob_sum
+  void logsumexp(const layers::ModuleContext& ctx, State& st,
+                 const Tensor& logits) const;  // z_coef > 0
+  void drop_over_capacity(const layers::ModuleContext& ctx,
+                          State& st) const;  // capacity > 0: host sync
   // The f32 (N) column of ones (column sums, row broadcasts), made on first use.
-  Tensor ones(const ModuleContext& ctx, State& st) const;
+  Tensor ones(const layers::ModuleContext& ctx, State& st) const;
   // The steps of backward, in order:
   // dweights with dropped assignments masked (in `tmp`), or dweights itself when dropless.
-  Tensor kept_dweights(const ModuleContext& ctx, const State& st, const Tensor& dweights,
+  Tensor kept_dweights(const layers::ModuleContext& ctx, const State& st, const Tensor& dweights,
                        TensorBuffer& tmp) const;
   // dlogits f32 (N, E) from the combine weights, the aux loss and the z-loss.
-  TensorBuffer logits_backward(const ModuleContext& ctx, const State& st, const Tensor& dw) const;
+  TensorBuffer logits_backward(const layers::ModuleContext& ctx, const State& st,
+                               const Tensor& dw) const;
   // Sigmoid scores: dlogits `=` from dw (N, k) and dprobs (N, E) (the aux part; may be
   // undefined) through probs = s / Σs, the weights and s = sigmoid(logits).
-  void sigmoid_scores_backward(const ModuleContext& ctx, const State& st, const Tensor& dw,
+  void sigmoid_scores_backward(const layers::ModuleContext& ctx, const State& st, const Tensor& dw,
                                const Tensor& dprobs, const Tensor& dlogits) const;
   // dgate `+=` dlogits^T @ xj; dx `+=` (dlogits @ Wg) · noise.
-  void input_backward(const ModuleContext& ctx, const State& st, const Tensor& dlogits,
+  void input_backward(const layers::ModuleContext& ctx, const State& st, const Tensor& dlogits,
                       const Tensor& x, const Tensor& gate, const Tensor& dx,
                       const Tensor& dgate) const;
 

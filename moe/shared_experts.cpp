@@ -40,7 +40,8 @@ GroupSpec SharedExperts::param_group() const {
   return g;
 }
 
-TensorBuffer SharedExperts::row_broadcast(const ModuleContext& ctx, const Tensor& sig) const {
+TensorBuffer SharedExperts::row_broadcast(const layers::ModuleContext& ctx,
+                                          const Tensor& sig) const {
   const int64_t R = ctx.rows(), C = d_model_;
   TensorBuffer ones = ctx.alloc(DType::F32, Shape{1, C}, "shared.ones");
   ctx.ops().fill(ctx.s(), ones, 1.0);
@@ -52,8 +53,8 @@ TensorBuffer SharedExperts::row_broadcast(const ModuleContext& ctx, const Tensor
   return cast;
 }
 
-void SharedExperts::forward(const ModuleContext& ctx, ParamProvider& params, const Tensor& xn,
-                            const Tensor& out, Saved& sv) const {
+void SharedExperts::forward(const layers::ModuleContext& ctx, ParamProvider& params,
+                            const Tensor& xn, const Tensor& out, Saved& sv) const {
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
   const int64_t R = ctx.rows(), F = width_;
@@ -61,8 +62,8 @@ void SharedExperts::forward(const ModuleContext& ctx, ParamProvider& params, con
   const GroupLayout& lay = params.layout(group_);
   sv.gate = ctx.alloc_act(Shape{R, F}, "shared.gate");
   sv.up = ctx.alloc_act(Shape{R, F}, "shared.up");
-  linear_forward(ctx, xn, lay.view(flat, kGate), sv.gate);
-  linear_forward(ctx, xn, lay.view(flat, kUp), sv.up);
+  layers::linear_forward(ctx, xn, lay.view(flat, kGate), sv.gate);
+  layers::linear_forward(ctx, xn, lay.view(flat, kUp), sv.up);
   TensorBuffer act = ctx.alloc_act(Shape{R, F}, "shared.act");
   ops.swiglu_forward(s, sv.gate, sv.up, act);
   if (!gated_) {  // out += act @ Wd^T
@@ -73,7 +74,7 @@ void SharedExperts::forward(const ModuleContext& ctx, ParamProvider& params, con
                          .beta = 1.0f});
   } else {  // out += sigmoid(xn · wg) ⊙ (act @ Wd^T)
     TensorBuffer y = ctx.alloc_act(Shape{R, d_model_}, "shared.y");
-    linear_forward(ctx, act, lay.view(flat, kDown), y);
+    layers::linear_forward(ctx, act, lay.view(flat, kDown), y);
     sv.sig = ctx.alloc(DType::F32, Shape{R, 1}, "shared.sig");
     ops.gemm(
         s, GemmArgs{
@@ -86,7 +87,7 @@ void SharedExperts::forward(const ModuleContext& ctx, ParamProvider& params, con
   params.release(group_, s);
 }
 
-void SharedExperts::gate_backward(const ModuleContext& ctx, const GroupLayout& lay,
+void SharedExperts::gate_backward(const layers::ModuleContext& ctx, const GroupLayout& lay,
                                   const Tensor& flat, const Tensor& gflat, const Tensor& xn,
                                   const Tensor& act, const Tensor& dout, const Tensor& dxn,
                                   Saved& sv, TensorBuffer& dys) const {
@@ -100,7 +101,7 @@ void SharedExperts::gate_backward(const ModuleContext& ctx, const GroupLayout& l
   rows.reset();
   // dσ_t = Σ_c dout_tc y_tc (y recomputed), dlogit = dσ σ (1 - σ).
   TensorBuffer y = ctx.alloc_act(Shape{R, C}, "shared.y");
-  linear_forward(ctx, act, lay.view(flat, kDown), y);
+  layers::linear_forward(ctx, act, lay.view(flat, kDown), y);
   ops.mul(s, dout, y, y);
   TensorBuffer ones = ctx.alloc_act(Shape{C, 1}, "shared.ones_c");
   ops.fill(s, ones, 1.0);
@@ -119,13 +120,15 @@ void SharedExperts::gate_backward(const ModuleContext& ctx, const GroupLayout& l
     ops.cast(s, dl, dl_cast);
     dl_act = dl_cast;
   }
-  linear_backward_weight(ctx, dl_act, xn, lay.view(gflat, kSharedGate));
-  linear_backward_data(ctx, dl_act, lay.view(flat, kSharedGate), dxn, Accumulate::Yes);
+  layers::linear_backward_weight(ctx, dl_act, xn, lay.view(gflat, kSharedGate));
+  layers::linear_backward_data(ctx, dl_act, lay.view(flat, kSharedGate), dxn,
+                               layers::Accumulate::Yes);
   sv.sig.reset();
 }
 
-void SharedExperts::backward(const ModuleContext& ctx, ParamProvider& params, const Tensor& xn,
-                             const Tensor& dout, const Tensor& dxn, Saved& sv) const {
+void SharedExperts::backward(const layers::ModuleContext& ctx, ParamProvider& params,
+                             const Tensor& xn, const Tensor& dout, const Tensor& dxn,
+                             Saved& sv) const {
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
   const int64_t R = ctx.rows(), F = width_;
@@ -139,8 +142,8 @@ void SharedExperts::backward(const ModuleContext& ctx, ParamProvider& params, co
   if (gated_) gate_backward(ctx, lay, flat, gflat, xn, act, dout, dxn, sv, dys);
   const Tensor dy = gated_ ? dys.view() : dout;
   TensorBuffer dact = ctx.alloc_act(Shape{R, F}, "shared.dact");
-  linear_backward_data(ctx, dy, lay.view(flat, kDown), dact, Accumulate::No);
-  linear_backward_weight(ctx, dy, act, lay.view(gflat, kDown));
+  layers::linear_backward_data(ctx, dy, lay.view(flat, kDown), dact, layers::Accumulate::No);
+  layers::linear_backward_weight(ctx, dy, act, lay.view(gflat, kDown));
   act.reset();
   dys.reset();
   TensorBuffer dgate = ctx.alloc_act(Shape{R, F}, "shared.dgate");
@@ -149,10 +152,10 @@ void SharedExperts::backward(const ModuleContext& ctx, ParamProvider& params, co
   dact.reset();
   sv.gate.reset();
   sv.up.reset();
-  linear_backward_weight(ctx, dgate, xn, lay.view(gflat, kGate));
-  linear_backward_weight(ctx, dup, xn, lay.view(gflat, kUp));
-  linear_backward_data(ctx, dgate, lay.view(flat, kGate), dxn, Accumulate::Yes);
-  linear_backward_data(ctx, dup, lay.view(flat, kUp), dxn, Accumulate::Yes);
+  layers::linear_backward_weight(ctx, dgate, xn, lay.view(gflat, kGate));
+  layers::linear_backward_weight(ctx, dup, xn, lay.view(gflat, kUp));
+  layers::linear_backward_data(ctx, dgate, lay.view(flat, kGate), dxn, layers::Accumulate::Yes);
+  layers::linear_backward_data(ctx, dup, lay.view(flat, kUp), dxn, layers::Accumulate::Yes);
   params.grad_ready(group_, s);
   params.release(group_, s);
 }

@@ -35,21 +35,21 @@ class SharedExperts {
   };
   // [in] xn (N, C) compute dtype; [out] out (N, C) `+=` the shared experts' output.
   // Acquires and releases the group.
-  void forward(const ModuleContext& ctx, ParamProvider& params, const Tensor& xn, const Tensor& out,
-               Saved& sv) const;
+  void forward(const layers::ModuleContext& ctx, ParamProvider& params, const Tensor& xn,
+               const Tensor& out, Saved& sv) const;
   // [in] dout (N, C): dL/dout; [out] dxn (N, C) `+=`; the group's gradient `+=` (then
   // grad_ready). Frees sv.
-  void backward(const ModuleContext& ctx, ParamProvider& params, const Tensor& xn,
+  void backward(const layers::ModuleContext& ctx, ParamProvider& params, const Tensor& xn,
                 const Tensor& dout, const Tensor& dxn, Saved& sv) const;
 
  private:
   // Gated backward: dys `=` dout ⊙ σ (allocated here); the gate weight's gradient `+=`; dxn
   // `+=` the gate logit's part. act: the recomputed SwiGLU output (N, S·Fs).
-  void gate_backward(const ModuleContext& ctx, const GroupLayout& lay, const Tensor& flat,
+  void gate_backward(const layers::ModuleContext& ctx, const GroupLayout& lay, const Tensor& flat,
                      const Tensor& gflat, const Tensor& xn, const Tensor& act, const Tensor& dout,
                      const Tensor& dxn, Saved& sv, TensorBuffer& dys) const;
   // f32 (N, 1) sig -> (N, C) in the compute dtype, each row its token's value.
-  TensorBuffer row_broadcast(const ModuleContext& ctx, const Tensor& sig) const;
+  TensorBuffer row_broadcast(const layers::ModuleContext& ctx, const Tensor& sig) const;
 
   int64_t d_model_, width_;
   bool gated_;

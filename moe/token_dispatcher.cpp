@@ -16,14 +16,15 @@ TokenDispatcher::TokenDispatcher(const MoeComms& comms, const MoeReporting& repo
       k_(top_k),
       experts_per_rank_(num_experts / comms.ep_size) {}
 
-DispatchCounts TokenDispatcher::count(const ModuleContext& ctx, const Tensor& expert_ids) const {
+DispatchCounts TokenDispatcher::count(const layers::ModuleContext& ctx,
+                                      const Tensor& expert_ids) const {
   DispatchCounts c;
   c.local = ctx.alloc(DType::I32, Shape{E_}, "moe.local_counts");
   ctx.ops().expert_histogram(ctx.s(), expert_ids, E_, c.local);
   return c;
 }
 
-void TokenDispatcher::exchange_counts(const ModuleContext& ctx, DispatchCounts& c) {
+void TokenDispatcher::exchange_counts(const layers::ModuleContext& ctx, DispatchCounts& c) {
   const int ep = comms_.ep_size, Epr = experts_per_rank_;
   c.recv = ctx.alloc(DType::I32, Shape{ep * Epr}, "moe.recv_counts");
   if (ep > 1) {  // on the a2a stream, like every use of the EP communicator
@@ -37,7 +38,7 @@ void TokenDispatcher::exchange_counts(const ModuleContext& ctx, DispatchCounts& 
   }
 }
 
-void TokenDispatcher::download_counts(const ModuleContext& ctx, DispatchCounts& c) const {
+void TokenDispatcher::download_counts(const layers::ModuleContext& ctx, DispatchCounts& c) const {
   Stream& s = ctx.s();
   c.h_local.assign(static_cast<size_t>(E_), 0);
   c.h_recv.assign(static_cast<size_t>(comms_.ep_size * experts_per_rank_), 0);
@@ -77,7 +78,7 @@ DispatchState TokenDispatcher::plan(const DispatchCounts& c, int moe_index) cons
   return st;
 }
 
-TensorBuffer TokenDispatcher::dispatch(const ModuleContext& ctx, const Tensor& x,
+TensorBuffer TokenDispatcher::dispatch(const layers::ModuleContext& ctx, const Tensor& x,
                                        const Tensor& expert_ids, DispatchState& st) {
   Ops& ops = ctx.ops();
   Stream& s = ctx.s();
@@ -94,8 +95,8 @@ TensorBuffer TokenDispatcher::dispatch(const ModuleContext& ctx, const Tensor& x
   return xr;
 }
 
-void TokenDispatcher::combine(const ModuleContext& ctx, TensorBuffer& y, const Tensor& weights,
-                              DispatchState& st, const Tensor& out) {
+void TokenDispatcher::combine(const layers::ModuleContext& ctx, TensorBuffer& y,
+                              const Tensor& weights, DispatchState& st, const Tensor& out) {
   st.ys = ctx.alloc_act(Shape{st.kept, C_}, "moe.ys");
   exchange(ctx, y, st.recv_rows, st.ys, st.send_rows);
   y.reset();
@@ -103,7 +104,7 @@ void TokenDispatcher::combine(const ModuleContext& ctx, TensorBuffer& y, const T
   ctx.ops().combine_rows(ctx.s(), st.ys, st.inv_perm, weights, k_, out);
 }
 
-TensorBuffer TokenDispatcher::combine_backward(const ModuleContext& ctx, const Tensor& dout,
+TensorBuffer TokenDispatcher::combine_backward(const layers::ModuleContext& ctx, const Tensor& dout,
                                                DispatchState& st, TensorBuffer& dweights) {
   const int64_t N = ctx.rows();
   TensorBuffer dys = ctx.alloc_act(Shape{st.kept, C_}, "moe.dys");
@@ -117,7 +118,7 @@ TensorBuffer TokenDispatcher::combine_backward(const ModuleContext& ctx, const T
   return dyr;
 }
 
-TensorBuffer TokenDispatcher::dispatch_backward(const ModuleContext& ctx, TensorBuffer& dx,
+TensorBuffer TokenDispatcher::dispatch_backward(const layers::ModuleContext& ctx, TensorBuffer& dx,
                                                 DispatchState& st) {
   TensorBuffer dxs = ctx.alloc_act(Shape{st.kept, C_}, "moe.dxs");
   exchange(ctx, dx, st.recv_rows, dxs, st.send_rows);
@@ -128,7 +129,7 @@ TensorBuffer TokenDispatcher::dispatch_backward(const ModuleContext& ctx, Tensor
   return dtokens;
 }
 
-void TokenDispatcher::on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send,
+void TokenDispatcher::on_a2a_stream(const layers::ModuleContext& ctx, TensorBuffer& send,
                                     TensorBuffer& recv, const std::function<void(Stream&)>& call) {
   Stream& as = comms_.a2a_stream ? *comms_.a2a_stream : ctx.s();
   Stream& cs = ctx.s();
@@ -151,7 +152,7 @@ void TokenDispatcher::on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send
     cs.wait(*arrived);
 }
 
-void TokenDispatcher::exchange(const ModuleContext& ctx, TensorBuffer& send,
+void TokenDispatcher::exchange(const layers::ModuleContext& ctx, TensorBuffer& send,
                                const std::vector<int64_t>& send_rows, TensorBuffer& recv,
                                const std::vector<int64_t>& recv_rows) {
   if (comms_.ep_size == 1) {  // the rows stay here: hand the buffer over (every caller drops send)

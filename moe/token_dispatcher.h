@@ -80,43 +80,45 @@ class TokenDispatcher {
 
   // --- dispatch ---
   // Preprocess: [in] expert_ids i32 (N*k), -1 dropped; [out] counts.local (allocated here).
-  DispatchCounts count(const ModuleContext& ctx, const Tensor& expert_ids) const;
+  DispatchCounts count(const layers::ModuleContext& ctx, const Tensor& expert_ids) const;
   // Exchange: counts.recv (allocated here) from every EP peer (a copy when ep == 1).
-  void exchange_counts(const ModuleContext& ctx, DispatchCounts& counts);
+  void exchange_counts(const layers::ModuleContext& ctx, DispatchCounts& counts);
   // Enqueues the copies of both counts to the host on the compute stream; no sync.
-  void download_counts(const ModuleContext& ctx, DispatchCounts& counts) const;
+  void download_counts(const layers::ModuleContext& ctx, DispatchCounts& counts) const;
   // Postprocess (host): the row layout from the host counts. Also adds the forward traffic per
   // expert to report.stats (a2a_tokens_in/out of MoE layer moe_index) when ep > 1.
   DispatchState plan(const DispatchCounts& counts, int moe_index) const;
   // Preprocess and exchange: sorts the assignments by expert into st.perm/inv_perm/offsets,
   // gathers the rows of x (N, C) and sends them to the expert owners.
   // [out] returns the received rows (R, C), laid out [source peer][local expert].
-  TensorBuffer dispatch(const ModuleContext& ctx, const Tensor& x, const Tensor& expert_ids,
+  TensorBuffer dispatch(const layers::ModuleContext& ctx, const Tensor& x, const Tensor& expert_ids,
                         DispatchState& st);
 
   // --- combine ---
   // Exchange and postprocess: [in] y (R, C) expert outputs (reset here once sent);
   // [in] weights f32 (N, k), kept in st for backward; [out] out (N, C) `=` Σ_j w_j · y_j.
-  void combine(const ModuleContext& ctx, TensorBuffer& y, const Tensor& weights, DispatchState& st,
-               const Tensor& out);
+  void combine(const layers::ModuleContext& ctx, TensorBuffer& y, const Tensor& weights,
+               DispatchState& st, const Tensor& out);
 
   // --- backward ---
   // Combine backward: [in] dout (N, C); [out] dweights f32 (N, k) `=` (allocated here);
   // returns dy (R, C) at the expert owners. Frees st.ys.
-  TensorBuffer combine_backward(const ModuleContext& ctx, const Tensor& dout, DispatchState& st,
-                                TensorBuffer& dweights);
+  TensorBuffer combine_backward(const layers::ModuleContext& ctx, const Tensor& dout,
+                                DispatchState& st, TensorBuffer& dweights);
   // Dispatch backward: [in] dx (R, C) (reset here once sent); returns dx of the tokens (N, C).
-  TensorBuffer dispatch_backward(const ModuleContext& ctx, TensorBuffer& dx, DispatchState& st);
+  TensorBuffer dispatch_backward(const layers::ModuleContext& ctx, TensorBuffer& dx,
+                                 DispatchState& st);
 
  private:
   // all_to_all_v of rows (C wide) with per-peer row counts. At ep_size 1 send and recv (same
   // shape) swap buffers: the caller drops send afterwards.
-  void exchange(const ModuleContext& ctx, TensorBuffer& send, const std::vector<int64_t>& send_rows,
-                TensorBuffer& recv, const std::vector<int64_t>& recv_rows);
+  void exchange(const layers::ModuleContext& ctx, TensorBuffer& send,
+                const std::vector<int64_t>& send_rows, TensorBuffer& recv,
+                const std::vector<int64_t>& recv_rows);
   // Runs call(stream) on the a2a stream ordered by events after the compute stream's writes of
   // `send` and before its reads of `recv` (both buffers recorded as used by that stream; the
   // compute stream's wait is timed when tracing).
-  void on_a2a_stream(const ModuleContext& ctx, TensorBuffer& send, TensorBuffer& recv,
+  void on_a2a_stream(const layers::ModuleContext& ctx, TensorBuffer& send, TensorBuffer& recv,
                      const std::function<void(Stream&)>& call);
 
   MoeComms comms_;

@@ -47,12 +47,12 @@ bool is_moezero_row(std::string_view strategy);
 bool is_incumbent_row(std::string_view strategy);
 
 // A counter of MOEZERO_RANK_STEP_COUNTERS by name; nullopt when the list has no such name.
-std::optional<double> rank_counter(const moe::RankStepStats& s, std::string_view name);
+std::optional<double> rank_counter(const train::RankStepStats& s, std::string_view name);
 // One rank's simultaneous peak, within a step, of the state tags (param_shard, full_param,
 // grad, optim_state, cache, comm_buffer).
-uint64_t peak_state_bytes(const moe::RankStepStats& s);
+uint64_t peak_state_bytes(const train::RankStepStats& s);
 // The largest peak_state_bytes of a step's ranks (0 without ranks).
-uint64_t peak_state_over_ranks(const moe::StepLog& s);
+uint64_t peak_state_over_ranks(const train::StepLog& s);
 
 // One measured value: nullopt when the counter does not exist in this build.
 using Value = std::optional<double>;
@@ -73,7 +73,7 @@ struct RunSummary {
   std::vector<Value> values;  // row_fields() order; utilisation and spread unset
 };
 // [in] steps: the run's step logs; [in] warmup: leading steps excluded (steps.size() > warmup).
-RunSummary summarise_run(const std::vector<moe::StepLog>& steps, int64_t warmup);
+RunSummary summarise_run(const std::vector<train::StepLog>& steps, int64_t warmup);
 
 struct Row {
   std::string strategy;

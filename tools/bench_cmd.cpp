@@ -110,7 +110,7 @@ std::vector<std::vector<bench::RunSummary>> run_all(const BenchArgs& a,
       if (!planned[s].cfg) continue;
       orders.back().push_back(planned[s].name);
       const auto t0 = std::chrono::steady_clock::now();
-      const moe::TrainResult r = moe::train(*planned[s].cfg, moe::TrainOptions{});
+      const train::TrainResult r = train::train(*planned[s].cfg, train::TrainOptions{});
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       runs[s].push_back(bench::summarise_run(r.steps, a.warmup));
@@ -164,7 +164,7 @@ int bench(const std::vector<std::string>& args) {
       "any measured step and repeat;\nexposed_comm_ms_max: the largest rank's; '-': counter not "
       "in this build; utilisation = compute's step_ms / step_ms;\nspread = max/min tokens/s over "
       "repeats; intra_node_bytes, inter_node_bytes: the mean over ranks\n");
-  if (!bench::rank_counter(moe::RankStepStats{}, "exposed_comm_ms"))
+  if (!bench::rank_counter(train::RankStepStats{}, "exposed_comm_ms"))
     std::printf("  comm_ms, exposed_comm_ms: the mean over ranks (no per-rank counter yet)\n");
   bench::print_table(rows, bench::RepeatRange::Show);
   const std::vector<bench::FrontierEntry> front = bench::frontier(rows);

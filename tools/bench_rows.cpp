@@ -130,14 +130,14 @@ size_t field_index(std::string_view name) {
 
 // Rank 0's value of a per-rank time (comm_ms, exposed_comm_ms) when the field list has it per
 // rank; else the step's total over ranks divided by the world size (the mean rank).
-Value rank0_time(const moe::StepLog& s, std::string_view name, double step_total) {
+Value rank0_time(const train::StepLog& s, std::string_view name, double step_total) {
   if (const Value v = rank_counter(s.ranks.at(0), name)) return v;
   return step_total / static_cast<double>(s.ranks.size());
 }
 
-Value max_over_ranks(const moe::StepLog& s, std::string_view name) {
+Value max_over_ranks(const train::StepLog& s, std::string_view name) {
   Value best;
-  for (const moe::RankStepStats& r : s.ranks) {
+  for (const train::RankStepStats& r : s.ranks) {
     const Value v = rank_counter(r, name);
     if (!v) return std::nullopt;
     best = std::max(best.value_or(*v), *v);
@@ -148,10 +148,10 @@ Value max_over_ranks(const moe::StepLog& s, std::string_view name) {
 // The mean over the step's ranks of a counter (nullopt when absent or without ranks). The link
 // tiers' bytes are taken so: a ring's hops differ by rank (under 2 ranks per node, ranks 0 and 2
 // send only inside their node, ranks 1 and 3 only across), so no one rank speaks for the step.
-Value mean_over_ranks(const moe::StepLog& s, std::string_view name) {
+Value mean_over_ranks(const train::StepLog& s, std::string_view name) {
   if (s.ranks.empty()) return std::nullopt;
   double sum = 0.0;
-  for (const moe::RankStepStats& r : s.ranks) {
+  for (const train::RankStepStats& r : s.ranks) {
     const Value v = rank_counter(r, name);
     if (!v) return std::nullopt;
     sum += *v;
@@ -160,8 +160,8 @@ Value mean_over_ranks(const moe::StepLog& s, std::string_view name) {
 }
 
 // Every field of one step (rank 0, except the means and maxima over ranks), row_fields() order.
-std::vector<Value> step_values(const moe::StepLog& s) {
-  const moe::RankStepStats& r0 = s.ranks.at(0);
+std::vector<Value> step_values(const train::StepLog& s) {
+  const train::RankStepStats& r0 = s.ranks.at(0);
   std::vector<Value> v(row_fields().size());
   auto set = [&](std::string_view name, Value x) { v[field_index(name)] = x; };
   set("tokens_per_s", s.tokens_per_s);
@@ -214,7 +214,7 @@ std::vector<std::string> default_strategy_names() {
 static uint64_t dense_sharded_bytes(const Config& cfg) {
   const int world = static_cast<int>(cfg.parallel.world_size);
   uint64_t elems = 0;
-  for (const GroupSpec& g : moe::Transformer(cfg.model).param_groups()) {
+  for (const GroupSpec& g : model::Transformer(cfg.model).param_groups()) {
     const GroupLayout layout(g);
     if (g.kind != GroupKind::Expert &&
         layout.numel() >= static_cast<int64_t>(cfg.zero.param_persistence_threshold))
@@ -227,7 +227,7 @@ uint64_t local_expert_bytes(const Config& cfg) {
   const int ep = static_cast<int>(cfg.parallel.ep_size);
   const int edp = static_cast<int>(cfg.parallel.world_size) / ep;
   uint64_t elems = 0;  // all experts of all MoE layers, each padded as the engine pads it
-  for (const GroupSpec& g : moe::Transformer(cfg.model).param_groups())
+  for (const GroupSpec& g : model::Transformer(cfg.model).param_groups())
     if (g.kind == GroupKind::Expert) elems += uint64_t(GroupLayout(g).padded_numel(edp));
   return elems * dtype_size_bytes(cfg.train.dtype) / uint64_t(ep);
 }
@@ -273,7 +273,7 @@ Strategy resolve_strategy(const std::string& name, const Config& base) {
   MOEZERO_USER_ERROR("bench: unknown strategy '", name, "' (known: ", known, "moezero-cache=P)");
 }
 
-std::optional<double> rank_counter(const moe::RankStepStats& s, std::string_view name) {
+std::optional<double> rank_counter(const train::RankStepStats& s, std::string_view name) {
 #define MOEZERO_BENCH_COUNTER(field, unit, source) \
   if (name == #field) return static_cast<double>(s.field);
   MOEZERO_RANK_STEP_COUNTERS(MOEZERO_BENCH_COUNTER)
@@ -281,11 +281,11 @@ std::optional<double> rank_counter(const moe::RankStepStats& s, std::string_view
   return std::nullopt;
 }
 
-uint64_t peak_state_bytes(const moe::RankStepStats& s) { return s.peak_state_bytes; }
+uint64_t peak_state_bytes(const train::RankStepStats& s) { return s.peak_state_bytes; }
 
-uint64_t peak_state_over_ranks(const moe::StepLog& s) {
+uint64_t peak_state_over_ranks(const train::StepLog& s) {
   uint64_t peak = 0;
-  for (const moe::RankStepStats& r : s.ranks) peak = std::max(peak, peak_state_bytes(r));
+  for (const train::RankStepStats& r : s.ranks) peak = std::max(peak, peak_state_bytes(r));
   return peak;
 }
 
@@ -333,7 +333,7 @@ const std::vector<std::string>& row_fields() {
   return fields;
 }
 
-RunSummary summarise_run(const std::vector<moe::StepLog>& steps, int64_t warmup) {
+RunSummary summarise_run(const std::vector<train::StepLog>& steps, int64_t warmup) {
   MOEZERO_CHECK(int64_t(steps.size()) > warmup, "bench: ", steps.size(), " steps, warmup ", warmup);
   std::vector<std::vector<Value>> per_field(row_fields().size());
   for (size_t i = size_t(warmup); i < steps.size(); ++i) {

@@ -34,7 +34,7 @@ int export_model(const std::vector<std::string>& args);
 // directory `out` and prints one line; the work of `export`, and of `train --export-hf` under
 // mpirun.
 void export_checkpoint(const std::string& checkpoint, const std::string& out,
-                       const moe::HfExportOptions& options);
+                       const hf::HfExportOptions& options);
 
 // `moezero score --model HF_DIR --text FILE [--seq-len T] [--batch N] [--logits-out FILE]
 //  [--tokenizer FILE | --bytes]`.

@@ -46,7 +46,7 @@ int64_t parse_count(const std::string& flag, const std::string& text, int64_t lo
 struct LoadedModel {
   ModelConfig model;
   bool normalize_top_k = true;
-  std::vector<moe::GroupValues> groups;
+  std::vector<hf::GroupValues> groups;
   std::string tokenizer;  // the run's data.tokenizer (checkpoints), else ""
 };
 
@@ -70,10 +70,10 @@ LoadedModel load(const std::string& checkpoint, const std::string& hf_dir) {
     for (checkpoint::NamedGroup& g : full.groups) out.groups.push_back({g.name, std::move(g.data)});
     return out;
   }
-  const moe::HfModel hf = moe::read_hf_dir(hf_dir);
+  const hf::HfModel hf = hf::read_hf_dir(hf_dir);
   out.model = hf.model;
   out.normalize_top_k = hf.moe.normalize_top_k;
-  out.groups = moe::hf_group_values(hf);
+  out.groups = hf::hf_group_values(hf);
   return out;
 }
 
@@ -124,14 +124,14 @@ struct GenerateArgs {
   std::string checkpoint, hf_dir, tokenizer, prompt = "\n";
   int64_t max_new = 200;
   DeviceChoice device = DeviceChoice::Auto;
-  moe::Sampling sampling;
+  hf::Sampling sampling;
   bool ignore_eos = false;  // --ignore-eos: no stop at <|endoftext|> (comparisons)
   bool print_ids = false;   // --ids: the token ids as JSON instead of the text
 };
 
 GenerateArgs parse_generate_args(const std::vector<std::string>& args) {
   GenerateArgs g;
-  moe::Sampling& s = g.sampling;
+  hf::Sampling& s = g.sampling;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
       MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "generate: ", flag, " needs a value");
@@ -189,14 +189,14 @@ std::string ids_json(const std::vector<int32_t>& prompt, const std::vector<int32
 int generate(const std::vector<std::string>& args) {
   const GenerateArgs g = parse_generate_args(args);
   const LoadedModel m = load(g.checkpoint, g.hf_dir);
-  moe::require_finite_params(m.groups, "generate", g.checkpoint.empty() ? g.hf_dir : g.checkpoint);
+  hf::require_finite_params(m.groups, "generate", g.checkpoint.empty() ? g.hf_dir : g.checkpoint);
   std::string tokenizer = g.tokenizer;
   if (tokenizer.empty())
     tokenizer = find_tokenizer(g.checkpoint.empty() ? g.hf_dir : g.checkpoint, m.tokenizer);
-  std::unique_ptr<moe::BpeTokenizer> tok;
+  std::unique_ptr<hf::BpeTokenizer> tok;
   std::vector<int32_t> ids;
   if (!tokenizer.empty()) {
-    tok = std::make_unique<moe::BpeTokenizer>(tokenizer);
+    tok = std::make_unique<hf::BpeTokenizer>(tokenizer);
     ids = tok->encode(g.prompt);
   } else {
     for (char c : g.prompt) ids.push_back(static_cast<uint8_t>(c));
@@ -207,9 +207,9 @@ int generate(const std::vector<std::string>& args) {
                     tok ? " (tokenizer " + tokenizer + ")" : std::string(" (tokens are bytes)"));
   std::string device_line;
   const std::unique_ptr<Device> dev = open_device(g.device, device_line);
-  moe::KvGenerator gen(m.model, m.normalize_top_k, m.groups, dev.get());
+  hf::KvGenerator gen(m.model, m.normalize_top_k, m.groups, dev.get());
   const int32_t eos = tok && !g.ignore_eos ? tok->end_of_text() : -1;
-  const std::vector<int32_t> out = moe::generate(gen, ids, g.max_new, g.sampling, eos);
+  const std::vector<int32_t> out = hf::generate(gen, ids, g.max_new, g.sampling, eos);
   if (g.print_ids)
     std::cout << ids_json(ids, out) << std::endl;
   else

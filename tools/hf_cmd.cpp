@@ -28,9 +28,9 @@ int64_t parse_positive(const std::string& flag, const std::string& text) {
   return v;
 }
 
-moe::SafetensorsDType parse_export_dtype(const std::string& text) {
-  if (text == "f32") return moe::SafetensorsDType::F32;  // the spellings of train --export-dtype
-  if (text == "bf16") return moe::SafetensorsDType::BF16;
+hf::SafetensorsDType parse_export_dtype(const std::string& text) {
+  if (text == "f32") return hf::SafetensorsDType::F32;  // the spellings of train --export-dtype
+  if (text == "bf16") return hf::SafetensorsDType::BF16;
   MOEZERO_USER_ERROR("export: --dtype must be f32 or bf16, got '", text, "'");
 }
 
@@ -38,7 +38,7 @@ moe::SafetensorsDType parse_export_dtype(const std::string& text) {
 
 int export_model(const std::vector<std::string>& args) {
   std::string checkpoint, out;
-  moe::HfExportOptions opt;
+  hf::HfExportOptions opt;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
       MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "export: ", flag, " needs a value");
@@ -60,24 +60,24 @@ int export_model(const std::vector<std::string>& args) {
 }
 
 void export_checkpoint(const std::string& checkpoint, const std::string& out,
-                       const moe::HfExportOptions& opt) {
+                       const hf::HfExportOptions& opt) {
   checkpoint::FullParams full = checkpoint::load_full_params(checkpoint);
-  std::vector<moe::GroupValues> groups;
+  std::vector<hf::GroupValues> groups;
   groups.reserve(full.groups.size());
   for (checkpoint::NamedGroup& g : full.groups) groups.push_back({g.name, std::move(g.data)});
-  moe::export_hf(full.config, groups, out, opt);
+  hf::export_hf(full.config, groups, out, opt);
   const std::string tok = find_tokenizer(checkpoint, full.config.data.tokenizer);
   if (!tok.empty())  // transformers' AutoTokenizer and generate read these beside the weights
-    moe::export_hf_tokenizer(tok, out, full.config.model.seq_len, full.config.model.vocab_size);
+    hf::export_hf_tokenizer(tok, out, full.config.model.seq_len, full.config.model.vocab_size);
   std::printf("exported %s (step %lld, %s) to %s\n", checkpoint.c_str(),
               static_cast<long long>(full.step),
-              moe::hf_architecture_name(moe::hf_architecture(full.config)), out.c_str());
+              hf::hf_architecture_name(hf::hf_architecture(full.config)), out.c_str());
 }
 
 int score(const std::vector<std::string>& args) {
   std::string model, text, logits_out;
   bool bytes = false;  // --bytes: the text's bytes even when the directory has a tokenizer
-  moe::ScoreOptions opt;
+  hf::ScoreOptions opt;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
       MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "score: ", flag, " needs a value");
@@ -107,13 +107,13 @@ int score(const std::vector<std::string>& args) {
   // Tokens as the model was trained on: the directory's tokenizer.json, as generate reads it.
   if (opt.tokenizer.empty() && !bytes) opt.tokenizer = find_tokenizer(model, "");
   opt.keep_first_logits = !logits_out.empty();
-  const moe::ScoreResult r = moe::score_hf_dir(model, text, opt);
+  const hf::ScoreResult r = hf::score_hf_dir(model, text, opt);
   if (!logits_out.empty()) {  // window 0's logits, (T, V) f32, for comparisons (tests/hf)
     const int64_t vocab = static_cast<int64_t>(r.first_logits.size()) / r.seq_len;
-    moe::write_safetensors(logits_out, {{"logits", {r.seq_len, vocab}, r.first_logits.data()}},
-                           moe::SafetensorsDType::F32, {{"format", "pt"}});
+    hf::write_safetensors(logits_out, {{"logits", {r.seq_len, vocab}, r.first_logits.data()}},
+                          hf::SafetensorsDType::F32, {{"format", "pt"}});
   }
-  std::cout << moe::score_json(r) << std::endl;  // stdout: the JSON alone
+  std::cout << hf::score_json(r) << std::endl;  // stdout: the JSON alone
   std::cerr << "score: tokens "
             << (opt.tokenizer.empty() ? std::string("are the text's bytes") +
                                             (bytes ? "" : " (no tokenizer.json in " + model + ")")

@@ -184,7 +184,7 @@ std::unique_ptr<moe::RoutingSource> make_routing(const PlanArgs& a, const Config
   shape.tokens_per_rank =
       c.train.micro_batch_size / c.parallel.world_size * static_cast<int64_t>(c.model.seq_len);
   for (int l = 0; l < static_cast<int>(c.model.n_layers); ++l)
-    shape.moe_layers += moe::is_moe_layer(c.model, l) ? 1 : 0;
+    shape.moe_layers += model::is_moe_layer(c.model, l) ? 1 : 0;
   if (shape.moe_layers == 0) {  // a dense model: any valid shape (no MoE layer asks)
     shape.moe_layers = 1;
     shape.num_experts = std::max<int64_t>(shape.num_experts, 1);
@@ -229,7 +229,7 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
   so.topology.intra_link = a.intra;
   so.topology.nics_per_node = a.nics_per_node;
   so.gpu = gpu;
-  so.device = moe::simulated_device_options(world);
+  so.device = train::simulated_device_options(world);
   if (a.inter == "config") {  // the link `moezero bench` emulates for this config
     so.network = make_comm_options(c.comm_emulation, c.comm).emulation;
     MOEZERO_REQUIRE(so.network->enabled() || name == "compute",
@@ -248,9 +248,9 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
                             static_cast<int>(std::max<int64_t>(c.model.num_experts, 1)));
     so.present = pgs.ep_group_of(0).ranks;
   }
-  moe::TrainOptions opt;
+  train::TrainOptions opt;
   opt.routing_source = &routing;
-  opt.data = [](const moe::BatchRequest& b, std::vector<int32_t>& tokens,
+  opt.data = [](const train::BatchRequest& b, std::vector<int32_t>& tokens,
                 std::vector<int32_t>& targets) {  // not read: no kernel computes
     tokens.assign(static_cast<size_t>(b.rows * b.seq_len), 0);
     targets.assign(static_cast<size_t>(b.rows * b.seq_len), 0);
@@ -260,11 +260,11 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
   };
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    const moe::TrainResult r = moe::train(c, opt);
+    const train::TrainResult r = train::train(c, opt);
     out.summary = bench::summarise_run(r.steps, a.warmup);
     for (size_t i = static_cast<size_t>(a.warmup); i < r.steps.size(); ++i) {
-      const moe::StepLog& step = r.steps[i];
-      for (const moe::RankStepStats& s : step.ranks)
+      const train::StepLog& step = r.steps[i];
+      for (const train::RankStepStats& s : step.ranks)
         out.peak_total = std::max(out.peak_total, s.peak_total_bytes);
       if (step.tokens_per_s > 0)
         out.step_ms.push_back(1000.0 * double(step.tokens) / step.tokens_per_s);

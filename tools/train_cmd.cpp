@@ -42,7 +42,7 @@ struct TrainArgs {
   bool quiet = false;
   bool gemm_profile = false;
   std::string export_dir;
-  moe::HfExportOptions export_opt;
+  hf::HfExportOptions export_opt;
 };
 
 TrainArgs parse_train_args(const std::vector<std::string>& args) {
@@ -74,7 +74,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
       const std::string d = value("--export-dtype");
       MOEZERO_REQUIRE(d == "f32" || d == "bf16", "train: --export-dtype must be f32 or bf16, got '",
                       d, "'");
-      a.export_opt.dtype = d == "f32" ? moe::SafetensorsDType::F32 : moe::SafetensorsDType::BF16;
+      a.export_opt.dtype = d == "f32" ? hf::SafetensorsDType::F32 : hf::SafetensorsDType::BF16;
     } else
       MOEZERO_USAGE_ERROR("train: unknown option '", args[i], "'");
   }
@@ -85,7 +85,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
 // What will run: the model, parallelism, MoE, schedule and data lines.
 void print_plan(const Config& cfg, const std::string& config_path, bool under_mpi) {
   int64_t params = 0;
-  for (const auto& g : moe::Transformer(cfg.model).param_groups())
+  for (const auto& g : model::Transformer(cfg.model).param_groups())
     for (const auto& p : g.params) params += p.shape.numel();
   const auto& m = cfg.model;
   std::printf("moezero train: %s\n", config_path.c_str());
@@ -116,26 +116,27 @@ void print_plan(const Config& cfg, const std::string& config_path, bool under_mp
       (long long)cfg.train.warmup_steps);
   std::printf("  data     %s\n",
               cfg.data.path.empty() ? "<built-in corpus>" : cfg.data.path.c_str());
-  std::printf("%s\n", moe::memory_estimate_text(moe::estimate_memory(cfg, under_mpi),
-                                                moe::machine_memory_limit(), cfg.train.memory_limit)
-                          .c_str());
+  std::printf("%s\n",
+              train::memory_estimate_text(train::estimate_memory(cfg, under_mpi),
+                                          train::machine_memory_limit(), cfg.train.memory_limit)
+                  .c_str());
 }
 
 // --export-hf after the run: from the final checkpoint under mpirun (each process holds only
 // its shards), else from the parameters the run collected.
-void export_trained(const Config& cfg, moe::TrainResult& r, const TrainArgs& a, bool under_mpi) {
+void export_trained(const Config& cfg, train::TrainResult& r, const TrainArgs& a, bool under_mpi) {
   if (under_mpi) {
     export_checkpoint(cfg.train.save_dir, a.export_dir, a.export_opt);
     return;
   }
-  std::vector<moe::GroupValues> groups;
+  std::vector<hf::GroupValues> groups;
   for (size_t g = 0; g < r.params.size(); ++g)
     groups.push_back({r.group_names[g], std::move(r.params[g])});
-  moe::export_hf(cfg, groups, a.export_dir, a.export_opt);
+  hf::export_hf(cfg, groups, a.export_dir, a.export_opt);
   if (!cfg.data.tokenizer.empty())
-    moe::export_hf_tokenizer(cfg.data.tokenizer, a.export_dir, cfg.model.seq_len,
-                             cfg.model.vocab_size);
-  std::printf("exported %s to %s\n", moe::hf_architecture_name(moe::hf_architecture(cfg)),
+    hf::export_hf_tokenizer(cfg.data.tokenizer, a.export_dir, cfg.model.seq_len,
+                            cfg.model.vocab_size);
+  std::printf("exported %s to %s\n", hf::hf_architecture_name(hf::hf_architecture(cfg)),
               a.export_dir.c_str());
 }
 
@@ -164,10 +165,10 @@ std::string resume_command(const std::vector<std::string>& args, const std::stri
 }
 
 // After a SIGTERM / SIGINT stop: what was kept and how to continue; the exit status.
-int report_stop(const moe::TrainResult& r, const Config& cfg, const std::vector<std::string>& args,
-                bool lead, bool under_mpi) {
+int report_stop(const train::TrainResult& r, const Config& cfg,
+                const std::vector<std::string>& args, bool lead, bool under_mpi) {
   if (lead) {
-    std::printf("stopped by %s after step %lld of %lld\n", moe::signal_name(r.stop_signal),
+    std::printf("stopped by %s after step %lld of %lld\n", train::signal_name(r.stop_signal),
                 (long long)r.stopped_after_step, (long long)cfg.train.steps);
     if (r.stop_saved)
       std::printf("checkpoint saved in %s; resume with%s:\n  %s\n", cfg.train.save_dir.c_str(),
@@ -179,7 +180,7 @@ int report_stop(const moe::TrainResult& r, const Config& cfg, const std::vector<
           "a stopped run\n");
     std::fflush(stdout);
   }
-  return moe::kExitStopped;
+  return train::kExitStopped;
 }
 
 }  // namespace
@@ -187,7 +188,7 @@ int report_stop(const moe::TrainResult& r, const Config& cfg, const std::vector<
 int train(const std::vector<std::string>& args) {
   TrainArgs a = parse_train_args(args);
   const Config cfg = load_config(a.config_path, a.overrides);
-  if (!a.export_dir.empty()) moe::hf_architecture(cfg);  // refuse before training, not after
+  if (!a.export_dir.empty()) hf::hf_architecture(cfg);  // refuse before training, not after
   // No step to run is a mistake unless the point is to export the initial parameters.
   MOEZERO_REQUIRE(cfg.train.steps > 0 || !a.export_dir.empty(),
                   "train.steps is 0: there is nothing to train (set train.steps > 0; with "
@@ -208,7 +209,7 @@ int train(const std::vector<std::string>& args) {
   if (lead) print_plan(cfg, a.config_path, mpi.has_value());
   std::fflush(stdout);
 
-  moe::TrainOptions opt;
+  train::TrainOptions opt;
   opt.progress = a.quiet ? nullptr : &std::cout;
   opt.metrics_path = a.metrics_path;
   opt.resume_from = a.resume;
@@ -219,11 +220,11 @@ int train(const std::vector<std::string>& args) {
   opt.collect_params = !a.export_dir.empty() && !mpi;
   opt.trace_path = a.trace_path;
   // SIGTERM / SIGINT: every rank finishes the step, a checkpoint is saved, exit kExitStopped.
-  moe::install_stop_handlers();
-  opt.stop_flag = &moe::stop_signal_flag();
+  train::install_stop_handlers();
+  opt.stop_flag = &train::stop_signal_flag();
   if (a.gemm_profile) cpu_gemm_profile_enable(true);
   const auto t0 = std::chrono::steady_clock::now();
-  moe::TrainResult r = moe::train(cfg, opt);
+  train::TrainResult r = train::train(cfg, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (lead && !r.steps.empty())
     std::printf("done: %zu steps in %.1f s, loss %.4f -> %.4f\n", r.steps.size(), secs,

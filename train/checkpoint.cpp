@@ -158,7 +158,7 @@ void commit_checkpoint(const RankState& s, const fs::path& root, const fs::path&
       orders.emplace_back(key, ids.get<std::vector<int>>());
     m.prefetch_orders.push_back(std::move(orders));
   }
-  for (const GroupSpec& spec : moe::Transformer(cfg.model).param_groups())
+  for (const GroupSpec& spec : model::Transformer(cfg.model).param_groups())
     m.groups.push_back({spec.name, GroupLayout(spec).numel(), std::move(segments[spec.name])});
   if (s.model) {
     m.expert_bias = s.model->expert_biases();
@@ -335,7 +335,7 @@ FullParams load_full_params(const std::string& dir) {
   out.config = parse_config(m.config.dump(), m.dir + "/manifest.json (config)");
   out.step = m.step;
   SegmentReader reader(m);
-  for (GroupSpec& spec : moe::Transformer(out.config.model).param_groups()) {
+  for (GroupSpec& spec : model::Transformer(out.config.model).param_groups()) {
     const GroupLayout layout(spec);
     const io::GroupEntry& e = entry_of(m, layout);
     NamedGroup g;

@@ -42,7 +42,7 @@ class ZeroEngine;
 namespace prefetch {
 class FrequencyModel;
 }
-namespace moe {
+namespace model {
 class Transformer;
 }
 }  // namespace moezero
@@ -63,7 +63,7 @@ struct NamedGroup {
 struct FullParams {
   Config config;                   // the run's config as saved in the checkpoint
   int64_t step = 0;                // training steps completed when it was saved
-  std::vector<NamedGroup> groups;  // in moe::Transformer(config.model).param_groups() order
+  std::vector<NamedGroup> groups;  // in model::Transformer(config.model).param_groups() order
 };
 
 // [in] dir: a train.save_dir (follows its `latest` pointer) or one step directory (holds
@@ -89,7 +89,7 @@ struct RankState {
   Communicator* world = nullptr;
   Device* device = nullptr;
   Stream* stream = nullptr;
-  moe::Transformer* model = nullptr;  // its experts' selection biases; null: none saved
+  model::Transformer* model = nullptr;  // its experts' selection biases; null: none saved
 };
 
 // Every rank calls it after step `step` (1-based count of completed steps). Writes

@@ -11,7 +11,7 @@
 #include "hf/bpe_tokenizer.h"
 #include "train/token_shard.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 
 namespace {
 uint64_t mix(uint64_t x) {  // splitmix64 finaliser
@@ -133,13 +133,13 @@ TokenData::TokenData(const DataConfig& data, int64_t vocab_size, int64_t seq_len
     val_source_ = "the last " + std::to_string(held) + " tokens of " + source_;
   }
   if (!data.tokenizer.empty()) {
-    std::unique_ptr<BpeTokenizer> loaded;
+    std::unique_ptr<hf::BpeTokenizer> loaded;
     try {
-      loaded = std::make_unique<BpeTokenizer>(data.tokenizer);
+      loaded = std::make_unique<hf::BpeTokenizer>(data.tokenizer);
     } catch (const Error& e) {
       MOEZERO_USER_ERROR("data.tokenizer: ", e.message());
     }
-    const BpeTokenizer& tok = *loaded;
+    const hf::BpeTokenizer& tok = *loaded;
     MOEZERO_REQUIRE(tok.vocab_size() <= vocab_size, "data.tokenizer: '", data.tokenizer, "' has ",
                     tok.vocab_size(), " token ids, more than model.vocab_size (", vocab_size, ")");
   }
@@ -272,4 +272,4 @@ void TokenData::val_batch(int64_t b, int64_t batch_rows, int64_t row_begin, int6
   }
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

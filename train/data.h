@@ -24,7 +24,7 @@
 
 #include "core/config.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 
 class TokenShard;
 
@@ -92,4 +92,4 @@ void keep_tokenizer(const DataConfig& data, const std::string& save_dir);
 // and simple sums. Identical on every machine.
 std::string builtin_corpus();
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

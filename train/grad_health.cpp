@@ -14,7 +14,7 @@
 #include "core/ops.h"
 #include "zero/zero_engine.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 
 namespace {
 
@@ -212,4 +212,4 @@ void add_health_json(const std::optional<GradNorms>& norms,
   }
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

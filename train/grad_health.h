@@ -29,7 +29,7 @@ class ZeroEngine;
 struct StepResult;
 }  // namespace moezero
 
-namespace moezero::moe {
+namespace moezero::train {
 
 // What TrainOptions::grad_hook sees, on each rank, when a group's full gradient of one
 // micro-batch is complete (all of its writes enqueued on `stream`) and before it is checked
@@ -123,4 +123,4 @@ std::string nonfinite_message(const std::optional<NonFiniteReport>& report, int6
 void add_health_json(const std::optional<GradNorms>& norms,
                      const std::optional<NonFiniteReport>& nonfinite, nlohmann::json& j);
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

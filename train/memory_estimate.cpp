@@ -19,7 +19,7 @@
 #include "model/transformer.h"
 #include "moe/gather_strategy.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 
 namespace {
 
@@ -57,7 +57,7 @@ uint64_t activation_bytes(const Config& cfg) {
   const uint64_t attn = (ac == ActivationCheckpointing::Selective ? 2 * C : 3 * C) + 2 * kvd;
   uint64_t per_token = 0, backward = 0, largest_layer = 0;
   for (int64_t l = 0; l < m.n_layers; ++l) {
-    const bool moe = is_moe_layer(m, static_cast<int>(l));
+    const bool moe = model::is_moe_layer(m, static_cast<int>(l));
     const uint64_t routing = moe ? 2 * E : 0;  // the router's probabilities (MoE)
     // resid; attention; FFN: hn + gate + up (dense) or hn + k * (xs + xr + gate + up + y)
     const uint64_t layer = C + attn + (moe ? C + k * (3 * C + 2 * F) : C + 2 * F) + routing;
@@ -142,7 +142,7 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
           ? members(ProcessGroups(world, ep, static_cast<int>(m.num_experts)).edp_group_of(0))
           : 0;
   const int experts_per_rank = m.num_experts > 0 ? static_cast<int>(m.num_experts) / ep : 0;
-  for (const GroupSpec& g : full_param_groups(m)) {
+  for (const GroupSpec& g : hf::full_param_groups(m)) {
     const bool expert = g.kind == GroupKind::Expert;
     // With expert parallelism a rank holds num_experts / ep_size experts (counted as the first
     // ones: every expert has the same shape), sharded over its EDP group.
@@ -301,4 +301,4 @@ void check_memory_fits(const Config& cfg, const MemoryEstimate& e, const MemoryL
                      what_to_change, ", or raise that limit");
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

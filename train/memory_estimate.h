@@ -16,7 +16,7 @@
 
 #include "core/config.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 
 // Bytes one rank allocates (on its device; on the CPU backend, host memory).
 struct MemoryEstimate {
@@ -82,4 +82,4 @@ std::string memory_estimate_text(const MemoryEstimate& e, const MemoryLimit& mac
 // process exceed the machine's limit.
 void check_memory_fits(const Config& cfg, const MemoryEstimate& e, const MemoryLimit& machine);
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

@@ -18,7 +18,7 @@
 #include "core/host_exchange.h"
 #include "train/rank_session_impl.h"
 
-namespace moezero::moe::session_detail {
+namespace moezero::train::session_detail {
 
 namespace {
 
@@ -160,9 +160,9 @@ void RankSession::send_trace_to_rank0() {
     for (size_t r = 1; r < texts.size(); ++r) sink.append_serialised(texts[r]);
 }
 
-}  // namespace moezero::moe::session_detail
+}  // namespace moezero::train::session_detail
 
-namespace moezero::moe {
+namespace moezero::train {
 
 void run_rank(comm::RankContext& ctx, const TrainRun& run) {
   session_detail::RankSession session(ctx, run);
@@ -172,4 +172,4 @@ void run_rank(comm::RankContext& ctx, const TrainRun& run) {
   session.device().synchronize();
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

@@ -22,7 +22,7 @@
 #include "train/data.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 
 // What the ranks hand back to train(), under `mu`.
 struct RankResults {
@@ -48,4 +48,4 @@ struct TrainRun {
 // The body of rank ctx.rank for the whole run. Throws on failure (World wakes the others).
 void run_rank(comm::RankContext& ctx, const TrainRun& run);
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

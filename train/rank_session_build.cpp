@@ -11,13 +11,13 @@
 #include "prefetch/shard_cache.h"
 #include "train/rank_session_impl.h"
 
-namespace moezero::moe::session_detail {
+namespace moezero::train::session_detail {
 
 namespace {
 
 int count_moe_layers(const ModelConfig& model) {
   int n = 0;
-  for (int l = 0; l < static_cast<int>(model.n_layers); ++l) n += is_moe_layer(model, l);
+  for (int l = 0; l < static_cast<int>(model.n_layers); ++l) n += model::is_moe_layer(model, l);
   return n;
 }
 
@@ -56,10 +56,10 @@ RankSession::RankSession(comm::RankContext& ctx, const TrainRun& run)
   if (!cfg_.profile.routing_trace.empty()) {
     std::vector<int> moe_layer_ids;
     for (int l = 0; l < static_cast<int>(cfg_.model.n_layers); ++l)
-      if (is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
+      if (model::is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
     moe_stats_.record_local_counts = true;
-    routing_trace_ = std::make_unique<RoutingTrace>(cfg_, std::move(moe_layer_ids), ctx_.rank == 0,
-                                                    !run_.options.resume_from.empty());
+    routing_trace_ = std::make_unique<moe::RoutingTrace>(
+        cfg_, std::move(moe_layer_ids), ctx_.rank == 0, !run_.options.resume_from.empty());
   }
 }
 
@@ -85,8 +85,9 @@ void RankSession::build_model() {
   if (!cfg_.moe.routing_replay.empty()) {
     std::vector<int> moe_layer_ids;
     for (int l = 0; l < static_cast<int>(cfg_.model.n_layers); ++l)
-      if (is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
-    routing_replay_ = std::make_unique<RoutingReplay>(cfg_, moe_layer_ids, rows_ * T_, ctx_.rank);
+      if (model::is_moe_layer(cfg_.model, l)) moe_layer_ids.push_back(l);
+    routing_replay_ =
+        std::make_unique<moe::RoutingReplay>(cfg_, moe_layer_ids, rows_ * T_, ctx_.rank);
   }
   rt_.routing = {.replay = routing_replay_.get(),
                  .source = run_.options.routing_source};  // source: simulated backend only
@@ -97,7 +98,7 @@ void RankSession::build_model() {
       cfg_.prefetch, frequency_.get(),
       prefetch::link_costs(cfg_.prefetch, cfg_.comm_emulation, comms_.edp_gather->size()));
   rt_.planning = {.frequency = frequency_.get(), .planner = planner_.get()};
-  model_ = std::make_unique<Transformer>(cfg_.model, &rt_);
+  model_ = std::make_unique<model::Transformer>(cfg_.model, &rt_);
   model_->set_activation_checkpointing(cfg_.train.activation_checkpointing);
 }
 
@@ -147,4 +148,4 @@ void RankSession::load_start_state() {
                        " (raise train.steps to continue)");
 }
 
-}  // namespace moezero::moe::session_detail
+}  // namespace moezero::train::session_detail

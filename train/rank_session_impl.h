@@ -22,7 +22,7 @@
 #include "train/rank_session.h"
 #include "zero/zero_engine.h"
 
-namespace moezero::moe::session_detail {
+namespace moezero::train::session_detail {
 
 using Clock = std::chrono::steady_clock;
 
@@ -153,25 +153,25 @@ class RankSession {
   Stream& cs_;  // compute
   const int ep_;
   RankComms comms_;
-  MoeStats moe_stats_;
+  moe::MoeStats moe_stats_;
   std::unique_ptr<TraceRecorder> recorder_;  // times collectives and a2a waits, traces steps
-  MoeRuntime rt_;
+  moe::MoeRuntime rt_;
   int moe_layers_ = 0;
   std::unique_ptr<prefetch::FrequencyModel> frequency_;  // null for a dense model
   std::unique_ptr<prefetch::PrefetchPlanner> planner_;   // the engine's and the MoE layers'
-  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<model::Transformer> model_;
   // Evaluation (train.eval_every): the same groups, forward only, with its own runtime (built
   // at the first evaluation).
-  MoeRuntime eval_rt_;
-  std::unique_ptr<Transformer> eval_model_;
+  moe::MoeRuntime eval_rt_;
+  std::unique_ptr<model::Transformer> eval_model_;
   int64_t hook_step_ = 0;  // 1-based step for the grad hook
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<GradHealth> health_;
   checkpoint::RankState ckpt_;
   int64_t first_step_ = 0, end_step_ = 0;
   std::unique_ptr<StepStatsCollector> step_stats_;
-  std::unique_ptr<RoutingTrace> routing_trace_;    // profile.routing_trace; null: off
-  std::unique_ptr<RoutingReplay> routing_replay_;  // moe.routing_replay; null: off
+  std::unique_ptr<moe::RoutingTrace> routing_trace_;    // profile.routing_trace; null: off
+  std::unique_ptr<moe::RoutingReplay> routing_replay_;  // moe.routing_replay; null: off
   EngineCounters before_;        // the engine's counters at the end of the last step
   comm::LinkBytes link_before_;  // this rank's sent bytes by tier at the end of the last step
   // This rank's sent bytes by tier so far (zero where the world does not count them: NCCL,
@@ -179,4 +179,4 @@ class RankSession {
   comm::LinkBytes link_now() const;
 };
 
-}  // namespace moezero::moe::session_detail
+}  // namespace moezero::train::session_detail

@@ -15,7 +15,7 @@
 #include "prefetch/link_idle.h"
 #include "train/rank_session_impl.h"
 
-namespace moezero::moe::session_detail {
+namespace moezero::train::session_detail {
 
 namespace {
 
@@ -105,7 +105,7 @@ void RankSession::micro_batch(int64_t mb, std::deque<std::vector<int32_t>>& host
   TensorBuffer targets(dev_, DType::I32, Shape{rows_, T_}, MemTag::Activation, cs_, "targets");
   dev_.memcpy_async(tokens.view().data(), tok.data(), tok.size() * 4, cs_);
   dev_.memcpy_async(targets.view().data(), tgt.data(), tgt.size() * 4, cs_);
-  const MicroBatchInfo mbi{mb, ctx_.rank * rows_ * T_, tc_.micro_batch_size * T_};
+  const moe::MicroBatchInfo mbi{mb, ctx_.rank * rows_ * T_, tc_.micro_batch_size * T_};
   model_->forward(*engine_, cs_, tokens, targets, loss_scale_, loss, mbi, aux);
   model_->backward(*engine_, cs_);
   engine_->finish_backward();
@@ -204,7 +204,7 @@ std::optional<double> RankSession::evaluate(int64_t step) {
     eval_rt_.report.trace = nullptr;
     eval_rt_.options.gather = &moe::gather_strategy(rt_.options.gather->evaluation_strategy());
     eval_rt_.options.reshard_after_forward = true;
-    eval_model_ = std::make_unique<Transformer>(cfg_.model, &eval_rt_);
+    eval_model_ = std::make_unique<model::Transformer>(cfg_.model, &eval_rt_);
   }
   const int64_t batches = tc_.eval_batches, global_rows = tc_.micro_batch_size;
   const float scale = 1.0f / static_cast<float>(batches * global_rows * T_);
@@ -219,7 +219,7 @@ std::optional<double> RankSession::evaluate(int64_t step) {
     TensorBuffer targets(dev_, DType::I32, Shape{rows_, T_}, MemTag::Activation, cs_, "targets");
     dev_.memcpy_async(tokens.view().data(), tok.data(), tok.size() * 4, cs_);
     dev_.memcpy_async(targets.view().data(), tgt.data(), tgt.size() * 4, cs_);
-    const MicroBatchInfo mbi{b, ctx_.rank * rows_ * T_, global_rows * T_};
+    const moe::MicroBatchInfo mbi{b, ctx_.rank * rows_ * T_, global_rows * T_};
     eval_model_->forward(*engine_, cs_, tokens, targets, scale, loss, mbi);
     eval_model_->discard_activations();
   }
@@ -250,4 +250,4 @@ Clock::duration RankSession::save_checkpoint(int64_t step, const std::string& st
   return save_time;
 }
 
-}  // namespace moezero::moe::session_detail
+}  // namespace moezero::train::session_detail

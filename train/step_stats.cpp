@@ -13,7 +13,7 @@
 #include "model/transformer.h"
 #include "prefetch/frequency_model.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 
 namespace {
 
@@ -53,8 +53,9 @@ T from_word(uint64_t w) {
 }  // namespace
 
 RankStepStats rank_step_stats(const EngineCounters& now, const EngineCounters& before,
-                              const MoeStats& moe, const MemStats& mem, const StepTiming& timing,
-                              const comm::LinkBytes& link_now, const comm::LinkBytes& link_before) {
+                              const moe::MoeStats& moe, const MemStats& mem,
+                              const StepTiming& timing, const comm::LinkBytes& link_now,
+                              const comm::LinkBytes& link_before) {
   RankStepStats s;
 #define MOEZERO_FROM_Engine(name) s.name = now.name - before.name;
 #define MOEZERO_FROM_Link(name) s.name = link_now.name - link_before.name;
@@ -109,7 +110,7 @@ StepStatsCollector::StepStatsCollector(const ModelConfig& model, const ZeroEngin
     : experts_(static_cast<int>(model.num_experts)) {
   moe_index_.assign(static_cast<size_t>(model.n_layers), -1);
   for (int l = 0; l < static_cast<int>(model.n_layers); ++l)
-    if (is_moe_layer(model, l)) {
+    if (model::is_moe_layer(model, l)) {
       moe_index_[static_cast<size_t>(l)] = static_cast<int>(moe_layers_.size());
       moe_layers_.push_back(l);
     }
@@ -129,7 +130,7 @@ std::vector<std::vector<double>> StepStatsCollector::predicted(
 }
 
 std::vector<uint64_t> StepStatsCollector::rank_words(const ZeroEngine& engine,
-                                                     const MoeStats& stats,
+                                                     const moe::MoeStats& stats,
                                                      const StepTiming& timing) {
   const size_t E = static_cast<size_t>(experts_);
   std::vector<uint64_t> w(kHeaderWords + moe_layers_.size() * kFieldCount * E, 0);
@@ -182,7 +183,7 @@ std::vector<uint64_t> StepStatsCollector::rank_words(const ZeroEngine& engine,
   return w;
 }
 
-void StepStatsCollector::sum(const std::vector<uint64_t>& words, const MoeStats& stats,
+void StepStatsCollector::sum(const std::vector<uint64_t>& words, const moe::MoeStats& stats,
                              const std::vector<std::vector<double>>& predicted,
                              std::vector<MoeLayerStats>& layers, CommStepStats& comm) const {
   const size_t E = static_cast<size_t>(experts_);
@@ -304,4 +305,4 @@ void join_streams(Stream& compute, const std::vector<Stream*>& others, TraceReco
   }
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

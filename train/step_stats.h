@@ -27,7 +27,7 @@
 #include "moe/moe_runtime.h"
 #include "zero/zero_engine.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 
 // One rank's counters of one step. The scalar counters are those of
 // MOEZERO_RANK_STEP_COUNTERS (core/step_counters.h), where their sources are named; then the
@@ -75,8 +75,8 @@ constexpr size_t kRankStepStatsWords = sizeof(RankStepStats) / 8;
 // link_before: this rank's sent bytes by tier (comm::LocalWorld::link_bytes) at the end of this
 // step and of the last one (both zero where the backend does not count them).
 RankStepStats rank_step_stats(const EngineCounters& now, const EngineCounters& before,
-                              const MoeStats& moe, const MemStats& mem, const StepTiming& timing,
-                              const comm::LinkBytes& link_now = {},
+                              const moe::MoeStats& moe, const MemStats& mem,
+                              const StepTiming& timing, const comm::LinkBytes& link_now = {},
                               const comm::LinkBytes& link_before = {});
 // The struct as kRankStepStatsWords 8-byte words, and back.
 void to_words(const RankStepStats& s, int64_t* words);
@@ -125,12 +125,12 @@ class StepStatsCollector {
 
   // This rank's contribution to the step (counter deltas since the last call), as words.
   // Every rank returns the same number of words.
-  std::vector<uint64_t> rank_words(const ZeroEngine& engine, const MoeStats& stats,
+  std::vector<uint64_t> rank_words(const ZeroEngine& engine, const moe::MoeStats& stats,
                                    const StepTiming& timing);
 
   // Rank 0: the words summed over every rank (an integer all-reduce of rank_words) into
   // per-layer stats and the step's comm timing.
-  void sum(const std::vector<uint64_t>& words, const MoeStats& stats,
+  void sum(const std::vector<uint64_t>& words, const moe::MoeStats& stats,
            const std::vector<std::vector<double>>& predicted, std::vector<MoeLayerStats>& layers,
            CommStepStats& comm) const;
 
@@ -151,4 +151,4 @@ void add_step_stats_json(nlohmann::json& j, const std::vector<MoeLayerStats>& la
 // waits are timed as waits on communication (exposed_comm_ms).
 void join_streams(Stream& compute, const std::vector<Stream*>& others, TraceRecorder* timing);
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-namespace moezero::moe {
+namespace moezero::train {
 
 namespace {
 std::atomic<int> g_stop{0};
@@ -47,4 +47,4 @@ const char* signal_name(int sig) {
   }
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

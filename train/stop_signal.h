@@ -10,7 +10,7 @@
 
 #include <atomic>
 
-namespace moezero::moe {
+namespace moezero::train {
 
 // Exit status of `moezero train` stopped by SIGTERM / SIGINT after a completed step (distinct
 // from 0: finished, 1: failed, 2: usage).
@@ -23,4 +23,4 @@ void install_stop_handlers();
 // "SIGTERM", "SIGINT", or "signal N".
 const char* signal_name(int sig);
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 
 TokenShard::TokenShard(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
@@ -117,4 +117,4 @@ std::vector<std::string> expand_shard_paths(const std::string& pattern, const st
   return out;  // glob sorts its matches
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

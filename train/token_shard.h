@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace moezero::moe {
+namespace moezero::train {
 
 inline constexpr int32_t kShardMagicU16 = 20240520, kShardVersionU16 = 1;
 inline constexpr int32_t kShardMagicU32 = 20240801, kShardVersionU32 = 7;
@@ -52,4 +52,4 @@ void write_token_shard(const std::string& path, const std::vector<uint32_t>& tok
 // glob matches nothing.
 std::vector<std::string> expand_shard_paths(const std::string& pattern, const std::string& key);
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

@@ -26,7 +26,7 @@
 #include "train/memory_estimate.h"
 #include "train/rank_session.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 
 double lr_at(const TrainConfig& t, int64_t step) {
   if (step < t.warmup_steps)
@@ -166,10 +166,10 @@ void open_metrics(const Config& cfg, const TrainOptions& options,
 std::map<std::string, std::vector<float>> read_init_values(const Config& cfg) {
   std::map<std::string, std::vector<float>> init_values;
   if (cfg.train.init_from.empty()) return init_values;
-  const HfModel hf = read_hf_dir(cfg.train.init_from);
-  check_same_shape(cfg.model, hf, "train.init_from");
-  check_same_routing(cfg.moe, hf, "train.init_from");
-  for (GroupValues& g : hf_group_values(hf, &cfg.model))
+  const hf::HfModel hf = hf::read_hf_dir(cfg.train.init_from);
+  hf::check_same_shape(cfg.model, hf, "train.init_from");
+  hf::check_same_routing(cfg.moe, hf, "train.init_from");
+  for (hf::GroupValues& g : hf::hf_group_values(hf, &cfg.model))
     init_values.emplace(g.name, std::move(g.data));
   return init_values;
 }
@@ -269,11 +269,11 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
 
   TrainResult& result = results.result;
   if (options.collect_params)  // every group of the model, in execution order
-    for (const GroupSpec& g : full_param_groups(cfg.model)) {
+    for (const GroupSpec& g : hf::full_param_groups(cfg.model)) {
       result.group_names.push_back(g.name);
       result.params.push_back(std::move(results.collected.at(g.name)));
     }
   return std::move(result);
 }
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

@@ -28,10 +28,11 @@
 namespace moezero::comm {
 struct RankContext;
 }
-
 namespace moezero::moe {
-
 class RoutingSource;
+}
+
+namespace moezero::train {
 
 struct StepLog {
   int64_t step = 0;  // 1-based
@@ -103,7 +104,7 @@ struct TrainOptions {
   // machine applies, parameters are allocated but not materialised, step times come from the
   // devices' virtual clocks (Device::virtual_time_s), and routing from `routing_source`.
   std::function<void(const std::function<void(comm::RankContext&)>& rank_main)> run_world;
-  const RoutingSource* routing_source = nullptr;  // required with run_world; not owned
+  const moe::RoutingSource* routing_source = nullptr;  // required with run_world; not owned
 };
 
 struct TrainResult {
@@ -143,4 +144,4 @@ TrainResult train(const Config& cfg, const TrainOptions& options);
 // One step as a JSON object (one line of the metrics file).
 std::string step_json(const StepLog& s);
 
-}  // namespace moezero::moe
+}  // namespace moezero::train

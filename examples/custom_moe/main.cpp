@@ -33,7 +33,7 @@ uint64_t mix(uint64_t x) {
 //   start, start + d, start + 2d, ...   The next token is the current one + d, and d can be read
 // off the two previous tokens, so a model that learns the rule drives the loss far below
 // ln(64) = 4.16 (the loss of a uniform guess; token frequencies alone teach nothing here).
-void progression_data(const moezero::moe::BatchRequest& req, std::vector<int32_t>& tokens,
+void progression_data(const moezero::train::BatchRequest& req, std::vector<int32_t>& tokens,
                       std::vector<int32_t>& targets) {
   tokens.resize(static_cast<size_t>(req.rows * req.seq_len));
   targets.resize(tokens.size());
@@ -106,11 +106,11 @@ int main(int argc, char** argv) {
         (long long)cfg.parallel.world_size, (long long)cfg.zero.stage, (long long)cfg.train.steps);
 
     // 2. The data: our callback instead of a file.
-    moezero::moe::TrainOptions options;
+    moezero::train::TrainOptions options;
     options.data = progression_data;
 
     // 3. Train: the engine of `moezero train`. Returns once every step has run.
-    const moezero::moe::TrainResult result = moezero::moe::train(cfg, options);
+    const moezero::train::TrainResult result = moezero::train::train(cfg, options);
 
     // One StepLog per step. aux: the load-balancing loss summed over the MoE layers (top_k per
     // layer when the experts share the tokens evenly, more when routing is skewed).

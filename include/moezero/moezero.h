@@ -11,16 +11,17 @@
 //      moezero::validate_config(cfg) — or from JSON: moezero::make_config(json_text, overrides),
 //      moezero::load_config(path, overrides), with "section.key=value" overrides. Every bad
 //      value is rejected with its key path ("train.lr: must be > 0, got -0.1").
-//   2. Data (optional): a moe::DataSource callback in moe::TrainOptions::data. For a
-//      moe::BatchRequest it fills `rows` sequences of seq_len tokens and their targets (values in
-//      [0, model.vocab_size), target -1 = ignored), rows [row_begin, row_begin + rows) of global
-//      micro-batch `micro_batch`. It must be a pure function of its arguments (so every world
-//      size trains on the same global batch) and thread-safe (ranks call it concurrently).
-//      Without one, the trainer reads data.path or its built-in corpus.
-//   3. moezero::moe::train(cfg, options) runs the whole training (the engine `moezero train`
-//      uses) and returns a moe::TrainResult: one moe::StepLog per step (loss, lr, grad norm,
+//   2. Data (optional): a train::DataSource callback in train::TrainOptions::data. For a
+//      train::BatchRequest it fills `rows` sequences of seq_len tokens and their targets
+//      (values in [0, model.vocab_size), target -1 = ignored), rows [row_begin, row_begin +
+//      rows) of global micro-batch `micro_batch`. It must be a pure function of its arguments
+//      (so every world size trains on the same global batch) and thread-safe (ranks call it
+//      concurrently). Without one, the trainer reads data.path or its built-in corpus.
+//   3. moezero::train::train(cfg, options) runs the whole training (the engine `moezero train`
+//      uses) and returns a train::TrainResult: one train::StepLog per step (loss, lr, grad norm,
 //      tokens/s, bytes moved and peak bytes per rank). TrainOptions::progress prints a line per
-//      train.log_every steps.
+//      train.log_every steps. (The former names moezero::moe::train, moe::TrainOptions, ...
+//      still compile, deprecated: see the end of this header.)
 //   4. Errors: every failure is a moezero::Error (core/error.h) with a one-line what().
 //
 // The headers below keep their in-tree paths ("core/config.h"), so code that includes them
@@ -37,3 +38,20 @@
 #include "moezero/api.h"
 #include "train/data.h"
 #include "train/trainer.h"
+
+// The trainer's former names (moezero::moe::train, moe::TrainOptions, ...): it lives in
+// moezero::train now (namespaces follow folders). These deprecated aliases keep code written
+// against the old names compiling; new code uses moezero::train::...
+namespace moezero::moe {
+using BatchRequest [[deprecated("use moezero::train::BatchRequest")]] = train::BatchRequest;
+using DataSource [[deprecated("use moezero::train::DataSource")]] = train::DataSource;
+using GradHookInfo [[deprecated("use moezero::train::GradHookInfo")]] = train::GradHookInfo;
+using GradHook [[deprecated("use moezero::train::GradHook")]] = train::GradHook;
+using StepLog [[deprecated("use moezero::train::StepLog")]] = train::StepLog;
+using TrainOptions [[deprecated("use moezero::train::TrainOptions")]] = train::TrainOptions;
+using TrainResult [[deprecated("use moezero::train::TrainResult")]] = train::TrainResult;
+[[deprecated("use moezero::train::train")]] inline train::TrainResult train(
+    const Config& cfg, const train::TrainOptions& options = {}) {
+  return moezero::train::train(cfg, options);
+}
+}  // namespace moezero::moe

@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 namespace {
 
 const std::string kData = MOEZERO_SOURCE_DIR "/tests/hf/data/";
@@ -109,4 +109,4 @@ TEST(BpeTokenizer, RefusesWhatItCannotEncode) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -14,7 +14,7 @@
 #include "hf/hf_score.h"
 #include "kernels/backend.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 namespace {
 
 ModelConfig tiny_model() {
@@ -224,4 +224,4 @@ TEST(Generate, BadPromptsAreRefused) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -15,7 +15,7 @@
 #include "train/data.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 namespace {
 
 namespace fs = std::filesystem;
@@ -40,14 +40,14 @@ Config tiny(const std::vector<std::string>& more = {}) {
   return parse_config("{}", "<test>", o);
 }
 
-std::vector<GroupValues> as_groups(TrainResult& r) {
+std::vector<GroupValues> as_groups(train::TrainResult& r) {
   std::vector<GroupValues> g;
   for (size_t i = 0; i < r.params.size(); ++i) g.push_back({r.group_names[i], r.params[i]});
   return g;
 }
 
 std::vector<uint8_t> corpus_bytes(size_t n) {
-  const std::string c = builtin_corpus();
+  const std::string c = train::builtin_corpus();
   return {c.begin(), c.begin() + static_cast<std::ptrdiff_t>(n)};
 }
 
@@ -144,9 +144,9 @@ TEST(HfExport, MoeLayersOfTodayExportOrAreRefused) {
 
 TEST(HfExport, TrainedModelRoundTripsAndScoresLikeOurEvaluation) {
   Config cfg = tiny();
-  TrainOptions opt;
+  train::TrainOptions opt;
   opt.collect_params = true;
-  TrainResult r = train(cfg, opt);
+  train::TrainResult r = train::train(cfg, opt);
   const std::vector<GroupValues> groups = as_groups(r);
   ASSERT_EQ(groups.size(), full_param_groups(cfg.model).size()) << "every expert of both EP ranks";
 
@@ -198,8 +198,9 @@ TEST(HfExport, TrainedModelRoundTripsAndScoresLikeOurEvaluation) {
   Config again =
       tiny({"train.init_from=" + dir.string(), "train.steps=1", "train.micro_batch_size=12",
             "moe.aux_loss_coef=0", "zero.param_persistence_threshold=16"});
-  TrainOptions topt;
-  topt.data = [&](const BatchRequest& req, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
+  train::TrainOptions topt;
+  topt.data = [&](const train::BatchRequest& req, std::vector<int32_t>& tok,
+                  std::vector<int32_t>& tgt) {
     tok.resize(static_cast<size_t>(req.rows * req.seq_len));
     tgt.resize(tok.size());
     for (int64_t row = 0; row < req.rows; ++row)
@@ -209,7 +210,7 @@ TEST(HfExport, TrainedModelRoundTripsAndScoresLikeOurEvaluation) {
         tgt[static_cast<size_t>(row * req.seq_len + t)] = text[at + 1];
       }
   };
-  const TrainResult t = train(again, topt);
+  const train::TrainResult t = train::train(again, topt);
   ASSERT_EQ(t.steps.size(), 1u);
   EXPECT_NEAR(t.steps[0].loss, s.loss, 2e-6 * s.loss)
       << "trainer forward vs score on identical windows";
@@ -217,9 +218,9 @@ TEST(HfExport, TrainedModelRoundTripsAndScoresLikeOurEvaluation) {
 
 TEST(HfExport, InitFromStartsFromTheExportedParameters) {
   Config cfg = tiny({"train.steps=3"});
-  TrainOptions opt;
+  train::TrainOptions opt;
   opt.collect_params = true;
-  TrainResult r = train(cfg, opt);
+  train::TrainResult r = train::train(cfg, opt);
   const fs::path dir = temp_dir("init_from");
   export_hf(cfg, as_groups(r), dir.string());
 
@@ -228,51 +229,51 @@ TEST(HfExport, InitFromStartsFromTheExportedParameters) {
     Config start = tiny({"train.init_from=" + dir.string(), "train.steps=0",
                          "parallel.world_size=4", "parallel.ep_size=2", "zero.stage=3",
                          "train.dtype=" + dtype, "zero.param_persistence_threshold=100"});
-    TrainResult s = train(start, opt);
+    train::TrainResult s = train::train(start, opt);
     ASSERT_EQ(s.params.size(), r.params.size());
     for (size_t g = 0; g < r.params.size(); ++g)
       EXPECT_EQ(s.params[g], r.params[g]) << dtype << " " << r.group_names[g];
   }
   // Random initialisation differs, so the check above is not vacuous.
   Config fresh = tiny({"train.steps=0"});
-  EXPECT_NE(train(fresh, opt).params[1], r.params[1]);
+  EXPECT_NE(train::train(fresh, opt).params[1], r.params[1]);
 
   // One step with a learning rate far below float resolution leaves every parameter as loaded,
   // through gathers, gradients and the optimizer (stage 2: replicated compute copies).
   Config one =
       tiny({"train.init_from=" + dir.string(), "train.steps=1", "train.lr=1e-30", "train.min_lr=0",
             "train.warmup_steps=0", "train.weight_decay=0", "zero.stage=2"});
-  TrainResult o = train(one, opt);
+  train::TrainResult o = train::train(one, opt);
   for (size_t g = 0; g < r.params.size(); ++g)
     EXPECT_EQ(o.params[g], r.params[g]) << r.group_names[g];
 }
 
 TEST(HfExport, InitFromRefusesAnotherModelNamingTheField) {
   Config cfg = tiny({"train.steps=0"});
-  TrainOptions opt;
+  train::TrainOptions opt;
   opt.collect_params = true;
-  TrainResult r = train(cfg, opt);
+  train::TrainResult r = train::train(cfg, opt);
   const fs::path dir = temp_dir("shape");
   export_hf(cfg, as_groups(r), dir.string());
   const std::string e1 = error_of([&] {
-    train(tiny({"train.init_from=" + dir.string(), "model.d_model=64"}), opt);
+    train::train(tiny({"train.init_from=" + dir.string(), "model.d_model=64"}), opt);
   });
   EXPECT_NE(e1.find("train.init_from"), std::string::npos) << e1;
   EXPECT_NE(e1.find("hidden_size = 32 but model.d_model = 64"), std::string::npos) << e1;
   const std::string e2 = error_of([&] {
-    train(tiny({"train.init_from=" + dir.string(), "model.top_k=1"}), opt);
+    train::train(tiny({"train.init_from=" + dir.string(), "model.top_k=1"}), opt);
   });
   EXPECT_NE(e2.find("num_experts_per_tok = 2 but model.top_k = 1"), std::string::npos) << e2;
   const std::string e3 =
-      error_of([&] { train(tiny({"train.init_from=/nonexistent/model"}), opt); });
+      error_of([&] { train::train(tiny({"train.init_from=/nonexistent/model"}), opt); });
   EXPECT_NE(e3.find("/nonexistent/model: not a directory"), std::string::npos) << e3;
   // Same shapes, another function: the RoPE base and the norm epsilon must match too.
   const std::string e4 = error_of([&] {
-    train(tiny({"train.init_from=" + dir.string(), "model.rope_theta=500000"}), opt);
+    train::train(tiny({"train.init_from=" + dir.string(), "model.rope_theta=500000"}), opt);
   });
   EXPECT_NE(e4.find("rope_theta = 10000 but model.rope_theta = 500000"), std::string::npos) << e4;
   const std::string e5 = error_of([&] {
-    train(tiny({"train.init_from=" + dir.string(), "model.norm_eps=1e-6"}), opt);
+    train::train(tiny({"train.init_from=" + dir.string(), "model.norm_eps=1e-6"}), opt);
   });
   EXPECT_NE(e5.find("rms_norm_eps = 1e-05 but model.norm_eps = 1e-06"), std::string::npos) << e5;
 }
@@ -280,9 +281,9 @@ TEST(HfExport, InitFromRefusesAnotherModelNamingTheField) {
 // Keys a hand-written config.json leaves out take the transformers class's defaults.
 TEST(HfExport, AbsentKeysTakeTheTransformersDefaults) {
   Config cfg = tiny({"train.steps=0"});
-  TrainOptions opt;
+  train::TrainOptions opt;
   opt.collect_params = true;
-  TrainResult r = train(cfg, opt);
+  train::TrainResult r = train::train(cfg, opt);
   const fs::path dir = temp_dir("defaults");
   export_hf(cfg, as_groups(r), dir.string());
   const fs::path cj = dir / "config.json";
@@ -305,9 +306,9 @@ TEST(HfExport, AbsentKeysTakeTheTransformersDefaults) {
 
 TEST(HfExport, ReadRefusesWhatOurModelCannotCompute) {
   Config cfg = tiny({"train.steps=0"});
-  TrainOptions opt;
+  train::TrainOptions opt;
   opt.collect_params = true;
-  TrainResult r = train(cfg, opt);
+  train::TrainResult r = train::train(cfg, opt);
   const fs::path dir = temp_dir("refuse");
   export_hf(cfg, as_groups(r), dir.string());
   const fs::path cj = dir / "config.json";
@@ -379,9 +380,9 @@ TEST(HfExport, ReadRefusesWhatOurModelCannotCompute) {
 
 TEST(HfExport, ExportRefusesMissingOrForeignGroupsAndWritesBf16) {
   Config cfg = tiny({"train.steps=0"});
-  TrainOptions opt;
+  train::TrainOptions opt;
   opt.collect_params = true;
-  TrainResult r = train(cfg, opt);
+  train::TrainResult r = train::train(cfg, opt);
   std::vector<GroupValues> g = as_groups(r);
   const fs::path dir = temp_dir("groups");
   auto missing = g;
@@ -468,9 +469,9 @@ TEST(HfExport, TokenizerFilesForTransformers) {
 
 TEST(HfScore, RefusesShortTextAndBytesOutsideTheVocabulary) {
   Config cfg = tiny({"train.steps=0", "model.vocab_size=128"});
-  TrainOptions opt;
+  train::TrainOptions opt;
   opt.collect_params = true;
-  TrainResult r = train(cfg, opt);
+  train::TrainResult r = train::train(cfg, opt);
   const auto g = as_groups(r);
   std::vector<uint8_t> text(16, 'a');
   EXPECT_NE(error_of([&] {
@@ -494,4 +495,4 @@ TEST(HfScore, RefusesShortTextAndBytesOutsideTheVocabulary) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -17,7 +17,7 @@
 #include "train/data.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 namespace {
 
 namespace fs = std::filesystem;
@@ -60,7 +60,7 @@ Config qwen(const std::vector<std::string>& more = {}) {
   return parse_config("{}", "<test>", o);
 }
 
-std::vector<GroupValues> as_groups(const TrainResult& r) {
+std::vector<GroupValues> as_groups(const train::TrainResult& r) {
   std::vector<GroupValues> g;
   for (size_t i = 0; i < r.params.size(); ++i) g.push_back({r.group_names[i], r.params[i]});
   return g;
@@ -76,10 +76,10 @@ std::string error_of(F&& f) {
   return "<no error>";
 }
 
-TrainResult trained(const Config& cfg) {
-  TrainOptions opt;
+train::TrainResult trained(const Config& cfg) {
+  train::TrainOptions opt;
   opt.collect_params = true;
-  return train(cfg, opt);
+  return train::train(cfg, opt);
 }
 
 TEST(HfQwen2Moe, ConfigJsonHasQwen2MoeFields) {
@@ -162,7 +162,7 @@ TEST(HfQwen2Moe, TensorNamesAreQwen2MoesInTheMoeBlockOnly) {
 
 TEST(HfQwen2Moe, TrainedModelRoundTripsAndScoresLikeOurEvaluation) {
   const Config cfg = qwen();
-  const TrainResult r = trained(cfg);
+  const train::TrainResult r = trained(cfg);
   const std::vector<GroupValues> groups = as_groups(r);
   const fs::path dir = temp_dir("trained");
   export_hf(cfg, groups, dir.string());
@@ -195,7 +195,7 @@ TEST(HfQwen2Moe, TrainedModelRoundTripsAndScoresLikeOurEvaluation) {
 
   // score of the exported directory (one shared expert of width 16) == our evaluation of the
   // trained parameters (two of width 8).
-  const std::string c = builtin_corpus();
+  const std::string c = train::builtin_corpus();
   const std::vector<uint8_t> text(c.begin(), c.begin() + 17 * 9);
   const fs::path text_path = dir / "text.txt";
   std::ofstream(text_path, std::ios::binary)
@@ -211,16 +211,17 @@ TEST(HfQwen2Moe, TrainedModelRoundTripsAndScoresLikeOurEvaluation) {
 
 TEST(HfQwen2Moe, InitFromLoadsWithOrWithoutQkvBiasAndRefusesNamingTheKey) {
   const Config cfg = qwen();
-  const TrainResult r = trained(cfg);
+  const train::TrainResult r = trained(cfg);
   const fs::path dir = temp_dir("init_from");
   export_hf(cfg, as_groups(r), dir.string());
-  TrainOptions opt;
+  train::TrainOptions opt;
   opt.collect_params = true;
 
   // 0 steps at world 4, EP 2, ZeRO-3: the parameters are the file's.
-  const TrainResult s = train(qwen({"train.init_from=" + dir.string(), "train.steps=0",
-                                    "parallel.world_size=4", "zero.stage=3"}),
-                              opt);
+  const train::TrainResult s =
+      train::train(qwen({"train.init_from=" + dir.string(), "train.steps=0",
+                         "parallel.world_size=4", "zero.stage=3"}),
+                   opt);
   ASSERT_EQ(s.params.size(), r.params.size());
   for (size_t g = 0; g < r.params.size(); ++g)
     EXPECT_EQ(s.params[g], r.params[g]) << r.group_names[g];
@@ -228,7 +229,7 @@ TEST(HfQwen2Moe, InitFromLoadsWithOrWithoutQkvBiasAndRefusesNamingTheKey) {
   auto init_error = [&](const fs::path& from, const std::vector<std::string>& o) {
     std::vector<std::string> all = {"train.init_from=" + from.string(), "train.steps=0"};
     all.insert(all.end(), o.begin(), o.end());
-    return error_of([&] { train(qwen(all), opt); });
+    return error_of([&] { train::train(qwen(all), opt); });
   };
   // Trained biases are nonzero: a model without them cannot take them.
   std::string e = init_error(dir, {"model.qkv_bias=false"});
@@ -253,24 +254,26 @@ TEST(HfQwen2Moe, InitFromLoadsWithOrWithoutQkvBiasAndRefusesNamingTheKey) {
             std::string::npos)
       << e;
   // One shared expert of width 16 is the same parameters as two of width 8.
-  const TrainResult one = train(qwen({"train.init_from=" + dir.string(), "train.steps=0",
-                                      "model.num_shared_experts=1", "model.shared_expert_d_ff=16"}),
-                                opt);
+  const train::TrainResult one =
+      train::train(qwen({"train.init_from=" + dir.string(), "train.steps=0",
+                         "model.num_shared_experts=1", "model.shared_expert_d_ff=16"}),
+                   opt);
   for (size_t g = 0; g < r.params.size(); ++g)
     EXPECT_EQ(one.params[g], r.params[g]) << r.group_names[g];
 
   // A model without q/k/v biases is exported with zero ones; they load into either form.
   const Config nob = qwen({"model.qkv_bias=false"});
-  const TrainResult rn = trained(nob);
+  const train::TrainResult rn = trained(nob);
   const fs::path dir2 = temp_dir("no_bias");
   export_hf(nob, as_groups(rn), dir2.string());
   const HfModel hf2 = read_hf_dir(dir2.string());
   ASSERT_NE(hf2.weights.find("model.layers.0.self_attn.v_proj.bias"), nullptr);
-  const TrainResult without = train(
+  const train::TrainResult without = train::train(
       qwen({"train.init_from=" + dir2.string(), "train.steps=0", "model.qkv_bias=false"}), opt);
   for (size_t g = 0; g < rn.params.size(); ++g)
     EXPECT_EQ(without.params[g], rn.params[g]) << rn.group_names[g];
-  const TrainResult with = train(qwen({"train.init_from=" + dir2.string(), "train.steps=0"}), opt);
+  const train::TrainResult with =
+      train::train(qwen({"train.init_from=" + dir2.string(), "train.steps=0"}), opt);
   for (size_t g = 0; g < rn.params.size(); ++g) {
     const std::vector<float>& w = with.params[g];
     ASSERT_GE(w.size(), rn.params[g].size());
@@ -284,7 +287,7 @@ TEST(HfQwen2Moe, InitFromLoadsWithOrWithoutQkvBiasAndRefusesNamingTheKey) {
 
 TEST(HfQwen2Moe, ReadRefusesWhatOurModelCannotComputeAndTakesTheClassDefaults) {
   const Config cfg = qwen({"train.steps=0"});
-  const TrainResult r = trained(cfg);
+  const train::TrainResult r = trained(cfg);
   const fs::path dir = temp_dir("read");
   export_hf(cfg, as_groups(r), dir.string());
   const fs::path cj = dir / "config.json";
@@ -330,4 +333,4 @@ TEST(HfQwen2Moe, ReadRefusesWhatOurModelCannotComputeAndTakesTheClassDefaults) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -12,7 +12,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 
-namespace moezero::moe {
+namespace moezero::hf {
 namespace {
 
 namespace fs = std::filesystem;
@@ -211,4 +211,4 @@ TEST(Safetensors, MissingFileIsNamed) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::hf

@@ -16,10 +16,10 @@
 
 #include "core/config.h"
 #include "kernels/backend.h"
-#include "tests/common/backend_fixture.h"
 #include "model/transformer.h"
-#include "tests/model/reference_model.h"
+#include "tests/common/backend_fixture.h"
 #include "tests/common/simple_params.h"
+#include "tests/model/reference_model.h"
 
 namespace moezero::test {
 
@@ -114,7 +114,7 @@ class ModelTest : public ::moezero::test::BackendFixture {
   }
 
   // Zeroes p's gradients, runs one forward + backward, returns the loss and the gradients.
-  RunResult run(moe::Transformer& model, SimpleParams& p, const Batch& b, float loss_scale) {
+  RunResult run(model::Transformer& model, SimpleParams& p, const Batch& b, float loss_scale) {
     p.zero_grads();
     TensorBuffer tokens = upload_i32(b.tokens, Shape{b.batch, b.seq});
     TensorBuffer targets = upload_i32(b.targets, Shape{b.batch, b.seq});

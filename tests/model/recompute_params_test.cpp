@@ -12,7 +12,7 @@
 namespace moezero::test {
 namespace {
 
-using moe::Transformer;
+using model::Transformer;
 
 class CheckpointingTest : public ModelTest {};
 
@@ -112,7 +112,7 @@ TEST_P(CheckpointingTest, RecomputeParamsHoldsOnlyWhatMayBeHeld) {
   Transformer model(cfg);
   SimpleParams p(dev(), s(), model.param_groups(), DType::F32, 1);
   NoHoldOfTwo limited(p);
-  moe::RecomputeParams rp(limited);
+  model::RecomputeParams rp(limited);
   p.acquire(4, s());  // acquired before the wrapper
   rp.hold_releases();
   rp.acquire(1, s());

@@ -12,7 +12,7 @@
 namespace moezero::test {
 namespace {
 
-using moe::Transformer;
+using model::Transformer;
 
 // f32 forward loss vs the f64 reference on the same weights: relative 1e-5. The loss is a
 // mean of 13 cross-entropies through 2 layers; f32 rounding (2^-24 per op, a few hundred ops

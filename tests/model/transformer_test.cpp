@@ -8,7 +8,7 @@
 namespace moezero::test {
 namespace {
 
-using moe::Transformer;
+using model::Transformer;
 
 class TransformerTest : public ModelTest {};
 

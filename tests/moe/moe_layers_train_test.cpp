@@ -42,9 +42,9 @@ Config layers_cfg(std::vector<std::string> overrides = {}) {
   return test::tiny_moe_config("moe_layers", o);
 }
 
-TrainResult run(const Config& c, TrainOptions opt = {}) {
+train::TrainResult run(const Config& c, train::TrainOptions opt = {}) {
   opt.collect_params = opt.resume_from.empty() && opt.stop_at_step == 0;
-  return train(c, opt);
+  return train::train(c, opt);
 }
 
 // A fresh scratch folder of this test (tests run in parallel).
@@ -57,7 +57,7 @@ fs::path scratch(const std::string& name) {
 }
 
 TEST(MoeLayersTrain, WorldOneAndWorldFourEpTwoZeroThreeGiveTheSameLosses) {
-  const TrainResult ref = run(layers_cfg({"parallel.world_size=1", "zero.stage=3"}));
+  const train::TrainResult ref = run(layers_cfg({"parallel.world_size=1", "zero.stage=3"}));
   ASSERT_EQ(ref.steps.size(), 4u);
   // The experts have the fine-grained width: 3 x 24 x 32 per expert group.
   bool saw_expert = false;
@@ -77,11 +77,11 @@ TEST(MoeLayersTrain, WorldOneAndWorldFourEpTwoZeroThreeGiveTheSameLosses) {
       EXPECT_EQ(nonzero, 64) << ref.group_names[g] << ": the biases were not trained";
     }
   for (const char* grad_accum : {"1", "2"}) {
-    const TrainResult one = grad_accum[0] == '1'
-                                ? ref
-                                : run(layers_cfg({"parallel.world_size=1", "zero.stage=3",
-                                                  "train.grad_accum_steps=2"}));
-    const TrainResult r =
+    const train::TrainResult one = grad_accum[0] == '1'
+                                       ? ref
+                                       : run(layers_cfg({"parallel.world_size=1", "zero.stage=3",
+                                                         "train.grad_accum_steps=2"}));
+    const train::TrainResult r =
         run(layers_cfg({"parallel.world_size=4", "parallel.ep_size=2", "zero.stage=3",
                         std::string("train.grad_accum_steps=") + grad_accum}));
     ASSERT_EQ(r.steps.size(), one.steps.size());
@@ -94,7 +94,7 @@ TEST(MoeLayersTrain, WorldOneAndWorldFourEpTwoZeroThreeGiveTheSameLosses) {
     }
   }
   // The features change the math: a Mixtral-style run of the same model differs.
-  const TrainResult plain =
+  const train::TrainResult plain =
       run(layers_cfg({"parallel.world_size=1", "zero.stage=3", "moe.score_function=softmax",
                       "moe.expert_bias_update_rate=0"}));
   EXPECT_NE(plain.steps[1].loss, ref.steps[1].loss);
@@ -108,12 +108,12 @@ TEST(MoeLayersTrain, EveryPolicyAndCacheSizeGivesIdenticalLosses) {
     o.insert(o.end(), extra.begin(), extra.end());
     return run(layers_cfg(o));
   };
-  const TrainResult ref = with({"prefetch.policy=none", "shard_cache.capacity_bytes=0"});
+  const train::TrainResult ref = with({"prefetch.policy=none", "shard_cache.capacity_bytes=0"});
   for (const char* policy : {"none", "all", "frequency", "cost", "cost-priced"})
     for (const char* cache : {"0", "12000", "64MiB"}) {  // an expert group is 9 KiB
       // cost-priced: the cost policy with prefetch.speculate=priced (the gate's alternative).
       const bool priced = std::string(policy) == "cost-priced";
-      const TrainResult r =
+      const train::TrainResult r =
           with({std::string("prefetch.policy=") + (priced ? "cost" : policy),
                 std::string("prefetch.speculate=") + (priced ? "priced" : "idle"),
                 std::string("shard_cache.capacity_bytes=") + cache, "prefetch.min_probability=0.5",
@@ -136,13 +136,13 @@ TEST(MoeLayersTrain, BiasFollowsTheRuleFromAgreedLoadsAndIsCheckpointed) {
   const Config cfg =
       layers_cfg({"parallel.world_size=2", "parallel.ep_size=2", "moe.aux_loss_coef=0",
                   "train.steps=5", "train.save_dir=" + (dir / "ckpt").string()});
-  TrainOptions opt;
+  train::TrainOptions opt;
   opt.metrics_path = (dir / "m.jsonl").string();
-  const TrainResult r = run(cfg, opt);
+  const train::TrainResult r = run(cfg, opt);
   ASSERT_EQ(r.steps.size(), 5u);
   std::vector<std::vector<float>> want(2, std::vector<float>(4, 0.0f));
   std::ifstream metrics(dir / "m.jsonl");
-  for (const StepLog& s : r.steps) {
+  for (const train::StepLog& s : r.steps) {
     ASSERT_EQ(s.tokens_per_expert.size(), 2u);
     // The metrics line shows the bias the step routed with (the rule's value before the step)
     // and the balance of the agreed loads.
@@ -189,14 +189,14 @@ TEST(MoeLayersTrain, BiasFollowsTheRuleFromAgreedLoadsAndIsCheckpointed) {
 // (rate 0): expert_bias is empty.
 TEST(MoeLayersTrain, MetricsCountDroppedTokens) {
   const fs::path dir = scratch("drops");
-  TrainOptions opt;
+  train::TrainOptions opt;
   opt.metrics_path = (dir / "m.jsonl").string();
-  const TrainResult r = run(layers_cfg({"parallel.world_size=2", "moe.capacity_factor=0.5",
-                                        "moe.expert_bias_update_rate=0", "train.steps=2"}),
-                            opt);
+  const train::TrainResult r = run(layers_cfg({"parallel.world_size=2", "moe.capacity_factor=0.5",
+                                               "moe.expert_bias_update_rate=0", "train.steps=2"}),
+                                   opt);
   std::ifstream metrics(dir / "m.jsonl");
   int64_t dropped = 0;
-  for (const StepLog& s : r.steps) {
+  for (const train::StepLog& s : r.steps) {
     std::string line;
     ASSERT_TRUE(std::getline(metrics, line));
     const nlohmann::json j = nlohmann::json::parse(line);
@@ -245,7 +245,7 @@ TEST(MoeLayersTrain, GroupedExpertGemmsAreBitIdenticalToThePerExpertPath) {
     std::vector<std::string> traced = c.set;
     const fs::path trace = dir / ("trace" + std::to_string(n++) + ".json");
     traced.push_back("profile.trace=" + trace.string());
-    const TrainResult grouped = run(layers_cfg(c.set)), one_by_one = run(layers_cfg(traced));
+    const train::TrainResult grouped = run(layers_cfg(c.set)), one_by_one = run(layers_cfg(traced));
     // The traced run recorded per-expert spans: it took the one-by-one path.
     std::ifstream in(trace);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -268,7 +268,7 @@ TEST(MoeLayersTrain, GroupedExpertGemmsAreBitIdenticalToThePerExpertPath) {
 TEST(MoeLayersTrain, RoutingTraceRecordsEveryRanksCounts) {
   const fs::path dir = scratch("trace");
   const fs::path path = dir / "routing.jsonl";
-  const TrainResult r =
+  const train::TrainResult r =
       run(layers_cfg({"parallel.world_size=2", "parallel.ep_size=2", "train.grad_accum_steps=2",
                       "train.steps=2", "profile.routing_trace=" + path.string()}));
   std::ifstream in(path);
@@ -325,17 +325,18 @@ TEST(MoeLayersTrain, ResumeRestoresTheBias) {
     extra.insert(extra.end(), base.begin(), base.end());
     return layers_cfg(extra);
   };
-  const TrainResult whole =
+  const train::TrainResult whole =
       run(cfg({"parallel.world_size=2", "train.save_dir=" + (dir / "whole").string()}));
   const std::string save = "train.save_dir=" + (dir / "ckpt").string();
-  TrainOptions first;
+  train::TrainOptions first;
   first.stop_at_step = 2;
   run(cfg({"parallel.world_size=2", save}), first);
   const auto at_two = saved_bias(dir / "ckpt" / "step_00000002");
   ASSERT_EQ(at_two.size(), 2u);
-  TrainOptions second;
+  train::TrainOptions second;
   second.resume_from = (dir / "ckpt").string();
-  const TrainResult rest = run(cfg({"parallel.world_size=4", "parallel.ep_size=2", save}), second);
+  const train::TrainResult rest =
+      run(cfg({"parallel.world_size=4", "parallel.ep_size=2", save}), second);
   ASSERT_EQ(rest.steps.size(), 2u);
   for (size_t s = 0; s < 2; ++s) {
     EXPECT_NEAR(rest.steps[s].loss, whole.steps[s + 2].loss, 1e-5 * whole.steps[s + 2].loss)

@@ -138,7 +138,7 @@ inline std::vector<RankOut> run_layer(const LayerRun& run) {
         TensorBuffer aux(dev, DType::F32, Shape{1}, MemTag::Other, s, "test.aux");
         dev.ops().fill(s, loss, 0.0);
         dev.ops().fill(s, aux, 0.0);
-        moe::ModuleContext ctx;
+        layers::ModuleContext ctx;
         ctx.stream = &s;
         ctx.dtype = run.dtype;
         ctx.batch = run.batch;

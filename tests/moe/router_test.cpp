@@ -27,7 +27,7 @@
 namespace moezero::test {
 namespace {
 
-using moe::ModuleContext;
+using layers::ModuleContext;
 using moe::Router;
 using moe::RouterConfig;
 using moe::RouterMode;

@@ -25,7 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-TrainResult run(const Config& c) { return train(c, TrainOptions{}); }
+train::TrainResult run(const Config& c) { return train::train(c, train::TrainOptions{}); }
 
 // 2 MoE layers, 4 experts, top-2 softmax, aux loss; 12 sequences of 16 tokens per micro-batch.
 Config replay_cfg(std::vector<std::string> overrides = {}) {
@@ -77,10 +77,11 @@ TEST(RoutingReplay, ForcedChoicesHaveTheCountsAndDistinctExperts) {
 TEST(RoutingReplay, ReplayWithOtherDataRoutesTheRecordedCounts) {
   const fs::path dir = scratch("same");
   const fs::path rec = dir / "rec.jsonl", again = dir / "again.jsonl";
-  const TrainResult a = run(replay_cfg({"train.seed=1", "profile.routing_trace=" + rec.string()}));
-  const TrainResult b = run(replay_cfg({"train.seed=2", "moe.routing_replay=" + rec.string(),
-                                        "profile.routing_trace=" + again.string()}));
-  const TrainResult c = run(replay_cfg({"train.seed=2"}));  // the same run without replay
+  const train::TrainResult a =
+      run(replay_cfg({"train.seed=1", "profile.routing_trace=" + rec.string()}));
+  const train::TrainResult b = run(replay_cfg({"train.seed=2", "moe.routing_replay=" + rec.string(),
+                                               "profile.routing_trace=" + again.string()}));
+  const train::TrainResult c = run(replay_cfg({"train.seed=2"}));  // the same run without replay
   ASSERT_EQ(a.steps.size(), 3u);
   ASSERT_EQ(b.steps.size(), 3u);
   ASSERT_EQ(c.steps.size(), 3u);
@@ -125,8 +126,9 @@ TEST(RoutingReplay, WorldOneAndWorldFourEpTwoZeroThreeReplayTheSameCounts) {
     }
   }
   write_lines(four, out);
-  const TrainResult one = run(replay_cfg({"train.seed=2", "moe.routing_replay=" + rec.string()}));
-  const TrainResult w4 =
+  const train::TrainResult one =
+      run(replay_cfg({"train.seed=2", "moe.routing_replay=" + rec.string()}));
+  const train::TrainResult w4 =
       run(replay_cfg({"train.seed=2", "parallel.world_size=4", "parallel.ep_size=2", "zero.stage=3",
                       "moe.routing_replay=" + four.string()}));
   ASSERT_EQ(one.steps.size(), 3u);

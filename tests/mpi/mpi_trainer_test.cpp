@@ -1,4 +1,4 @@
-// moe::train under mpirun, what only a multi-process job can show: a request that needs every
+// train::train under mpirun, what only a multi-process job can show: a request that needs every
 // rank's values in one process (TrainOptions::collect_params) is refused on every process
 // before any collective, naming the alternative, and the same job then trains.
 #include <gtest/gtest.h>
@@ -25,16 +25,16 @@ Config tiny(int world) {
 TEST(MpiTrainer, CollectParamsIsRefusedOnEveryProcessThenTrainingWorks) {
   const auto mpi = comm::mpi_process();
   ASSERT_TRUE(mpi.has_value());
-  TrainOptions opt;
+  train::TrainOptions opt;
   opt.collect_params = true;
   try {
-    train(tiny(mpi->world_size), opt);
+    train::train(tiny(mpi->world_size), opt);
     ADD_FAILURE() << "collect_params under mpirun must be refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("collect_params"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("checkpoint"), std::string::npos) << e.what();
   }
-  const TrainResult r = train(tiny(mpi->world_size), TrainOptions{});
+  const train::TrainResult r = train::train(tiny(mpi->world_size), train::TrainOptions{});
   EXPECT_EQ(r.steps.size(), mpi->rank == 0 ? 2u : 0u) << "rank 0's process reports the steps";
 }
 

@@ -36,21 +36,21 @@ Config tiny_moe() {
 // (rank, step, micro-batch, group) -> the rank's GEMM calls so far when that gradient is ready.
 using Key = std::tuple<int, int64_t, int64_t, std::string>;
 struct RunRecord {
-  TrainResult result;
+  train::TrainResult result;
   std::map<Key, Ops::GemmCalls> calls;
 };
 
 RunRecord run_once(const Config& cfg, const std::string& trace_path) {
   RunRecord r;
   std::mutex mu;
-  TrainOptions opt;
+  train::TrainOptions opt;
   opt.trace_path = trace_path;
-  opt.grad_hook = [&](const GradHookInfo& g) {
+  opt.grad_hook = [&](const train::GradHookInfo& g) {
     const Ops::GemmCalls c = g.stream->device().ops().gemm_calls();
     std::lock_guard lock(mu);
     r.calls[{g.rank, g.step, g.micro_batch, g.group->name}] = c;
   };
-  r.result = train(cfg, opt);
+  r.result = train::train(cfg, opt);
   return r;
 }
 

@@ -107,15 +107,15 @@ void check_nesting(const json& trace) {
 }
 
 struct TracedRun {
-  TrainResult result;
+  train::TrainResult result;
   json trace;
 };
 
 TracedRun traced(const Config& cfg, const std::string& name) {
-  TrainOptions opt;
+  train::TrainOptions opt;
   opt.trace_path = temp(name + ".trace.json");
   TracedRun r;
-  r.result = train(cfg, opt);
+  r.result = train::train(cfg, opt);
   r.trace = read_json(opt.trace_path);
   return r;
 }
@@ -172,9 +172,9 @@ TEST(Trace, ValidNestedAndBytesMatchTheCounters) {
       // Bytes of the collective spans equal the engine's counters of each step and rank.
       const auto bytes = collective_bytes(r.trace, world, 2);
       ASSERT_EQ(r.result.steps.size(), 3u);
-      for (const StepLog& s : r.result.steps)
+      for (const train::StepLog& s : r.result.steps)
         for (int p = 0; p < world; ++p) {
-          const RankStepStats& rs = s.ranks[static_cast<size_t>(p)];
+          const train::RankStepStats& rs = s.ranks[static_cast<size_t>(p)];
           auto get = [&](const char* op, const char* channel) {
             auto it = bytes.find({s.step, p, op, channel});
             return it == bytes.end() ? uint64_t{0} : it->second;
@@ -195,8 +195,9 @@ TEST(Trace, ValidNestedAndBytesMatchTheCounters) {
           EXPECT_EQ(e["pid"], 0);
           const int64_t step = e["args"]["step"];
           ASSERT_GE(step, 1);
-          EXPECT_EQ(e["args"].dump(),
-                    json::parse(step_json(r.result.steps[static_cast<size_t>(step - 1)])).dump());
+          EXPECT_EQ(
+              e["args"].dump(),
+              json::parse(train::step_json(r.result.steps[static_cast<size_t>(step - 1)])).dump());
         }
       EXPECT_EQ(metrics, 3);
     }
@@ -247,10 +248,11 @@ TEST(Trace, StepListParsingNamesTheKeyAndTheBadPart) {
 TEST(Trace, AFailedRunStillWritesValidJson) {
   const Config cfg = tiny_moe(
       {"parallel.world_size=2", "parallel.ep_size=2", "train.steps=4", "comm.timeout_s=5"});
-  TrainOptions opt;
+  train::TrainOptions opt;
   opt.trace_path = temp("failed.trace.json");
   const int64_t rows = cfg.train.micro_batch_size / 2, T = cfg.model.seq_len;
-  opt.data = [&](const BatchRequest& b, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
+  opt.data = [&](const train::BatchRequest& b, std::vector<int32_t>& tok,
+                 std::vector<int32_t>& tgt) {
     if (b.micro_batch == 2 && b.rank == 1) throw Error("injected data failure", __FILE__, __LINE__);
     tok.assign(static_cast<size_t>(rows * T), 0);
     tgt.assign(static_cast<size_t>(rows * T), 0);
@@ -259,7 +261,7 @@ TEST(Trace, AFailedRunStillWritesValidJson) {
       tgt[i] = static_cast<int32_t>((i * 7 + 1 + b.row_begin + b.micro_batch) % 256);
     }
   };
-  EXPECT_THROW(train(cfg, opt), Error);
+  EXPECT_THROW(train::train(cfg, opt), Error);
   const json trace = read_json(opt.trace_path);
   check_format(trace);
   EXPECT_NE(trace["otherData"]["error"].get<std::string>().find("injected data failure"),
@@ -279,18 +281,18 @@ T sum(const std::vector<T>& v) {
   return s;
 }
 
-void check_expert_counters(const TrainResult& r, int world, const std::string& what,
+void check_expert_counters(const train::TrainResult& r, int world, const std::string& what,
                            bool only_experts_gathered, double ema_decay) {
   ASSERT_FALSE(r.steps.empty()) << what;
   const prefetch::FrequencyModel fresh(2, 4, ema_decay);
   uint64_t total_a2a = 0;
-  for (const StepLog& s : r.steps) {
+  for (const train::StepLog& s : r.steps) {
     SCOPED_TRACE(what + " step " + std::to_string(s.step));
     ASSERT_EQ(s.moe_layers.size(), 2u);
     ASSERT_EQ(s.ranks.size(), static_cast<size_t>(world));
     uint64_t gathered = 0, hits = 0, misses = 0, phits = 0, pmisses = 0, pwaste = 0;
     double stall = 0;
-    for (const RankStepStats& rs : s.ranks) {
+    for (const train::RankStepStats& rs : s.ranks) {
       gathered += rs.gathered_expert_bytes;
       hits += rs.cache_hits;
       misses += rs.cache_misses;
@@ -301,7 +303,7 @@ void check_expert_counters(const TrainResult& r, int world, const std::string& w
     }
     uint64_t e_gathered = 0, e_hits = 0, e_misses = 0, e_phits = 0, e_pmisses = 0, e_pwaste = 0;
     for (size_t m = 0; m < s.moe_layers.size(); ++m) {
-      const MoeLayerStats& L = s.moe_layers[m];
+      const train::MoeLayerStats& L = s.moe_layers[m];
       EXPECT_EQ(L.layer, static_cast<int>(m));  // moe_every 1: every layer is MoE
       EXPECT_EQ(L.tokens, s.tokens_per_expert[m]);
       EXPECT_EQ(sum(L.a2a_tokens_in), sum(L.a2a_tokens_out));
@@ -354,7 +356,7 @@ void check_expert_counters(const TrainResult& r, int world, const std::string& w
     ASSERT_TRUE(s.comm.overlap_ratio().has_value());
     EXPECT_DOUBLE_EQ(*s.comm.overlap_ratio(), 1.0 - s.comm.exposed_comm_ms / s.comm.comm_ms);
     // The metrics line carries them under the schema's names.
-    const json j = json::parse(step_json(s));
+    const json j = json::parse(train::step_json(s));
     ASSERT_EQ(j["moe_layers"].size(), 2u);
     for (const char* k : {"layer", "tokens", "gathers", "gathered_bytes", "gather_ms", "cache_hits",
                           "cache_misses", "prefetch_hits", "prefetch_misses", "wasted_bytes",
@@ -379,11 +381,11 @@ TEST(ExpertCounters, SumToTheRankAggregates) {
             "train.grad_accum_steps=2", std::string("shard_cache.capacity_bytes=") + cache};
         if (experts_only) o.push_back("zero.param_persistence_threshold=10000");
         const Config cfg = tiny_moe(o);
-        const TrainResult r = train(cfg, TrainOptions{});
+        const train::TrainResult r = train::train(cfg, train::TrainOptions{});
         check_expert_counters(r, world, what, experts_only, cfg.prefetch.ema_decay);
         uint64_t hits = 0, gathered = 0;
-        for (const StepLog& s : r.steps)
-          for (const MoeLayerStats& L : s.moe_layers) {
+        for (const train::StepLog& s : r.steps)
+          for (const train::MoeLayerStats& L : s.moe_layers) {
             hits += sum(L.cache_hits);
             gathered += sum(L.gathered_bytes);
           }

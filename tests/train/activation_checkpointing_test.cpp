@@ -20,7 +20,7 @@
 #include "train/memory_estimate.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 namespace {
 
 Config cfg_with(std::vector<std::string> o, const std::string& mode) {
@@ -175,4 +175,4 @@ TEST(ActivationCheckpointing, BadValueIsRefusedNamingTheKey) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::train

@@ -111,12 +111,12 @@ TEST(BenchRows, RepeatsRotateTheStrategyOrder) {
 }
 
 // A step of `peaks.size()` ranks with these peak states and rank 0's tokens/s.
-moe::StepLog step(double tokens_per_s, std::vector<uint64_t> peaks) {
-  moe::StepLog s;
+train::StepLog step(double tokens_per_s, std::vector<uint64_t> peaks) {
+  train::StepLog s;
   s.tokens = 1000;
   s.tokens_per_s = tokens_per_s;
   for (uint64_t p : peaks) {
-    moe::RankStepStats r;
+    train::RankStepStats r;
     r.peak_state_bytes = p;
     r.gathered_expert_bytes = 7;
     s.ranks.push_back(r);
@@ -126,11 +126,12 @@ moe::StepLog step(double tokens_per_s, std::vector<uint64_t> peaks) {
 
 TEST(BenchRows, PeakStateIsTheMaximumOverRanksStepsAndRepeats) {
   EXPECT_EQ(peak_state_over_ranks(step(1, {10, 40, 30, 20})), 40u);
-  EXPECT_EQ(peak_state_over_ranks(moe::StepLog{}), 0u);
+  EXPECT_EQ(peak_state_over_ranks(train::StepLog{}), 0u);
   // The warm-up step's larger peak (999) is left out; rank 2's 50 in step 3 is the run's peak,
   // though rank 0's own peaks are all 10 and no step's median reaches it.
-  const std::vector<moe::StepLog> run1 = {step(100, {999, 1, 1, 1}), step(200, {10, 20, 30, 40}),
-                                          step(300, {10, 20, 50, 40}), step(400, {10, 20, 30, 40})};
+  const std::vector<train::StepLog> run1 = {step(100, {999, 1, 1, 1}), step(200, {10, 20, 30, 40}),
+                                            step(300, {10, 20, 50, 40}),
+                                            step(400, {10, 20, 30, 40})};
   const RunSummary a = summarise_run(run1, 1);
   EXPECT_EQ(a.values[at("peak_state_bytes")], 50.0);
   EXPECT_EQ(a.values[at("tokens_per_s")], 300.0);  // the median of the measured steps
@@ -154,9 +155,9 @@ TEST(BenchRows, PeakStateIsTheMaximumOverRanksStepsAndRepeats) {
 // rank 0 may send only inside its node while rank 1 sends only across), medians over the
 // measured steps.
 TEST(BenchRows, LinkTierBytesAreMeansOverRanks) {
-  std::vector<moe::StepLog> run;
+  std::vector<train::StepLog> run;
   for (uint64_t k : {1, 2, 3}) {
-    moe::StepLog s = step(100, {1, 1});
+    train::StepLog s = step(100, {1, 1});
     s.ranks[0].intra_node_bytes = 10 * k;
     s.ranks[1].intra_node_bytes = 30 * k;
     s.ranks[1].inter_node_bytes = 1000 * k;

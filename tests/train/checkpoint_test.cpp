@@ -16,7 +16,7 @@
 #include "train/checkpoint_io.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 namespace {
 
 namespace fs = std::filesystem;
@@ -419,4 +419,4 @@ TEST_F(CheckpointRefusal, DirectoryWithoutCheckpoint) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::train

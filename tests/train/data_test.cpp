@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "train/token_shard.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 namespace {
 
 TEST(TokenData, RankSlicesConcatenateToTheGlobalBatch) {
@@ -230,4 +230,4 @@ TEST(TokenData, BytesFormatKeepsItsBatchesAndHoldsOutTheTail) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::train

@@ -16,7 +16,7 @@
 #include "train/token_shard.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 namespace {
 
 Config tiny_moe(std::vector<std::string> overrides = {}) {
@@ -129,4 +129,4 @@ TEST(Eval, TokenShardsTrainAndEvaluateLikeTheSameBytes) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::train

@@ -21,7 +21,7 @@
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 namespace {
 
 // Two MoE layers of 4 experts (top-2), tiny widths; EP 2 puts experts 2 and 3 on the ranks
@@ -378,4 +378,4 @@ TEST(GradHealth, MemoryLimitNamesTagGroupAndStopsCleanly) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::train

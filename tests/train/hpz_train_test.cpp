@@ -14,7 +14,7 @@
 #include "train/memory_estimate.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 namespace {
 
 Config config(const std::vector<std::string>& extra, int hpz) {
@@ -151,4 +151,4 @@ TEST(Hpz, BadValuesAreRefusedNamingTheKey) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::train

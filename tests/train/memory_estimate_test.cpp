@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 namespace {
 
 Config small(std::vector<std::string> overrides) {
@@ -243,4 +243,4 @@ TEST(MemoryEstimate, MachineLimitIsKnownHere) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::train

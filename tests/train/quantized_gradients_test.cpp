@@ -10,7 +10,7 @@
 #include "core/config.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 namespace {
 
 Config tiny4(bool quantized, int ranks_per_node, int steps) {
@@ -80,4 +80,4 @@ TEST(QuantizedGradients, OneNodeQuantisesNothing) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::train

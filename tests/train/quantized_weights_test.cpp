@@ -9,7 +9,7 @@
 #include "core/config.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 namespace {
 
 Config tiny_example(std::vector<std::string> extra) {
@@ -49,4 +49,4 @@ TEST(QuantizedWeights, TinyExampleTrainsCloseToTheUnquantisedRun) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::train

@@ -16,7 +16,7 @@
 #include "tests/common/tiny_config.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 namespace {
 
 // 2 MoE layers of 8 experts (top-2), 8 sequences of 16 tokens per rank and micro-batch, bf16,
@@ -34,8 +34,8 @@ Config sim_cfg(int world, int ep, std::vector<std::string> extra = {}) {
   return test::tiny_moe_config("sim_train", o);
 }
 
-RoutingShape shape_of(const Config& c) {
-  RoutingShape s;
+moe::RoutingShape shape_of(const Config& c) {
+  moe::RoutingShape s;
   s.num_experts = c.model.num_experts;
   s.top_k = static_cast<int>(c.model.top_k);
   s.tokens_per_rank =
@@ -51,11 +51,12 @@ struct SimRun {
   double rank_noise = 0.1;
 };
 
-TrainResult run_sim(const Config& c, const SimRun& how, const RoutingSource* source = nullptr) {
-  SyntheticRouting p;
+TrainResult run_sim(const Config& c, const SimRun& how,
+                    const moe::RoutingSource* source = nullptr) {
+  moe::SyntheticRouting p;
   p.rank_noise = how.rank_noise;
   p.grad_accum_steps = c.train.grad_accum_steps;
-  SyntheticRoutingSource synthetic(shape_of(c), p);
+  moe::SyntheticRoutingSource synthetic(shape_of(c), p);
   comm::SimWorldOptions so;
   so.world_size = static_cast<int>(c.parallel.world_size);
   so.present = how.present;
@@ -81,11 +82,11 @@ double step_s(const StepLog& s) { return double(s.tokens) / s.tokens_per_s; }
 
 TEST(SimTrain, TheTrainerRoutesWhatTheSourceSays) {
   const Config c = sim_cfg(4, 2);
-  SyntheticRouting p;
+  moe::SyntheticRouting p;
   p.rank_noise = 0.3;
   p.zipf_s = 1.2;
   p.grad_accum_steps = c.train.grad_accum_steps;
-  const SyntheticRoutingSource src(shape_of(c), p);
+  const moe::SyntheticRoutingSource src(shape_of(c), p);
   const TrainResult r = run_sim(c, SimRun{}, &src);
   ASSERT_EQ(r.steps.size(), 3u);
   for (size_t s = 0; s < r.steps.size(); ++s) {
@@ -155,4 +156,4 @@ TEST(SimTrain, AModelTooBigForTheGpuIsOutOfMemory) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::train

@@ -11,7 +11,7 @@
 #include "core/config.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 namespace {
 
 // A tiny MoE model on an emulated slow link (2 Gbit/s, 20 us), ZeRO-3, every group sharded.
@@ -42,7 +42,7 @@ Config emulated(int world, const std::string& policy, std::vector<std::string> m
 // Link counters are the step's delta of the rank's sent bytes by tier, written by name.
 TEST(StepCounters, LinkBytesAreStepDeltasByTier) {
   const comm::LinkBytes before{100, 5000}, now{160, 5000 + 4096};
-  const RankStepStats s = rank_step_stats(EngineCounters{}, EngineCounters{}, MoeStats{},
+  const RankStepStats s = rank_step_stats(EngineCounters{}, EngineCounters{}, moe::MoeStats{},
                                           MemStats{}, StepTiming{}, now, before);
   EXPECT_EQ(s.intra_node_bytes, 60u);
   EXPECT_EQ(s.inter_node_bytes, 4096u);
@@ -53,8 +53,8 @@ TEST(StepCounters, LinkBytesAreStepDeltasByTier) {
   to_words(s, words);
   EXPECT_EQ(from_words(words).inter_node_bytes, 4096u);
   // Without the link's counts (a backend that does not count them): both 0.
-  const RankStepStats none =
-      rank_step_stats(EngineCounters{}, EngineCounters{}, MoeStats{}, MemStats{}, StepTiming{});
+  const RankStepStats none = rank_step_stats(EngineCounters{}, EngineCounters{}, moe::MoeStats{},
+                                             MemStats{}, StepTiming{});
   EXPECT_EQ(none.intra_node_bytes, 0u);
   EXPECT_EQ(none.inter_node_bytes, 0u);
 }
@@ -167,4 +167,4 @@ TEST(StepCounters, IdleGateSpeculatesNothingBeforeItHasMeasured) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::train

@@ -12,7 +12,7 @@
 #include "train/stop_signal.h"
 #include "train/trainer.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 namespace {
 
 namespace fs = std::filesystem;
@@ -90,4 +90,4 @@ TEST(Stop, SignalNames) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::train

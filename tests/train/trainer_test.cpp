@@ -14,7 +14,7 @@
 #include "kernels/backend.h"
 #include "tests/common/tiny_config.h"
 
-namespace moezero::moe {
+namespace moezero::train {
 namespace {
 
 Config tiny(std::vector<std::string> overrides = {}) {
@@ -507,4 +507,4 @@ TEST(Trainer, BadInputFailsBeforeTraining) {
 }
 
 }  // namespace
-}  // namespace moezero::moe
+}  // namespace moezero::train
