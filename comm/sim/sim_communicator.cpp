@@ -48,16 +48,39 @@ CollectiveShape SimChannel::full_shape(const Slot& slot) const {
     shape.root = std::max(0, a0.sig.root);
     return shape;
   }
+  // collective_shape of the full group's calls, without copying them (absent r sends what
+  // its source sends).
   const size_t n = static_cast<size_t>(group_.size());
-  std::vector<HostCall> calls(n);
-  for (size_t p = 0; p < n; ++p) calls[p] = call_of(slot, source_of(static_cast<int>(p)));
-  return collective_shape(calls, group_);
+  const double elem_bytes = static_cast<double>(dtype_size_bytes(a0.sig.dtype));
+  CollectiveShape shape;
+  shape.op = a0.sig.op;
+  shape.ranks = group_.ranks;
+  shape.size_bytes = static_cast<double>(call_size_bytes(a0, group_.size()));
+  shape.root = std::max(0, a0.sig.root);
+  shape.a2a_bytes.assign(n, std::vector<double>(n, 0.0));
+  for (size_t r = 0; r < n; ++r) {
+    const HostCall& c = call_of(slot, source_of(static_cast<int>(r)));
+    for (size_t p = 0; p < n; ++p)
+      shape.a2a_bytes[r][p] = static_cast<double>(c.send_elems[p]) * elem_bytes;
+  }
+  return shape;
 }
 
 Traffic SimChannel::traffic_locked(const Slot& slot) {
   const HostCall& a0 = slot.calls[0];
-  if (a0.sig.op == CollectiveOp::AllToAllV)
-    return choose_traffic(timelines_->spec(), full_shape(slot), nullptr);
+  if (a0.sig.op == CollectiveOp::AllToAllV) {
+    // The full group's counts follow from the present members' (absent ones copy them).
+    std::vector<uint64_t> key{dtype_size_bytes(a0.sig.dtype)};
+    for (const HostCall& c : slot.calls)
+      key.insert(key.end(), c.send_elems.begin(), c.send_elems.end());
+    auto it = a2a_traffic_.find(key);
+    if (it == a2a_traffic_.end()) {
+      if (a2a_traffic_.size() >= kMaxA2aTraffic) a2a_traffic_.clear();
+      const Traffic full = choose_traffic(timelines_->spec(), full_shape(slot), nullptr);
+      it = a2a_traffic_.emplace(std::move(key), timelines_->modelled_part(full)).first;
+    }
+    return it->second;
+  }
   const std::tuple<int, uint64_t, int> key{static_cast<int>(a0.sig.op),
                                            call_size_bytes(a0, group_.size()), a0.sig.root};
   auto it = traffic_.find(key);

@@ -52,9 +52,11 @@ class SimChannel : public RendezvousCore {
   // all_to_all_v's counts between the present members ("" when consistent or another op).
   std::string validate_locked(const Slot& slot, uint64_t seq) const;
   // The full group's collective (absent members copy present ones): its modelled flows.
-  // Ring, chain and tree collectives depend only on (op, bytes, root) for one group, so their
-  // flows on the modelled ports are kept (up to kMaxTraffic): building a 1,024-rank world
-  // ring's flows cost more than all the rest of a collective. Caller holds mu_.
+  // Ring, chain and tree collectives depend only on (op, bytes, root) for one group, an
+  // all-to-all-v on its present members' send counts, so their flows on the modelled ports
+  // are kept (up to kMaxTraffic and kMaxA2aTraffic): building a 1,024-rank world ring's flows
+  // cost more than all the rest of a collective, an all-to-all-v's (n^2 pairs: qgZ's
+  // gradient reduction over the world) much more. Caller holds mu_.
   Traffic traffic_locked(const Slot& slot);
   CollectiveShape full_shape(const Slot& slot) const;
   void move_data(Slot& slot) const;
@@ -70,6 +72,9 @@ class SimChannel : public RendezvousCore {
   std::map<uint64_t, std::shared_ptr<Slot>> slots_;
   static constexpr size_t kMaxTraffic = 1024;
   std::map<std::tuple<int, uint64_t, int>, Traffic> traffic_;  // (op, bytes, root) -> flows
+  static constexpr size_t kMaxA2aTraffic = 64;
+  // (element bytes, each present member's send counts in order) -> flows
+  std::map<std::vector<uint64_t>, Traffic> a2a_traffic_;
 };
 
 class SimCommunicator final : public HostCommunicator {

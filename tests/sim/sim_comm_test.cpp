@@ -248,6 +248,33 @@ TEST(SimComm, RepeatedCollectivesTakeWhatEachTakesAlone) {
   EXPECT_NEAR(broadcast_time(3, 2), 2 * root3, 1e-12);
 }
 
+// The same for all-to-all-v, whose flows follow from the present members' send counts: two
+// patterns, then the first again; with representative ranks too (absent ones copy them).
+TEST(SimComm, RepeatedAllToAllsTakeWhatEachTakesAlone) {
+  for (std::vector<int> present : {std::vector<int>{}, std::vector<int>{0, 1}}) {
+    const SimWorldOptions o = cluster(2, 2, present, 1);
+    auto a2a_time = [&](const std::vector<int>& patterns) {
+      return the_time(run_times(o, [&](RankContext& ctx, Stream& s) {
+        auto comm = ctx.communicator(ctx.world_group(), "a2a");
+        Buffer send = ctx.device->allocator().allocate(kBig, MemTag::CommBuffer, s);
+        Buffer recv = ctx.device->allocator().allocate(kBig, MemTag::CommBuffer, s);
+        for (int k : patterns) {  // pattern k: rank r sends (1 + k + r + p) << 16 to p
+          std::vector<size_t> out(4), in(4);
+          for (size_t p = 0; p < 4; ++p) {
+            out[p] = (1 + k + static_cast<size_t>(ctx.rank) + p) << 16;
+            in[p] = (1 + k + p + static_cast<size_t>(ctx.rank)) << 16;
+          }
+          comm->all_to_all_v(send.data(), out, recv.data(), in, DType::BF16, s);
+        }
+        s.synchronize();
+      }));
+    };
+    const double first = a2a_time({0}), second = a2a_time({5});
+    ASSERT_NE(first, second);
+    EXPECT_NEAR(a2a_time({0, 5, 0}), 2 * first + second, 1e-12) << present.size();
+  }
+}
+
 // What reserve() places of a world ring on 2 nodes with node 1 not modelled: node 0's flows;
 // reserving that part ends where reserving the whole does.
 TEST(SimComm, ModelledPartReservesLikeTheWhole) {
