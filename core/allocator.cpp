@@ -72,6 +72,7 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     size_bytes_ = o.size_bytes_;
     block_bytes_ = o.block_bytes_;
     tag_ = o.tag_;
+    pool_ = o.pool_;
     home_ = o.home_;
     extra_streams_ = std::move(o.extra_streams_);
     o.allocator_ = nullptr;
@@ -129,7 +130,12 @@ Allocator::~Allocator() {
     }
     device_.raw_free(p.ptr);
   }
-  for (auto& [size, ptr] : free_pool_) device_.raw_free(ptr);
+  for (auto& pool : free_pool_)
+    for (auto& [size, ptr] : pool) device_.raw_free(ptr);
+}
+
+uint8_t Allocator::pool_of(HostRead host_read) const {
+  return host_read == HostRead::Yes && device_.separates_host_read() ? 1 : 0;
 }
 
 void Allocator::reclaim_completed_locked() {
@@ -145,7 +151,7 @@ void Allocator::reclaim_completed_locked() {
   };
   for (size_t i = 0; i < pending_.size();) {
     if (done(pending_[i])) {
-      free_pool_.emplace(pending_[i].block_bytes, pending_[i].ptr);
+      free_pool_[pending_[i].pool].emplace(pending_[i].block_bytes, pending_[i].ptr);
       stats_.pending_bytes -= pending_[i].block_bytes;
       pending_[i] = std::move(pending_.back());
       pending_.pop_back();
@@ -155,21 +161,24 @@ void Allocator::reclaim_completed_locked() {
   }
 }
 
-void* Allocator::take_cached_locked(size_t block_bytes, size_t* got_bytes) {
-  auto it = free_pool_.lower_bound(block_bytes);
-  if (it == free_pool_.end() || !fits(it->first, block_bytes)) return nullptr;
+void* Allocator::take_cached_locked(size_t block_bytes, uint8_t pool, size_t* got_bytes) {
+  auto& cache = free_pool_[pool];
+  auto it = cache.lower_bound(block_bytes);
+  if (it == cache.end() || !fits(it->first, block_bytes)) return nullptr;
   void* p = it->second;
   *got_bytes = it->first;
-  free_pool_.erase(it);
+  cache.erase(it);
   return p;
 }
 
 void Allocator::release_free_pool_locked() {
-  for (auto& [size, p] : free_pool_) {
-    device_.raw_free(p);
-    stats_.reserved_bytes -= size;
+  for (auto& pool : free_pool_) {
+    for (auto& [size, p] : pool) {
+      device_.raw_free(p);
+      stats_.reserved_bytes -= size;
+    }
+    pool.clear();
   }
-  free_pool_.clear();
 }
 
 void Allocator::free_pending_locked(std::unique_lock<std::mutex>& lock) {
@@ -192,10 +201,10 @@ void Allocator::free_pending_locked(std::unique_lock<std::mutex>& lock) {
   }
 }
 
-void* Allocator::obtain_block_locked(size_t block_bytes, size_t* got_bytes,
+void* Allocator::obtain_block_locked(size_t block_bytes, uint8_t pool, size_t* got_bytes,
                                      std::unique_lock<std::mutex>& lock) {
   reclaim_completed_locked();
-  void* ptr = take_cached_locked(block_bytes, got_bytes);
+  void* ptr = take_cached_locked(block_bytes, pool, got_bytes);
   for (int attempt = 0; attempt < 3 && !ptr; ++attempt) {
     if (attempt == 1 && device_.raw_free_synchronizes()) {
       // cudaFree waits for the whole device: were a collective of this device in flight
@@ -210,7 +219,7 @@ void* Allocator::obtain_block_locked(size_t block_bytes, size_t* got_bytes,
     else if (attempt == 2)
       free_pending_locked(lock);
     if (capacity_bytes_ == 0 || stats_.reserved_bytes + block_bytes <= capacity_bytes_) {
-      ptr = device_.raw_alloc(block_bytes);
+      ptr = pool ? device_.raw_alloc_host_read(block_bytes) : device_.raw_alloc(block_bytes);
       if (ptr) {
         *got_bytes = block_bytes;
         stats_.reserved_bytes += block_bytes;
@@ -253,15 +262,17 @@ void Allocator::add_state_locked(size_t bytes) {
   stats_.state_peak_bytes = std::max(stats_.state_peak_bytes, stats_.state_current_bytes);
 }
 
-Buffer Allocator::allocate(size_t bytes, MemTag tag, Stream& stream, const char* what) {
+Buffer Allocator::allocate(size_t bytes, MemTag tag, Stream& stream, const char* what,
+                           HostRead host_read) {
   Buffer b;
   if (bytes == 0) return b;
   const size_t block = round_block(bytes);
+  const uint8_t pool = pool_of(host_read);
   void* ptr = nullptr;
   size_t got = block;
   {
     std::unique_lock lock(mu_);
-    ptr = obtain_block_locked(block, &got, lock);
+    ptr = obtain_block_locked(block, pool, &got, lock);
     if (!ptr) throw_out_of_memory_locked(bytes, block, tag, what);
     count_allocation_locked(bytes, tag);
   }
@@ -271,12 +282,13 @@ Buffer Allocator::allocate(size_t bytes, MemTag tag, Stream& stream, const char*
   b.size_bytes_ = bytes;
   b.block_bytes_ = got;
   b.tag_ = tag;
+  b.pool_ = pool;
   b.home_ = &stream;
   return b;
 }
 
 void Allocator::free_block(Buffer& b) {
-  Pending p{b.ptr_, b.block_bytes_, {}};
+  Pending p{b.ptr_, b.block_bytes_, b.pool_, {}};
   // Mark the release point on every stream that may still use the block.
   auto mark = [&](Stream* s) {
     auto e = device_.create_event();

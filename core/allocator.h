@@ -97,6 +97,7 @@ class Buffer {
   size_t size_bytes_ = 0;   // what the user asked for
   size_t block_bytes_ = 0;  // what the block holds (rounded up)
   MemTag tag_ = MemTag::Other;
+  uint8_t pool_ = 0;  // Allocator::pool_of
   Stream* home_ = nullptr;
   std::vector<Stream*> extra_streams_;
 };
@@ -116,8 +117,10 @@ class Allocator {
   Allocator& operator=(const Allocator&) = delete;
 
   // [in] bytes: size (0 gives an empty Buffer); [in] tag: accounting class; [in] stream: home
-  // stream (the first user). `what` names the request in an out-of-memory error.
-  Buffer allocate(size_t bytes, MemTag tag, Stream& stream, const char* what = "");
+  // stream (the first user). `what` names the request in an out-of-memory error. [in]
+  // host_read: whether the host reads the contents back (Device::raw_alloc_host_read).
+  Buffer allocate(size_t bytes, MemTag tag, Stream& stream, const char* what = "",
+                  HostRead host_read = HostRead::No);
 
   MemStats stats() const;
   void reset_peak();
@@ -130,17 +133,21 @@ class Allocator {
   struct Pending {
     void* ptr;
     size_t block_bytes;
+    uint8_t pool;
     std::vector<std::unique_ptr<Event>> events;
   };
+  // The cache a request's blocks come from and return to: 1 for host-read blocks of a device
+  // that separates them (Device::separates_host_read), else 0.
+  uint8_t pool_of(HostRead host_read) const;
   void free_block(Buffer& b);
   void retag(Buffer& b, MemTag tag);
   void reclaim_completed_locked();  // pending -> free pool for blocks whose events completed
-  void* take_cached_locked(size_t block_bytes, size_t* got_bytes);
+  void* take_cached_locked(size_t block_bytes, uint8_t pool, size_t* got_bytes);
   // The steps of allocate, all under mu_.
   // A block for `block_bytes`: cached, else from the device (after returning the free pool,
   // then after waiting for pending frees, which unlocks `lock` meanwhile). nullptr when none;
   // [out] got_bytes: the block's size when found.
-  void* obtain_block_locked(size_t block_bytes, size_t* got_bytes,
+  void* obtain_block_locked(size_t block_bytes, uint8_t pool, size_t* got_bytes,
                             std::unique_lock<std::mutex>& lock);
   void release_free_pool_locked();  // every cached block back to the device
   void free_pending_locked(std::unique_lock<std::mutex>& lock);  // waits, unlocked, then frees
@@ -152,7 +159,7 @@ class Allocator {
   Device& device_;
   size_t capacity_bytes_;
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> free_pool_;  // block size -> ptr
+  std::array<std::multimap<size_t, void*>, 2> free_pool_;  // by pool_of: block size -> ptr
   std::vector<Pending> pending_;
   MemStats stats_;
 };

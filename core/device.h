@@ -35,6 +35,8 @@ class Event;
 
 // Sim: the simulated backend (kernels/sim/): virtual time, no computation on big buffers.
 enum class DeviceKind : uint8_t { Cpu, Cuda, Sim };
+// Whether the host reads a buffer's contents back (Device::raw_alloc_host_read).
+enum class HostRead : uint8_t { No, Yes };
 
 const char* device_kind_name(DeviceKind k);
 
@@ -127,6 +129,12 @@ class Device {
   // nullptr when the device is out of memory (the allocator turns that into an error).
   virtual void* raw_alloc(size_t bytes) = 0;
   virtual void raw_free(void* ptr) = 0;
+  // A block whose contents the host reads back (HostRead::Yes: core/host_exchange's buffers).
+  // Only the simulated backend tells them apart: it backs big blocks with real memory only
+  // when the host reads them (kernels/sim/sim_device.h), and returns true from
+  // separates_host_read() so that the allocator caches the two kinds apart.
+  virtual void* raw_alloc_host_read(size_t bytes) { return raw_alloc(bytes); }
+  virtual bool separates_host_read() const { return false; }
 
   // Copies `bytes` between any two of: this device's memory, host memory. Asynchronous in
   // `stream`: host memory must stay valid (and unmodified) until the stream passes the copy.

@@ -16,9 +16,9 @@ std::vector<int64_t> all_gather_words(Device& device, Stream& stream, Communicat
   std::vector<int64_t> out(words * static_cast<size_t>(comm.size()));
   if (words == 0) return out;
   TensorBuffer send(device, DType::I64, Shape{static_cast<int64_t>(words)}, MemTag::CommBuffer,
-                    stream, "host exchange");
+                    stream, "host exchange", HostRead::Yes);
   TensorBuffer recv(device, DType::I64, Shape{static_cast<int64_t>(out.size())}, MemTag::CommBuffer,
-                    stream, "host exchange");
+                    stream, "host exchange", HostRead::Yes);
   device.memcpy_async(send.view().data(), mine.data(), words * 8, stream);
   comm.all_gather(send.view().data(), recv.view().data(), words, DType::I64, stream);
   device.memcpy_async(out.data(), recv.view().data(), out.size() * 8, stream);
@@ -31,7 +31,7 @@ std::vector<int64_t> all_reduce_words(Device& device, Stream& stream, Communicat
   std::vector<int64_t> out(mine.begin(), mine.end());
   if (out.empty() || comm.size() == 1) return out;
   TensorBuffer buf(device, DType::I64, Shape{static_cast<int64_t>(out.size())}, MemTag::CommBuffer,
-                   stream, "host exchange");
+                   stream, "host exchange", HostRead::Yes);
   device.memcpy_async(buf.view().data(), out.data(), out.size() * 8, stream);
   comm.all_reduce(buf.view().data(), buf.view().data(), out.size(), DType::I64, ReduceOp::Sum,
                   stream);

@@ -85,9 +85,9 @@ std::string Tensor::str() const {
 }
 
 TensorBuffer::TensorBuffer(Device& device, DType dtype, Shape shape, MemTag tag, Stream& stream,
-                           const char* what) {
+                           const char* what, HostRead host_read) {
   size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size_bytes(dtype);
-  buffer_ = device.allocator().allocate(bytes, tag, stream, what);
+  buffer_ = device.allocator().allocate(bytes, tag, stream, what, host_read);
   view_ = Tensor(buffer_.data(), dtype, shape, &device);
 }
 

@@ -86,7 +86,7 @@ class TensorBuffer {
  public:
   TensorBuffer() = default;
   TensorBuffer(Device& device, DType dtype, Shape shape, MemTag tag, Stream& stream,
-               const char* what = "");
+               const char* what = "", HostRead host_read = HostRead::No);
   const Tensor& view() const { return view_; }
   operator const Tensor&() const { return view_; }  // NOLINT: a TensorBuffer is usable as its view
   Buffer& buffer() { return buffer_; }

@@ -57,6 +57,8 @@ constexpr size_t kMaxTotals = size_t{1} << 16;  // (micro-batch, layer) totals k
 std::vector<int64_t> RoutingSource::total(int64_t micro_batch, int moe_index,
                                           int world_size) const {
   const std::tuple<int64_t, int, int> key{micro_batch, moe_index, world_size};
+  // The present ranks reach a layer together: one computes its total, the others wait for it.
+  std::lock_guard computing(computing_mu_);
   {
     std::lock_guard lock(totals_mu_);
     const auto hit = totals_.find(key);

@@ -33,10 +33,12 @@ class RoutingSource {
   // The agreed total of a world of `world_size` ranks: sum over ranks of counts(). Computed
   // once per (micro-batch, layer, world) and kept (up to 65,536 of them) for whoever asks next:
   // each present rank of a simulated world asks, and `moezero plan` asks again for every
-  // strategy; at 1,024 ranks the sum is most of the source's cost. Thread-safe.
+  // strategy; at 1,024 ranks the sum is most of the source's cost. Thread-safe: while one
+  // thread computes a total, the others wait (then read it) rather than compute it again.
   std::vector<int64_t> total(int64_t micro_batch, int moe_index, int world_size) const;
 
  private:
+  mutable std::mutex computing_mu_;  // held while a total is computed (before totals_mu_)
   mutable std::mutex totals_mu_;
   mutable std::map<std::tuple<int64_t, int, int>, std::vector<int64_t>> totals_;
 };

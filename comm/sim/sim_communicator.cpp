@@ -18,8 +18,12 @@ SimChannel::SimChannel(ProcessGroup group, std::vector<char> present_in_group, s
     : RendezvousCore(std::move(group), std::move(name), options, std::move(abort)),
       present_(std::move(present_in_group)),
       timelines_(std::move(timelines)) {
+  present_index_.assign(static_cast<size_t>(group_.size()), -1);
   for (int r = 0; r < group_.size(); ++r)
-    if (present_[static_cast<size_t>(r)]) present_gr_.push_back(r);
+    if (present_[static_cast<size_t>(r)]) {
+      present_index_[static_cast<size_t>(r)] = static_cast<int>(present_gr_.size());
+      present_gr_.push_back(r);
+    }
   MOEZERO_CHECK(!present_gr_.empty(), "SimChannel: group ", group_.str(), " has no present rank");
   // The i-th absent member (in group order) copies present member i mod P.
   size_t absent = 0;
@@ -30,22 +34,77 @@ SimChannel::SimChannel(ProcessGroup group, std::vector<char> present_in_group, s
 
 int SimChannel::source_of(int p) const { return source_[static_cast<size_t>(p)]; }
 
+const HostCall& SimChannel::call_of(const Slot& slot, int r) const {
+  return slot.calls[static_cast<size_t>(present_index_[static_cast<size_t>(r)])];
+}
+
 CollectiveShape SimChannel::full_shape(const Slot& slot) const {
+  const HostCall& a0 = slot.calls[0];          // every present call has this signature
+  if (a0.sig.op != CollectiveOp::AllToAllV) {  // what collective_shape reads: the signature
+    CollectiveShape shape;
+    shape.op = a0.sig.op;
+    shape.ranks = group_.ranks;
+    shape.size_bytes = static_cast<double>(call_size_bytes(a0, group_.size()));
+    shape.root = std::max(0, a0.sig.root);
+    return shape;
+  }
+  // collective_shape of the full group's calls, without copying them (absent r sends what
+  // its source sends).
   const size_t n = static_cast<size_t>(group_.size());
-  std::vector<HostCall> calls(n);
-  for (size_t p = 0; p < n; ++p)
-    calls[p] = slot.calls[static_cast<size_t>(source_of(static_cast<int>(p)))];
-  return collective_shape(calls, group_);
+  const double elem_bytes = static_cast<double>(dtype_size_bytes(a0.sig.dtype));
+  CollectiveShape shape;
+  shape.op = a0.sig.op;
+  shape.ranks = group_.ranks;
+  shape.size_bytes = static_cast<double>(call_size_bytes(a0, group_.size()));
+  shape.root = std::max(0, a0.sig.root);
+  shape.a2a_bytes.assign(n, std::vector<double>(n, 0.0));
+  for (size_t r = 0; r < n; ++r) {
+    const HostCall& c = call_of(slot, source_of(static_cast<int>(r)));
+    for (size_t p = 0; p < n; ++p)
+      shape.a2a_bytes[r][p] = static_cast<double>(c.send_elems[p]) * elem_bytes;
+  }
+  return shape;
+}
+
+Traffic SimChannel::traffic_locked(const Slot& slot) {
+  const HostCall& a0 = slot.calls[0];
+  if (a0.sig.op == CollectiveOp::AllToAllV) {
+    // The full group's counts follow from the present members' (absent ones copy them).
+    std::vector<uint64_t> key{dtype_size_bytes(a0.sig.dtype)};
+    for (const HostCall& c : slot.calls)
+      key.insert(key.end(), c.send_elems.begin(), c.send_elems.end());
+    auto it = a2a_traffic_.find(key);
+    if (it == a2a_traffic_.end()) {
+      if (a2a_traffic_.size() >= kMaxA2aTraffic) a2a_traffic_.clear();
+      const Traffic full = choose_traffic(timelines_->spec(), full_shape(slot), nullptr);
+      it = a2a_traffic_.emplace(std::move(key), timelines_->modelled_part(full)).first;
+    }
+    return it->second;
+  }
+  const std::tuple<int, uint64_t, int> key{static_cast<int>(a0.sig.op),
+                                           call_size_bytes(a0, group_.size()), a0.sig.root};
+  auto it = traffic_.find(key);
+  if (it == traffic_.end()) {
+    if (traffic_.size() >= kMaxTraffic) traffic_.clear();
+    const Traffic full = choose_traffic(timelines_->spec(), full_shape(slot), nullptr);
+    it = traffic_.emplace(key, timelines_->modelled_part(full)).first;
+  }
+  return it->second;
+}
+
+std::string SimChannel::validate_locked(const Slot& slot, uint64_t seq) const {
+  if (slot.calls[0].sig.op != CollectiveOp::AllToAllV) return "";
+  std::vector<HostCall> by_rank(static_cast<size_t>(group_.size()));
+  for (int r : present_gr_) by_rank[static_cast<size_t>(r)] = call_of(slot, r);
+  return validate_counts(by_rank, present_gr_, seq);
 }
 
 void SimChannel::move_data(Slot& slot) const {
-  const HostCall& a0 = slot.calls[static_cast<size_t>(present_gr_[0])];
+  const HostCall& a0 = slot.calls[0];
   const CollectiveOp op = a0.sig.op;
   if (op == CollectiveOp::Barrier) return;
-  for (int r : present_gr_) {
-    const HostCall& c = slot.calls[static_cast<size_t>(r)];
+  for (const HostCall& c : slot.calls)
     if (is_virtual_address(c.send) || is_virtual_address(c.recv)) return;  // unbacked: no bytes
-  }
   const int n = group_.size();
   const size_t eb = dtype_size_bytes(a0.sig.dtype);
   // Snapshot every present send first: in-place calls overwrite them.
@@ -64,23 +123,25 @@ void SimChannel::move_data(Slot& slot) const {
     }
     return 0;
   };
-  std::vector<std::vector<std::byte>> sends(static_cast<size_t>(n));
-  for (int r : present_gr_) {
-    const HostCall& c = slot.calls[static_cast<size_t>(r)];
-    if (op == CollectiveOp::Broadcast && r != source_of(c.sig.root)) continue;
+  std::vector<std::vector<std::byte>> sends(present_gr_.size());  // by present index
+  for (size_t i = 0; i < present_gr_.size(); ++i) {
+    const HostCall& c = slot.calls[i];
+    if (op == CollectiveOp::Broadcast && present_gr_[i] != source_of(c.sig.root)) continue;
     const size_t b = send_bytes(c);
-    sends[static_cast<size_t>(r)].resize(b);
-    if (b > 0) std::memcpy(sends[static_cast<size_t>(r)].data(), c.send, b);
+    sends[i].resize(b);
+    if (b > 0) std::memcpy(sends[i].data(), c.send, b);
   }
-  auto src = [&](int p) { return sends[static_cast<size_t>(source_of(p))].data(); };
+  auto src = [&](int p) {
+    return sends[static_cast<size_t>(present_index_[static_cast<size_t>(source_of(p))])].data();
+  };
   const size_t elems = a0.sig.elems;
   switch (op) {
     case CollectiveOp::AllGather:
       for (int r : present_gr_)
         for (int p = 0; p < n; ++p)
-          std::memcpy(static_cast<std::byte*>(slot.calls[static_cast<size_t>(r)].recv) +
-                          static_cast<size_t>(p) * elems * eb,
-                      src(p), elems * eb);
+          std::memcpy(
+              static_cast<std::byte*>(call_of(slot, r).recv) + static_cast<size_t>(p) * elems * eb,
+              src(p), elems * eb);
       break;
     case CollectiveOp::AllReduce: {
       std::vector<std::byte> out(elems * eb);
@@ -88,29 +149,26 @@ void SimChannel::move_data(Slot& slot) const {
       for (int p = 0; p < n; ++p) in.push_back(src(p));
       if (elems > 0) reduce_elems(out.data(), in, elems, a0.sig.dtype, a0.sig.reduce);
       for (int r : present_gr_)
-        if (elems > 0) std::memcpy(slot.calls[static_cast<size_t>(r)].recv, out.data(), out.size());
+        if (elems > 0) std::memcpy(call_of(slot, r).recv, out.data(), out.size());
       break;
     }
     case CollectiveOp::ReduceScatter:
       for (int r : present_gr_) {
         std::vector<const void*> in;
         for (int p = 0; p < n; ++p) in.push_back(src(p) + static_cast<size_t>(r) * elems * eb);
-        if (elems > 0)
-          reduce_elems(slot.calls[static_cast<size_t>(r)].recv, in, elems, a0.sig.dtype,
-                       a0.sig.reduce);
+        if (elems > 0) reduce_elems(call_of(slot, r).recv, in, elems, a0.sig.dtype, a0.sig.reduce);
       }
       break;
     case CollectiveOp::Broadcast:
       for (int r : present_gr_)
-        if (elems > 0)
-          std::memcpy(slot.calls[static_cast<size_t>(r)].recv, src(a0.sig.root), elems * eb);
+        if (elems > 0) std::memcpy(call_of(slot, r).recv, src(a0.sig.root), elems * eb);
       break;
     case CollectiveOp::AllToAllV:
       for (int r : present_gr_) {
-        const HostCall& me = slot.calls[static_cast<size_t>(r)];
+        const HostCall& me = call_of(slot, r);
         auto* dst = static_cast<std::byte*>(me.recv);
         for (int p = 0; p < n; ++p) {
-          const HostCall& q = slot.calls[static_cast<size_t>(source_of(p))];
+          const HostCall& q = call_of(slot, source_of(p));
           size_t offset = 0;  // where block r starts in q's send
           for (int k = 0; k < r; ++k) offset += q.send_elems[static_cast<size_t>(k)];
           const size_t want = me.recv_elems[static_cast<size_t>(p)] * eb;
@@ -131,7 +189,10 @@ void SimChannel::await_locked(std::unique_lock<std::mutex>& lock, const Slot& sl
                [&] { return slot.done || failed_locked() || abort_->aborted.load(); });
   if (slot.done) return;
   throw_if_broken_locked(sig, seq);
-  fail_timeout_locked(sig, seq, slot.arrived, present_gr_, " ms (wall) waiting for present ranks ");
+  std::vector<char> arrived(static_cast<size_t>(group_.size()), 0);  // by group rank
+  for (size_t i = 0; i < present_gr_.size(); ++i)
+    arrived[static_cast<size_t>(present_gr_[i])] = slot.arrived[i];
+  fail_timeout_locked(sig, seq, arrived, present_gr_, " ms (wall) waiting for present ranks ");
 }
 
 double SimChannel::run(int rank, uint64_t seq, const HostCall& call, double arrival_s) {
@@ -139,26 +200,24 @@ double SimChannel::run(int rank, uint64_t seq, const HostCall& call, double arri
   std::unique_lock lock(mu_);
   throw_if_broken_locked(sig, seq);
   auto& entry = slots_[seq];
-  if (!entry) entry = std::make_shared<Slot>(static_cast<size_t>(group_.size()));
+  if (!entry) entry = std::make_shared<Slot>(present_gr_.size());
   std::shared_ptr<Slot> slot = entry;
   if (slot->first_rank >= 0)
-    check_signature_locked(slot->calls[static_cast<size_t>(slot->first_rank)].sig, slot->first_rank,
-                           sig, rank, seq);
+    check_signature_locked(call_of(*slot, slot->first_rank).sig, slot->first_rank, sig, rank, seq);
   else
     slot->first_rank = rank;
-  slot->calls[static_cast<size_t>(rank)] = call;
-  slot->arrived[static_cast<size_t>(rank)] = 1;
+  const auto at = static_cast<size_t>(present_index_[static_cast<size_t>(rank)]);
+  slot->calls[at] = call;
+  slot->arrived[at] = 1;
   slot->start_s = std::max(slot->start_s, arrival_s);
   const int n_present = static_cast<int>(present_gr_.size());
   if (++slot->n_arrived == n_present) {
-    std::string bad = validate_counts(slot->calls, present_gr_, seq);
+    std::string bad = validate_locked(*slot, seq);
     if (!bad.empty()) {
       fail_locked(false, std::move(bad));
       throw_failure_locked();
     }
-    Algorithm algo = Algorithm::Ring;
-    const Traffic traffic = choose_traffic(timelines_->spec(), full_shape(*slot), &algo);
-    slot->end_s = timelines_->reserve(traffic, slot->start_s);
+    slot->end_s = timelines_->reserve(traffic_locked(*slot), slot->start_s);
     move_data(*slot);
     slot->done = true;
     cv_.notify_all();
@@ -173,7 +232,8 @@ double SimChannel::run(int rank, uint64_t seq, const HostCall& call, double arri
 SimCommunicator::SimCommunicator(std::shared_ptr<SimChannel> channel, int global_rank)
     : HostCommunicator(channel->group(), global_rank, channel->name(), "SimCommunicator",
                        "(the simulated communicator runs on simulated devices)", DeviceKind::Sim),
-      channel_(std::move(channel)) {}
+      channel_(std::move(channel)),
+      group_str_(group().str()) {}
 
 void SimCommunicator::submit(HostCall call, Stream& stream) {
   auto* vs = dynamic_cast<VirtualStream*>(&stream);
@@ -182,8 +242,8 @@ void SimCommunicator::submit(HostCall call, Stream& stream) {
   const int rank = this->rank();
   const uint64_t seq = channel_->take_seq(rank);
   CommRecord record{
-      call.sig.op, group().str(), channel(), stream.name(), seq, call_size_bytes(call, size()), {},
-      {}};
+      call.sig.op, group_str_, channel(), stream.name(), seq, call_size_bytes(call, size()),
+      {},          {}};
   const ObservedCall observed(*this, record.op, record.bytes, stream);
   vs->enqueue_timed([ch = channel_, log = log(), rank, seq, call = std::move(call),
                      record = std::move(record), vs](double start) mutable {

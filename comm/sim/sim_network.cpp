@@ -100,6 +100,14 @@ double PortTimelines::place(Port& port, double start_s, double duration_s) {
   return end;
 }
 
+Traffic PortTimelines::modelled_part(const Traffic& traffic) const {
+  Traffic out;
+  out.latency_s = traffic.latency_s;
+  for (const Flow& f : traffic.flows)
+    if (port_bytes_per_s(f) > 0.0 && f.bytes > 0.0 && modelled(f)) out.flows.push_back(f);
+  return out;
+}
+
 double PortTimelines::reserve(const Traffic& traffic, double start_s) {
   std::lock_guard lock(mu_);
   double last = start_s;

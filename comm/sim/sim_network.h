@@ -58,6 +58,11 @@ class PortTimelines {
   // Reserves every flow of `traffic` from `start_s` (see above). Returns the end: the last
   // flow's end plus the latency. Thread-safe.
   double reserve(const Traffic& traffic, double start_s);
+  // The flows of `traffic` that reserve() places (on a modelled node, at a rate, with bytes),
+  // in order, and its latency: reserve() of the result ends where reserve() of `traffic` does.
+  // Callers that reserve one traffic many times keep this instead (a world ring's flows are
+  // mostly on nodes that are not modelled).
+  Traffic modelled_part(const Traffic& traffic) const;
 
  private:
   struct Port {

@@ -138,12 +138,18 @@ void SimDevice::host_sync_to(double t) {
   host_s_ = std::max(host_s_, t);
 }
 
-void* SimDevice::raw_alloc(size_t bytes) {
+void* SimDevice::raw_alloc(size_t bytes) { return alloc_block(bytes, options_.backed_bytes); }
+
+void* SimDevice::raw_alloc_host_read(size_t bytes) {
+  return alloc_block(bytes, std::max(options_.backed_bytes, options_.host_read_backed_bytes));
+}
+
+void* SimDevice::alloc_block(size_t bytes, uint64_t backed_limit) {
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   std::lock_guard lock(mem_mu_);
   if (raw_bytes_ + rounded > options_.capacity_bytes) return nullptr;  // out of device memory
   void* p = nullptr;
-  if (rounded <= options_.backed_bytes) {
+  if (rounded <= backed_limit) {
     if (rounded >= kMappedBytes) {  // zero pages, resident only once written: a trainer that
       // computes nothing (compute_backed = false) keeps its many small shards off the host
       p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -228,8 +234,16 @@ void SimDevice::memset_async(void* dst, int value, size_t bytes, Stream& stream)
 
 // ---- factory -------------------------------------------------------------------------------
 
+namespace {
+uint64_t guaranteed_of(uint64_t backed) { return backed <= 4096 ? 0 : (backed - 4096) * 4 / 5; }
+}  // namespace
+
 uint64_t guaranteed_backed_bytes(const SimDeviceOptions& options) {
-  return options.backed_bytes <= 4096 ? 0 : (options.backed_bytes - 4096) * 4 / 5;
+  return guaranteed_of(options.backed_bytes);
+}
+
+uint64_t guaranteed_host_read_backed_bytes(const SimDeviceOptions& options) {
+  return guaranteed_of(std::max(options.backed_bytes, options.host_read_backed_bytes));
 }
 
 std::unique_ptr<Device> make_sim_device(int index, const GpuProfile& profile,

@@ -18,11 +18,12 @@
 //   host syncs:   Stream/Event/Device::synchronize wait (wall) for the work, then set the host
 //                 clock to max(host, awaited virtual time). Device::virtual_time_s() reads it.
 // Memory: raw blocks of at most `backed_bytes` are real memory (zeroed at allocation; host
-// reads of counters and scalars work); bigger ones get unbacked fake addresses (a 40 GB
-// shard costs nothing on this machine). The allocator counts both by tag, as usual; the
-// device refuses blocks past `capacity_bytes` (the profile's memory) as cudaMalloc would.
-// An op whose tensors are all backed also runs the CPU kernel for real (right values in small
-// buffers); an op touching any unbacked tensor computes nothing, except find_nonfinite, which
+// reads of counters and scalars work), and so are blocks the host reads back (HostRead::Yes:
+// core/host_exchange's buffers) of at most `host_read_backed_bytes`; other blocks get unbacked
+// fake addresses (a 40 GB shard costs nothing on this machine). The allocator counts both by tag,
+// as usual; the device refuses blocks past `capacity_bytes` (the profile's memory) as cudaMalloc
+// would. An op whose tensors are all backed also runs the CPU kernel for real (right values in
+// small buffers); an op touching any unbacked tensor computes nothing, except find_nonfinite, which
 // writes {-1, 0, 0} ("all finite") into a backed result. sum_squares then adds 0.
 #pragma once
 
@@ -74,14 +75,21 @@ struct SimDeviceOptions {
   // from a cached block up to 1.25x + 4 KiB its size, so requests of at most
   // (backed_bytes - 4096) * 4 / 5 bytes (48 KiB by default) are always backed.
   uint64_t backed_bytes = 64 * 1024;
+  // Blocks the host reads back (Device::raw_alloc_host_read) are real up to the larger of this
+  // and backed_bytes, with the same 4/5 guarantee for requests. The trainer on the simulated
+  // backend keeps backed_bytes small and sets this to its largest host exchange: then only
+  // the buffers whose contents decide something cost memory on this machine.
+  uint64_t host_read_backed_bytes = 0;
   // False: no op computes, not even on backed buffers (find_nonfinite still writes its "all
   // finite" stand-in). The trainer on the simulated backend needs this: its host plans come
   // from a routing source, so small kernels computing on other values would disagree with them.
   bool compute_backed = true;
 };
 
-// The largest request that is guaranteed real memory under `options` (see backed_bytes).
+// The largest request that is guaranteed real memory under `options` (see backed_bytes), and
+// the largest host-read request (see host_read_backed_bytes).
 uint64_t guaranteed_backed_bytes(const SimDeviceOptions& options);
+uint64_t guaranteed_host_read_backed_bytes(const SimDeviceOptions& options);
 
 // "sim:<index>" on `profile`. Throws on bad options (backed_bytes below 8 KiB).
 std::unique_ptr<Device> make_sim_device(int index, const GpuProfile& profile,

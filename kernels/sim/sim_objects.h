@@ -67,6 +67,8 @@ class SimDevice final : public cpu::CpuDevice {
   std::unique_ptr<Event> create_event() override { return std::make_unique<SimEvent>(*this); }
   std::optional<double> virtual_time_s() const override;
   void* raw_alloc(size_t bytes) override;
+  void* raw_alloc_host_read(size_t bytes) override;
+  bool separates_host_read() const override { return true; }
   void raw_free(void* ptr) override;
   void memcpy_async(void* dst, const void* src, size_t bytes, Stream& stream) override;
   void memset_async(void* dst, int value, size_t bytes, Stream& stream) override;
@@ -80,6 +82,8 @@ class SimDevice final : public cpu::CpuDevice {
   double host_launch();
   double host_now() const;
   void host_sync_to(double t);
+  // A block of `bytes`, real memory when at most `backed_limit` (else an unbacked address).
+  void* alloc_block(size_t bytes, uint64_t backed_limit);
   // Whether `ptr` lies in a backed block of this device.
   bool is_backed_device(const void* ptr) const;
   // An op's duration on this device's profile (sharing applied).

@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <thread>
 
 #include "core/error.h"
 
@@ -72,6 +75,30 @@ TEST(SyntheticRouting, CountsAreValidAndDeterministic) {
     for (size_t e = 0; e < 16; ++e) total[e] += c[e];
   }
   EXPECT_EQ(a.total(2, 1, 5), total);
+}
+
+// The present ranks of a simulated world ask for a layer's total together: it is computed once
+// (each rank's counts drawn once), and every thread gets the same sum.
+TEST(RoutingSource, ConcurrentAsksComputeATotalOnce) {
+  class Counting final : public RoutingSource {
+   public:
+    std::vector<int64_t> counts(int64_t mb, int m, int rank) const override {
+      ++calls;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // a slow draw
+      return {mb + m + rank, 1};
+    }
+    mutable std::atomic<int> calls{0};
+  };
+  Counting src;
+  constexpr int kThreads = 8, kWorld = 64;
+  std::vector<std::vector<int64_t>> got(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] { got[static_cast<size_t>(t)] = src.total(3, 2, kWorld); });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(src.calls.load(), kWorld);
+  const std::vector<int64_t> want{kWorld * 5 + kWorld * (kWorld - 1) / 2, kWorld};
+  for (const auto& g : got) EXPECT_EQ(g, want);
 }
 
 TEST(SyntheticRouting, ZipfSkewOrdersTheExperts) {

@@ -213,6 +213,90 @@ TEST(SimComm, ConcurrentCollectivesShareOneNic) {
   EXPECT_NEAR(serial, 2 * (one + lat), 1e-12);
 }
 
+// A channel keeps each (op, size, root)'s flows: collectives of two sizes, then the first
+// again, in one world take what each takes alone; a broadcast from another root is its own.
+TEST(SimComm, RepeatedCollectivesTakeWhatEachTakesAlone) {
+  const SimWorldOptions o = cluster(2, 2, {}, 1);
+  const double small = all_gather_time(o, kBig / 4), big = all_gather_time(o, kBig);
+  auto broadcast_time = [&](int root, int times) {
+    return the_time(run_times(o, [&](RankContext& ctx, Stream& s) {
+      auto comm = ctx.communicator(ctx.world_group(), "bcast");
+      Buffer buf = ctx.device->allocator().allocate(kBig, MemTag::CommBuffer, s);
+      for (int i = 0; i < times; ++i)
+        comm->broadcast(buf.data(), buf.data(), kBig / 2, DType::BF16, root, s);
+      s.synchronize();
+    }));
+  };
+  const double sequence = the_time(run_times(o, [&](RankContext& ctx, Stream& s) {
+    auto comm = ctx.communicator(ctx.world_group(), "gather");
+    Buffer send = ctx.device->allocator().allocate(kBig / 4, MemTag::CommBuffer, s);
+    Buffer recv = ctx.device->allocator().allocate(kBig, MemTag::CommBuffer, s);
+    for (size_t total : {kBig / 4, kBig, kBig / 4})
+      comm->all_gather(send.data(), recv.data(), total / 4 / 2, DType::BF16, s);
+    s.synchronize();
+  }));
+  EXPECT_NEAR(sequence, 2 * small + big, 1e-12);
+  const double root0 = broadcast_time(0, 1), root3 = broadcast_time(3, 1);
+  const double both = the_time(run_times(o, [&](RankContext& ctx, Stream& s) {
+    auto comm = ctx.communicator(ctx.world_group(), "bcast");
+    Buffer buf = ctx.device->allocator().allocate(kBig, MemTag::CommBuffer, s);
+    comm->broadcast(buf.data(), buf.data(), kBig / 2, DType::BF16, 0, s);
+    comm->broadcast(buf.data(), buf.data(), kBig / 2, DType::BF16, 3, s);
+    s.synchronize();
+  }));
+  EXPECT_NEAR(both, root0 + root3, 1e-12);
+  EXPECT_NEAR(broadcast_time(3, 2), 2 * root3, 1e-12);
+}
+
+// The same for all-to-all-v, whose flows follow from the present members' send counts: two
+// patterns, then the first again; with representative ranks too (absent ones copy them).
+TEST(SimComm, RepeatedAllToAllsTakeWhatEachTakesAlone) {
+  for (std::vector<int> present : {std::vector<int>{}, std::vector<int>{0, 1}}) {
+    const SimWorldOptions o = cluster(2, 2, present, 1);
+    auto a2a_time = [&](const std::vector<int>& patterns) {
+      return the_time(run_times(o, [&](RankContext& ctx, Stream& s) {
+        auto comm = ctx.communicator(ctx.world_group(), "a2a");
+        Buffer send = ctx.device->allocator().allocate(kBig, MemTag::CommBuffer, s);
+        Buffer recv = ctx.device->allocator().allocate(kBig, MemTag::CommBuffer, s);
+        for (int k : patterns) {  // pattern k: rank r sends (1 + k + r + p) << 16 to p
+          std::vector<size_t> out(4), in(4);
+          for (size_t p = 0; p < 4; ++p) {
+            out[p] = (1 + k + static_cast<size_t>(ctx.rank) + p) << 16;
+            in[p] = (1 + k + p + static_cast<size_t>(ctx.rank)) << 16;
+          }
+          comm->all_to_all_v(send.data(), out, recv.data(), in, DType::BF16, s);
+        }
+        s.synchronize();
+      }));
+    };
+    const double first = a2a_time({0}), second = a2a_time({5});
+    ASSERT_NE(first, second);
+    EXPECT_NEAR(a2a_time({0, 5, 0}), 2 * first + second, 1e-12) << present.size();
+  }
+}
+
+// What reserve() places of a world ring on 2 nodes with node 1 not modelled: node 0's flows;
+// reserving that part ends where reserving the whole does.
+TEST(SimComm, ModelledPartReservesLikeTheWhole) {
+  const SimNetworkSpec spec = topology_network(SimTopology{2, 4, "nvlink4", "eth_100g", 2});
+  CollectiveShape shape;
+  shape.op = CollectiveOp::AllGather;
+  shape.ranks = {0, 1, 2, 3, 4, 5, 6, 7};
+  shape.size_bytes = 1e8;
+  const Traffic whole = choose_traffic(spec, shape, nullptr);
+  PortTimelines a(spec), b(spec);
+  a.model_only_nodes({1, 0});
+  b.model_only_nodes({1, 0});
+  const Traffic part = a.modelled_part(whole);
+  ASSERT_LT(part.flows.size(), whole.flows.size());
+  ASSERT_FALSE(part.flows.empty());
+  EXPECT_EQ(part.latency_s, whole.latency_s);
+  for (const Flow& f : part.flows)
+    EXPECT_LT(f.rank, f.tier == Tier::InterNode ? 2 : 4) << "a flow of node 1";
+  for (double start : {0.0, 0.001, 0.5})
+    EXPECT_DOUBLE_EQ(a.reserve(part, start), b.reserve(whole, start)) << start;
+}
+
 TEST(SimComm, PortTimelinesFillTheEarliestGap) {
   SimNetworkSpec spec;
   spec.tiers.link_gbps = 8.0;  // 1e9 bytes/s

@@ -278,6 +278,39 @@ TEST(SimDevice, SmallBuffersAreBackedAndHoldValues) {
   EXPECT_NEAR(*dev->virtual_time_s(), 3 * 16 / 1e10 + 48 / 1e12, 1e-15);
 }
 
+// Only what the host reads back is real past backed_bytes (the trainer's step statistics at
+// 1,024 ranks): a gradient of the same size stays unbacked, and the allocator never hands
+// the host a cached unbacked block, nor a gradient a cached host-read one.
+TEST(SimDevice, HostReadBuffersAreBackedPastBackedBytes) {
+  SimDeviceOptions o;
+  o.host_read_backed_bytes = 1 << 20;
+  auto dev = make_sim_device(0, round_profile(), o);
+  Stream& s = dev->default_stream();
+  const int64_t n = 100'000;  // 800 KB: above backed_bytes, below 4/5 of host_read_backed_bytes
+  ASSERT_GT(guaranteed_host_read_backed_bytes(o), static_cast<uint64_t>(n) * 8);
+  ASSERT_LT(guaranteed_backed_bytes(o), static_cast<uint64_t>(n) * 8);
+  {
+    TensorBuffer grad(*dev, DType::I64, {n}, MemTag::Grad, s);
+    EXPECT_TRUE(is_unbacked(grad.view().data()));
+  }
+  s.synchronize();  // the gradient's block is cached now
+  TensorBuffer words(*dev, DType::I64, {n}, MemTag::CommBuffer, s, "host exchange", HostRead::Yes);
+  ASSERT_FALSE(is_unbacked(words.view().data()));
+  std::vector<int64_t> in(static_cast<size_t>(n)), out(in.size());
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int64_t>(i) * 3 - 7;
+  dev->memcpy_async(words.view().data(), in.data(), in.size() * 8, s);
+  dev->memcpy_async(out.data(), words.view().data(), out.size() * 8, s);
+  s.synchronize();
+  EXPECT_EQ(out, in);
+  words.reset();
+  s.synchronize();  // the host-read block is cached now
+  TensorBuffer grad(*dev, DType::I64, {n}, MemTag::Grad, s);
+  EXPECT_TRUE(is_unbacked(grad.view().data()));
+  // Counted by tag as usual.
+  EXPECT_EQ(dev->allocator().stats().current_bytes[static_cast<size_t>(MemTag::Grad)],
+            static_cast<size_t>(n) * 8);
+}
+
 TEST(SimDevice, UnbackedReadsAsZerosAndHealthChecksReadAllFinite) {
   auto dev = make_sim_device(0, round_profile());
   Stream& s = dev->default_stream();
