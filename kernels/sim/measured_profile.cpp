@@ -213,7 +213,8 @@ std::string choose_compute_profile(GpuProfile& gpu, const std::string& mode,
   if (!r) {
     gpu.measured.reset();
     return "compute profile: library (the curves of kernels/sim/gpu_profiles.json for " + gpu.name +
-           "; no measured file" + (mode.empty() ? " in this build" : "") + ")";
+           (mode.empty() ? "; no measured file for it in this build)"
+                         : ", as --compute-profile library asks)");
   }
   gpu.measured = std::make_shared<const MeasuredRates>(std::move(*r));
   return describe(gpu, *gpu.measured);

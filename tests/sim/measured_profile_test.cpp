@@ -127,7 +127,8 @@ TEST(MeasuredProfile, PlanChoosesAProfileAndSaysWhich) {
             std::string::npos)
       << line;
   EXPECT_NE(line.find("add 0.632"), std::string::npos) << line;
-  EXPECT_NE(choose_compute_profile(g, "library", "").find("library"), std::string::npos);
+  EXPECT_NE(choose_compute_profile(g, "library", "").find("as --compute-profile library asks"),
+            std::string::npos);
   EXPECT_EQ(g.measured, nullptr);
   EXPECT_NE(error_of([&] {
               choose_compute_profile(g, "library", kFixture);
