@@ -7,8 +7,10 @@
 // against single-threaded std::memcpy of a 64 MiB buffer. The last column is op / baseline:
 // above 1 means the op uses more than one core well (the CPU backend parallelises over TBB),
 // below 1 means overhead. Inputs are the case's own, generated from a fixed seed.
-// Usage: kernels_cpu_bench [--quick] [--filter SUBSTRING]
-//   --quick: ~4x shorter timing windows; --filter: only cases whose name contains SUBSTRING.
+// Usage: kernels_cpu_bench [--quick] [--filter SUBSTRING] [--json PATH]
+//   --quick: ~4x shorter timing windows; --filter: only cases whose name contains SUBSTRING;
+//   --json: also write each case's op kind, shapes and rate (benchmarks/bench_rates_json.h),
+//   which `moezero plan --measured-json PATH` reads as the measured compute profile.
 #include <cblas.h>
 
 #include <chrono>
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/bench_rates_json.h"
 #include "benchmarks/bench_timing.h"
 #include "kernels/backend.h"
 #include "kernels/op_cases/op_case.h"
@@ -54,24 +57,29 @@ double memcpy_gbs() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string filter;
+  std::string filter, json_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
       g_window_s = 0.1;
     } else if (a == "--filter" && i + 1 < argc) {
       filter = argv[++i];
+    } else if (a == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: kernels_cpu_bench [--quick] [--filter SUBSTRING]\n");
+      std::fprintf(stderr,
+                   "usage: kernels_cpu_bench [--quick] [--filter SUBSTRING] [--json PATH]\n");
       return 2;
     }
   }
   try {
+    moezero::bench::RatesJson json(json_path, "kernels_cpu_bench");
     auto dev = moezero::make_cpu_device();  // pins OpenBLAS to one thread per call
 #ifdef OPENBLAS_VERSION
     openblas_set_num_threads(1);
 #endif
     moezero::Stream& s = dev->default_stream();
+    json.set_device(dev->name());
     const double compute_base = raw_sgemm_gflops(512), memory_base = memcpy_gbs();
     std::printf("baselines: sgemm 512^3 one thread %.1f GFLOP/s; memcpy 64 MiB %.1f GB/s\n",
                 compute_base, memory_base);
@@ -84,6 +92,7 @@ int main(int argc, char** argv) {
         c->run(dev->ops(), s, t.views());
         s.synchronize();
       });
+      json.add(*c, sec);
       const bool compute = c->bound == mc::Bound::Compute;
       const double rate = (compute ? c->flops : c->bytes) / sec * 1e-9;
       const double base = compute ? compute_base : memory_base;
@@ -91,6 +100,8 @@ int main(int argc, char** argv) {
                   compute ? "GFLOP/s" : "GB/s", base, rate / base);
       std::fflush(stdout);
     }
+    json.write();
+    if (!json_path.empty()) std::printf("json: %s\n", json_path.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kernels_cpu_bench: %s\n", e.what());

@@ -7,14 +7,17 @@
 // against cudaMemcpyAsync D2D of 1 GiB (bytes read + written). Last column: ratio = ours /
 // baseline (1.0 = as fast as the library). Times are CUDA-event means over several iterations
 // after warm-up; inputs are the case's own, generated from a fixed seed. Without a usable GPU
-// it prints "skipped: <reason>" and exits 0.
-// Usage: kernels_cuda_bench [--quick] [--filter SUBSTRING]
-//   --quick: fewer iterations; --filter: only cases whose name contains SUBSTRING.
+// it prints "skipped: <reason>" and exits 0 (1 with --json: no file is written).
+// Usage: kernels_cuda_bench [--quick] [--filter SUBSTRING] [--json PATH]
+//   --quick: fewer iterations; --filter: only cases whose name contains SUBSTRING; --json: also
+//   write each case's op kind, shapes and rate (benchmarks/bench_rates_json.h), which `moezero
+//   plan --measured-json PATH` reads as the measured compute profile of this GPU.
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "benchmarks/bench_rates_json.h"
 #include "core/cuda_check.h"
 #include "core/tensor.h"
 #include "kernels/backend.h"
@@ -77,15 +80,18 @@ double memcpy_gbs(Device& dev, Stream& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string filter;
+  std::string filter, json_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
       g_iters = 3;
     } else if (a == "--filter" && i + 1 < argc) {
       filter = argv[++i];
+    } else if (a == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: kernels_cuda_bench [--quick] [--filter SUBSTRING]\n");
+      std::fprintf(stderr,
+                   "usage: kernels_cuda_bench [--quick] [--filter SUBSTRING] [--json PATH]\n");
       return 2;
     }
   }
@@ -93,10 +99,15 @@ int main(int argc, char** argv) {
     std::string why;
     if (!cuda_available(&why)) {
       std::printf("skipped: %s\n", why.c_str());
-      return 0;
+      if (json_path.empty()) return 0;
+      std::fprintf(stderr, "kernels_cuda_bench: --json %s: not written, no GPU to measure\n",
+                   json_path.c_str());
+      return 1;  // a measured profile was asked for: none is no success
     }
+    bench::RatesJson json(json_path, "kernels_cuda_bench");
     auto dev = make_cuda_device(0);
     Stream& s = dev->default_stream();
+    json.set_device(dev->name());
     const double compute_base = cublas_tflops(*dev, s, 4096), memory_base = memcpy_gbs(*dev, s);
     std::printf("\nCUDA kernels on %s (ratio = ours / baseline in this run)\n",
                 dev->name().c_str());
@@ -111,6 +122,7 @@ int main(int argc, char** argv) {
         ms = time_ms(*dev, s, [&] { c->run(dev->ops(), s, t.views()); });
         s.synchronize();
       }
+      json.add(*c, ms * 1e-3);
       const bool compute = c->bound == cases::Bound::Compute;
       const double ours = compute ? c->flops / ms / 1e9 : c->bytes / ms / 1e6;
       const double base = compute ? compute_base : memory_base;
@@ -119,6 +131,8 @@ int main(int argc, char** argv) {
                   base, unit, ours / base);
       std::fflush(stdout);
     }
+    json.write();
+    if (!json_path.empty()) std::printf("json: %s\n", json_path.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kernels_cuda_bench: %s\n", e.what());

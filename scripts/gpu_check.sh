@@ -5,7 +5,8 @@
 # (core_tests, kernel_tests — both backends, the CUDA cases run for real here — comm_tests,
 # train_tests), generation on the GPU (hf_tests Generate.*: CUDA greedy = CPU greedy), a traced
 # trainer run on the GPU read back by `moezero report`, and the CUDA
-# kernel benchmark, then prints a summary table last.
+# kernel benchmark (its rates also as $LOGS/kernels_cuda_bench.json), then prints a summary
+# table last.
 # Exits non-zero when the build, any test, or the benchmark fails, or when the GPU is not
 # usable (CUDA cases would only skip). Logs: $MOEZERO_GPU_LOG_DIR (default build-gpu/logs;
 # on the device tool pass MOEZERO_GPU_LOG_DIR=$OUT to get them back).
@@ -181,7 +182,9 @@ if [[ -x "$BUILD/bin/hf_tests" ]]; then
 fi
 
 if [[ -x "$BUILD/bin/kernels_cuda_bench" ]]; then
-  step kernels_cuda_bench 240 "$BUILD/bin/kernels_cuda_bench"
+  # --json: the rates per op case, the measured compute profile of `moezero plan` (copy it to
+  # kernels/sim/measured/<gpu>.json, e.g. h200.json; docs/plan.md, Compute profiles).
+  step kernels_cuda_bench 240 "$BUILD/bin/kernels_cuda_bench" --json "$LOGS/kernels_cuda_bench.json"
   if grep -q '^skipped:' "$LOGS/kernels_cuda_bench.log"; then
     STATUS[${#STATUS[@]}-1]="FAIL"
     FAILED=1

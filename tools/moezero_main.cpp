@@ -75,11 +75,12 @@ constexpr CommandUsage kCommands[] = {
      "[--coactivation C]\n"
      "       [--rank-noise R]]\n"
      "       [--strategies LIST] [--steps N] [--warmup N] [--present ep|all] [--set k=v ...]\n"
-     "       [--json OUT]\n"
+     "       [--compute-profile library|measured] [--measured-json FILE] [--json OUT]\n"
      "      what the job will do on a cluster: the real trainer per bench strategy on simulated\n"
      "      GPUs (h100, h200, a100) and links (nvlink4, ib_ndr, eth_100g, ..., or 'config': the\n"
      "      config's comm_emulation; K NICs of that link per node, default one per GPU),\n"
-     "      bench's table, and the fastest strategy that fits\n"},
+     "      bench's table, and the fastest strategy that fits; compute on the library curves\n"
+     "      or on a kernel benchmark's --json (measured: the default when there is a file)\n"},
 
 };
 

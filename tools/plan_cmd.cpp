@@ -21,6 +21,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/process_groups.h"
+#include "kernels/sim/measured_profile.h"
 #include "kernels/sim/sim_device.h"
 #include "model/transformer.h"
 #include "moe/routing_source.h"
@@ -377,13 +378,32 @@ nlohmann::ordered_json plan_json(const PlanArgs& a, const sim::GpuProfile& gpu,
   return out;
 }
 
+// --compute-profile library|measured and --measured-json PATH, taken out of `args`
+// (kernels/sim/measured_profile.h chooses; docs/plan.md "Compute profiles").
+std::vector<std::string> take_compute_profile(std::vector<std::string> args, std::string& mode,
+                                              std::string& path) {
+  for (size_t i = 0; i < args.size();) {
+    if (args[i] != "--compute-profile" && args[i] != "--measured-json") {
+      ++i;
+      continue;
+    }
+    MOEZERO_USAGE_REQUIRE(i + 1 < args.size(), "plan: ", args[i], " needs a value");
+    (args[i] == "--compute-profile" ? mode : path) = args[i + 1];
+    args.erase(args.begin() + static_cast<std::ptrdiff_t>(i),
+               args.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+  }
+  return args;
+}
+
 }  // namespace
 
-int plan(const std::vector<std::string>& args) {
-  const PlanArgs a = parse_plan_args(args);
+int plan(const std::vector<std::string>& all_args) {
+  std::string profile_mode, measured_path;
+  const PlanArgs a = parse_plan_args(take_compute_profile(all_args, profile_mode, measured_path));
   const int world = a.nodes * a.gpus_per_node;
   const Config base = load_base_config(a, world);
-  const sim::GpuProfile gpu = sim::gpu_profile(a.gpu);
+  sim::GpuProfile gpu = sim::gpu_profile(a.gpu);
+  const std::string compute_profile = sim::choose_compute_profile(gpu, profile_mode, measured_path);
   const std::string nics = a.inter == "config" ? std::string("one NIC per rank")
                                                : std::to_string(a.nics_per_node) + " NIC" +
                                                      (a.nics_per_node > 1 ? "s" : "") + " per node";
@@ -394,6 +414,7 @@ int plan(const std::vector<std::string>& args) {
       a.inter.c_str(), nics.c_str(),
       a.routing_trace.empty() ? "synthetic" : a.routing_trace.c_str(), (long long)a.warmup + 1,
       (long long)(a.warmup + a.steps));
+  std::printf("  %s\n", compute_profile.c_str());
   if (base.parallel.backend != BackendKind::Cpu)
     std::printf("  (the config's parallel.backend \"cuda\" is replaced by the simulated GPUs)\n");
   // One routing source for every strategy: the strategies change zero, prefetch, cache and
@@ -443,7 +464,9 @@ int plan(const std::vector<std::string>& args) {
   bench::print_table(rows);
   const std::optional<PlanChoice> choice = recommend(outcomes, rows, gpu);
   if (!a.json_path.empty()) {
-    bench::write_json(rows, a.json_path, "plan", plan_json(a, gpu, choice));
+    nlohmann::ordered_json pj = plan_json(a, gpu, choice);
+    pj["plan"]["compute_profile"] = compute_profile;
+    bench::write_json(rows, a.json_path, "plan", pj);
     std::printf("json: %s\n", a.json_path.c_str());
   }
   std::fflush(stdout);

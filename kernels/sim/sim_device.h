@@ -36,6 +36,8 @@
 
 namespace moezero::sim {
 
+struct MeasuredRates;  // kernels/sim/measured_profile.h
+
 // One accelerator (or this machine's CPU) as the cost model sees it. Achieved rates follow a
 // saturating curve by problem size: rate(x) = peak * max_eff * x / (x + x_half), i.e. an op
 // costs (x + x_half) / (peak * max_eff): x_half is the fixed cost of a small op, in work units.
@@ -57,6 +59,9 @@ struct GpuProfile {
   // stream it belongs to; a GPU runs streams concurrently): ops of different streams and the
   // local copies of collectives (VirtualStream::reserve_local_work) take turns on it.
   bool one_executor = false;
+  // The measured compute profile (kernels/sim/measured_profile.h): op kinds it measured take
+  // its durations instead of the curves above. Null: the library profile.
+  std::shared_ptr<const MeasuredRates> measured;
 
   // Modelled durations (seconds, before `sharing`).
   double gemm_seconds(double flops, bool bf16) const;

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/sim/measured_profile.h"
 #include "kernels/sim/sim_objects.h"
 
 namespace moezero::sim {
@@ -281,18 +282,20 @@ class SimOps final : public Ops {
     } else {                                             \
       StandIn{#name, real} args;                         \
     }                                                    \
-    submit(s, cost, std::move(real));                    \
+    submit(s, #name, cost, std::move(real));             \
   }
 #include "core/ops.def"
 
  private:
-  void submit(Stream& s, const OpCost& c, std::vector<std::function<void()>> real) {
+  void submit(Stream& s, const char* op, const OpCost& c, std::vector<std::function<void()>> real) {
     auto* stream = dynamic_cast<SimStream*>(&s);
     MOEZERO_CHECK(stream != nullptr, "simulated op on stream '", s.name(), "' of ",
                   s.device().name());
     const GpuProfile& p = device_.profile();
     double seconds = p.memory_seconds(c.bytes);
     if (c.flops > 0) seconds = std::max(seconds, p.gemm_seconds(c.flops, c.bf16));
+    if (p.measured)
+      seconds = p.measured->seconds(p, op, c.flops, c.bf16, c.bytes).value_or(seconds);
     stream->enqueue_op(device_.scaled(seconds), std::move(real));
   }
 
