@@ -45,8 +45,10 @@ double bus_factor(CollectiveOp op, int n) {
 CommOptions make_comm_options(const CommEmulationConfig& emulation, const CommConfig& comm) {
   CommOptions o;
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(comm.timeout_s * 1e3)));
-  o.emulation = CommEmulation{emulation.link_gbps, emulation.latency_us,
-                              static_cast<int>(emulation.ranks_per_node), emulation.intra_node_gbps,
+  o.emulation = CommEmulation{emulation.link_gbps,
+                              emulation.latency_us,
+                              static_cast<int>(emulation.ranks_per_node),
+                              emulation.intra_node_gbps,
                               emulation.intra_node_latency_us,
                               static_cast<int>(emulation.nics_per_node)};
   o.call_check = comm.check_divergence ? CallCheck::On : CallCheck::Off;

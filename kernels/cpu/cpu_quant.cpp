@@ -5,8 +5,8 @@
 // compiled with -ffp-contract=off: q * scale + x is a product, then a sum, as on the GPU.
 #include <algorithm>
 #include <bit>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 

@@ -2,9 +2,9 @@
 // each collective and processor-shared completion times. Modelled times only, no wall clock.
 #include "comm/net_model.h"
 
-#include "comm/local/emulated_network.h"
-
 #include <gtest/gtest.h>
+
+#include "comm/local/emulated_network.h"
 
 namespace moezero::comm {
 namespace {
