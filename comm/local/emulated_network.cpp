@@ -13,9 +13,9 @@ using Clock = std::chrono::steady_clock;
 }
 
 Traffic emulated_traffic(const CommEmulation& spec, const CollectiveShape& shape) {
-  if (spec.nics_per_node > 0 && spec.ranks_per_node > 0)
-    return nic_collective_traffic(SimNetworkSpec{spec, spec.nics_per_node}, shape);
-  return collective_traffic(spec, shape);
+  // nics_per_node 0 keeps net_model's per-rank flows (nic_traffic.h); config_checks refuses
+  // nics_per_node > 0 without ranks_per_node.
+  return nic_collective_traffic(SimNetworkSpec{spec, spec.nics_per_node}, shape);
 }
 
 EmulatedNetwork::EmulatedNetwork(const CommEmulation& spec) : model_(spec) {}
