@@ -105,6 +105,16 @@ class FetchCoordinator {
   void keep_secondary(int g);
   void drop_secondaries();  // end of passes: every secondary shard, in group order
 
+  // ---- the shard cache's value policy (fetch_value.cpp; shard_cache.eviction=value)
+  bool values_keep() const;        // the expert cache ranks by KeepScore::Density
+  double keep_value(int g) const;  // expert g's density now (prefetch/budget_planner.h)
+  // Refreshes every resident expert's density; those unpinned and worth 0 (no use left in the
+  // step) are evicted and freed.
+  void refresh_values();
+  // A hint of `reason` Needed (a layer's forward after routing): `ids` are used in this
+  // micro-batch, and the routing of their layers is known.
+  void note_needed(std::span<const int> ids, ParamProvider::FetchReason reason);
+
   // ---- transitions and residency
   void count_acquire(int g);  // hit / miss / exact / needed bytes
   void count_live(const zero_detail::GroupState& st, int sign);  // +1 gathered, -1 no longer
