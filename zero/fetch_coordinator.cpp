@@ -30,6 +30,7 @@ void FetchCoordinator::initialise() {
     if (p->params_sharded && std::find(comms.begin(), comms.end(), p->comms.gather) == comms.end())
       comms.push_back(p->comms.gather);
   live_limit_per_comm_ = m_.options.zero.max_live_parameters / std::max<uint64_t>(1, comms.size());
+  for (auto& p : m_.groups) layers_ = std::max(layers_, p->layout.spec().layer + 1);
   // Reused by the next micro-batch of this step (never past the step: the optimizer changes
   // the shard); the last micro-batch's own forward-to-backward reuse is the model's may_hold.
   const auto reusable = [this] { return m_.micro_batch + 1 < m_.options.micro_batches_per_step; };
@@ -80,6 +81,7 @@ void FetchCoordinator::use_held(int g) {
                 st.layout.spec().name, "', which is not held");
   if (st.expert) m_.counters.needed_expert_bytes += st.full_bytes(m_.options.compute_dtype);
   group(g).used_pass = m_.pass();
+  note_layer(st.layout.spec().layer);
 }
 uint64_t FetchCoordinator::live_bytes_of(const Communicator* comm) const {
   auto it = live_by_comm_.find(comm);
@@ -102,6 +104,7 @@ Tensor FetchCoordinator::acquire(int g, Stream& compute) {
     MOEZERO_CHECK(!st.acquired(), "acquire of parameter group '", st.layout.spec().name,
                   "', which is already acquired (release it first)");
     st.used_pass = m_.pass();
+    note_layer(st.layout.spec().layer);
     if (st.state == State::Held || st.state == State::HeldUnused) {
       ResidencyCache& r = *residency(st);
       if (r.lookup(g, m_.step) == CacheLookup::Hit) {  // kept since an earlier release

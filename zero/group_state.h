@@ -139,6 +139,7 @@ struct EngineShared {
   int64_t micro_batch = 0;                  // finish_backward calls since the last step
   // The current micro-batch of the current step as one number (distinct per micro-batch).
   int64_t pass() const { return step * (int64_t{1} << 32) + micro_batch; }
+  int64_t backward_pass = -1;  // pass() of the latest grad() call: that pass's backward began
   EngineCounters counters;
   std::vector<GroupCounters> group_counters;  // per group, like counters
   TraceRecorder* trace = nullptr;

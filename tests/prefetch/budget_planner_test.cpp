@@ -1,7 +1,8 @@
 // tests/prefetch/budget_planner_test.cpp — the value policy's densities (reuse probability,
-// re-gather cost, quantised wire bytes, latency), knapsack-greedy admission, a case where lfu
-// and value disagree (value keeps what saves more link time), and determinism (the same inputs,
-// in any order, give the same decision), also through ShardCache with eviction=value.
+// distance to the next use, re-gather cost, quantised wire bytes, latency), knapsack-greedy
+// admission, two cases where lfu and value disagree (value keeps what saves more link time, and
+// what is needed sooner), and determinism (the same inputs, in any order, give the same
+// decision), also through ShardCache with eviction=value.
 #include "prefetch/budget_planner.h"
 
 #include <gtest/gtest.h>
@@ -18,27 +19,59 @@ namespace {
 
 using Ids = std::vector<int>;
 
-KeepInputs later(double p, int64_t forwards_left, uint64_t bytes) {
+StepClock clock_at(int layers, int64_t micro_batches, int64_t micro_batch, int phase) {
+  StepClock c;
+  c.layers = layers;
+  c.micro_batches = micro_batches;
+  c.micro_batch = micro_batch;
+  c.phase = phase;
+  return c;
+}
+
+// Its layer's forward still to come (forward_done false) or passed.
+KeepInputs at_layer(int layer, double p, uint64_t bytes, bool forward_done) {
   KeepInputs in;
   in.p = p;
+  in.layer = layer;
   in.next = NextUse::Forward;
-  in.forwards_left = forwards_left;
+  in.forward_done = forward_done;
   in.bytes = bytes;
   in.wire_bytes = bytes;
   return in;
 }
 
+KeepInputs pending_backward(int layer, double p, uint64_t bytes) {
+  KeepInputs in = at_layer(layer, p, bytes, true);
+  in.next = NextUse::Backward;
+  return in;
+}
+
 TEST(BudgetPlanner, ReuseProbability) {
-  EXPECT_EQ(reuse_probability(later(0.5, 0, 8)), 0.0);  // the step's last use is behind it
-  EXPECT_EQ(reuse_probability(later(0.5, 1, 8)), 0.5);
-  EXPECT_EQ(reuse_probability(later(0.5, 2, 8)), 0.75);
-  EXPECT_EQ(reuse_probability(later(0.0, 7, 8)), 0.0);
-  EXPECT_EQ(reuse_probability(later(1.0, 3, 8)), 1.0);
-  KeepInputs pending = later(0.01, 0, 8);
-  pending.next = NextUse::Backward;  // certain, whatever p
-  EXPECT_EQ(reuse_probability(pending), 1.0);
-  EXPECT_THROW(reuse_probability(later(1.5, 1, 8)), Error);
-  EXPECT_THROW(reuse_probability(later(0.5, -1, 8)), Error);
+  const StepClock first = clock_at(2, 3, 0, 0);  // 2 layers, 3 micro-batches: the first phase
+  EXPECT_EQ(reuse_probability(at_layer(1, 0.5, 8, false), first), 0.875);  // 3 forwards left
+  EXPECT_EQ(reuse_probability(at_layer(1, 0.5, 8, true), first), 0.75);    // 2
+  EXPECT_EQ(reuse_probability(at_layer(1, 0.0, 8, false), first), 0.0);
+  EXPECT_EQ(reuse_probability(at_layer(1, 1.0, 8, true), first), 1.0);
+  const StepClock last = clock_at(2, 3, 2, 3);  // the last micro-batch's last phase
+  EXPECT_EQ(reuse_probability(at_layer(0, 0.9, 8, true), last), 0.0);  // its last use is behind it
+  EXPECT_EQ(reuse_probability(pending_backward(0, 0.01, 8), last), 1.0);  // certain, whatever p
+  EXPECT_THROW(reuse_probability(at_layer(0, 1.5, 8, true), last), Error);
+  EXPECT_THROW(reuse_probability(at_layer(2, 0.5, 8, true), last), Error);  // no layer 2
+  EXPECT_THROW(reuse_probability(at_layer(0, 0.5, 8, true), clock_at(2, 3, 3, 0)), Error);
+  EXPECT_THROW(reuse_probability(at_layer(0, 0.5, 8, true), clock_at(2, 3, 0, 4)), Error);
+}
+
+// Belady's rule with probabilities: what is needed sooner is worth more per byte kept.
+TEST(BudgetPlanner, SoonerUsesWeighMore) {
+  const StepClock c = clock_at(2, 2, 0, 1);  // forward of layer 1 (phase 1) of micro-batch 0
+  EXPECT_EQ(soon_weight(pending_backward(1, 0.2, 8), c), 1.0 / 2);  // its backward: phase 2
+  EXPECT_EQ(soon_weight(pending_backward(0, 0.2, 8), c), 1.0 / 3);  // phase 3
+  // Layer 0's forward has passed: its next chance is micro-batch 1's (phase 4).
+  EXPECT_EQ(soon_weight(at_layer(0, 1.0, 8, true), c), 1.0 / 4);
+  EXPECT_EQ(soon_weight(at_layer(0, 0.5, 8, true), c), 0.5 / 4);
+  // Layer 1's forward is now (routing not known yet): p now, else micro-batch 1's (phase 5).
+  EXPECT_EQ(soon_weight(at_layer(1, 0.5, 8, false), c), 0.5 / 1 + 0.25 / 5);
+  EXPECT_EQ(soon_weight(at_layer(1, 0.5, 8, true), clock_at(2, 2, 1, 1)), 0.0);  // none left
 }
 
 TEST(BudgetPlanner, RegatherCostAndDensity) {
@@ -47,22 +80,20 @@ TEST(BudgetPlanner, RegatherCostAndDensity) {
   const PrefetchCosts link = link_costs(8.0, 20.0, 4);  // 8 Gbit/s, 20 us per step, 4 ranks
   EXPECT_DOUBLE_EQ(regather_ns(1000, link), 3 * 20e3 + 1000 * 0.75 * 8 / 8.0);
 
-  // A later forward use: 2 gathers when the backward regathers too, 1 when it is held.
-  KeepInputs in = later(0.5, 1, 1000);
-  EXPECT_DOUBLE_EQ(keep_density(in, none), 0.5 * 2);
-  in.forward_use = RegatherCost::ForwardOnly;
-  EXPECT_DOUBLE_EQ(keep_density(in, none), 0.5);
-  in.next = NextUse::Backward;
-  EXPECT_DOUBLE_EQ(keep_density(in, none), 1.0);
-
+  const StepClock c = clock_at(2, 2, 0, 1);
+  EXPECT_DOUBLE_EQ(keep_density(pending_backward(1, 0.2, 1000), c, none), 0.5);
+  EXPECT_DOUBLE_EQ(keep_density(pending_backward(1, 0.2, 1000), c, link),
+                   0.5 * regather_ns(1000, link) / 1000);
   // Quantised wire bytes (int8, about a quarter of fp32): keeping saves less per byte.
-  KeepInputs quantised = later(0.5, 1, 1000);
+  KeepInputs quantised = pending_backward(1, 0.2, 1000);
   quantised.wire_bytes = 260;
-  EXPECT_LT(keep_density(quantised, link), keep_density(later(0.5, 1, 1000), link));
+  EXPECT_LT(keep_density(quantised, c, link),
+            keep_density(pending_backward(1, 0.2, 1000), c, link));
   // Per-gather latency: a small group saves more link time per byte than a large one.
-  EXPECT_GT(keep_density(later(0.5, 1, 1000), link), keep_density(later(0.5, 1, 100000), link));
-  EXPECT_EQ(keep_density(later(0.5, 0, 1000), link), 0.0);
-  EXPECT_THROW(keep_density(later(0.5, 1, 0), link), Error);
+  EXPECT_GT(keep_density(pending_backward(1, 0.2, 1000), c, link),
+            keep_density(pending_backward(1, 0.2, 100000), c, link));
+  EXPECT_EQ(keep_density(at_layer(1, 0.5, 1000, true), clock_at(2, 2, 1, 1), link), 0.0);
+  EXPECT_THROW(keep_density(pending_backward(1, 0.2, 0), c, link), Error);
 }
 
 TEST(BudgetPlanner, AdmissionIsKnapsackGreedy) {
@@ -90,12 +121,14 @@ TEST(BudgetPlanner, AdmissionIsKnapsackGreedy) {
   EXPECT_FALSE(plan_admission({1, 100, 9.0, 6}, resident, 0).admit);
 }
 
-// lfu and value disagree: a tight budget holds a small group reused often (p 0.6); a large one
-// reused less often (p 0.5) is offered. lfu refuses it (colder). value admits it: kept, it saves
-// 0.5 x 2 x 100 = 100 bytes of gathers against the small one's 0.6 x 2 x 20 = 24.
+// lfu and value disagree (1): a tight budget holds a small group reused often (p 0.6); a large
+// one reused less often (p 0.5) is offered, both next needed at the same forward. lfu refuses it
+// (colder). value admits it: kept, it saves a gather of 100 bytes with probability 0.5 against
+// the small one's 20 bytes with probability 0.6.
 TEST(BudgetPlanner, ValueKeepsWhatSavesMoreBytesWhereLfuDoesNot) {
   const PrefetchCosts none;
-  const KeepInputs small = later(0.6, 1, 20), large = later(0.5, 1, 100);
+  const StepClock c = clock_at(2, 2, 0, 3);  // micro-batch 0's last phase: one forward left
+  const KeepInputs small = at_layer(0, 0.6, 20, true), large = at_layer(1, 0.5, 100, true);
   ShardCache lfu(100, EvictionPolicy::Lfu);
   ASSERT_TRUE(lfu.admit(1, 20, 0, small.p).admitted);
   EXPECT_FALSE(lfu.admit(2, 100, 0, large.p).admitted);
@@ -104,26 +137,27 @@ TEST(BudgetPlanner, ValueKeepsWhatSavesMoreBytesWhereLfuDoesNot) {
   ShardCache value(100, EvictionPolicy::Value);
   EXPECT_EQ(value.score_kind(), KeepScore::Density);
   EXPECT_EQ(lfu.score_kind(), KeepScore::Probability);
-  ASSERT_TRUE(value.admit(1, 20, 0, keep_density(small, none)).admitted);
-  const CacheAdmit a = value.admit(2, 100, 0, keep_density(large, none));
+  ASSERT_TRUE(value.admit(1, 20, 0, keep_density(small, c, none)).admitted);
+  const CacheAdmit a = value.admit(2, 100, 0, keep_density(large, c, none));
   EXPECT_TRUE(a.admitted);
   EXPECT_EQ(a.evicted, (Ids{1}));
   EXPECT_EQ(value.resident(), (Ids{2}));
-  EXPECT_GT(keep_density(large, none) * 100, keep_density(small, none) * 20);
+}
 
-  // A backward still to come in this micro-batch (certain) ranks above a likelier later use
-  // when the backward keeps what the forward gathered (held): lfu ranks by p alone.
-  KeepInputs pending = later(0.3, 1, 10);
-  pending.next = NextUse::Backward;
-  KeepInputs hot = later(0.9, 1, 10);
-  hot.forward_use = RegatherCost::ForwardOnly;
-  EXPECT_GT(keep_density(pending, none), keep_density(hot, none));
-  ShardCache v2(10, EvictionPolicy::Value);
-  ASSERT_TRUE(v2.admit(5, 10, 0, keep_density(hot, none)).admitted);
-  EXPECT_EQ(v2.admit(6, 10, 0, keep_density(pending, none)).evicted, (Ids{5}));
-  ShardCache l2(10, EvictionPolicy::Lfu);
-  ASSERT_TRUE(l2.admit(5, 10, 0, hot.p).admitted);
-  EXPECT_FALSE(l2.admit(6, 10, 0, pending.p).admitted);
+// lfu and value disagree (2): a backward two phases away (certain) against a likelier expert of
+// another layer whose next chance is the next micro-batch's forward: lfu ranks by p alone and
+// keeps the latter; value keeps what is needed sooner, as Belady's rule does.
+TEST(BudgetPlanner, ValueKeepsWhatIsNeededSoonerWhereLfuDoesNot) {
+  const PrefetchCosts none;
+  const StepClock c = clock_at(2, 2, 0, 1);
+  const KeepInputs pending = pending_backward(0, 0.3, 10), hot = at_layer(0, 0.9, 10, true);
+  EXPECT_GT(keep_density(pending, c, none), keep_density(hot, c, none));
+  ShardCache value(10, EvictionPolicy::Value);
+  ASSERT_TRUE(value.admit(5, 10, 0, keep_density(hot, c, none)).admitted);
+  EXPECT_EQ(value.admit(6, 10, 0, keep_density(pending, c, none)).evicted, (Ids{5}));
+  ShardCache lfu(10, EvictionPolicy::Lfu);
+  ASSERT_TRUE(lfu.admit(5, 10, 0, hot.p).admitted);
+  EXPECT_FALSE(lfu.admit(6, 10, 0, pending.p).admitted);
 }
 
 TEST(BudgetPlanner, SameInputsSameDecisionInAnyOrder) {
