@@ -1,7 +1,7 @@
 // core/residency.h — the interface between the ZeRO engine's fetch coordinator and a residency
 // policy that keeps gathered parameter groups past their release. Two policies implement it:
-// the expert shard cache (prefetch/shard_cache.h: a byte budget, lfu/lru eviction, from forward
-// to backward and across micro-batches) and the dense keep (zero/dense_keep.h: dense groups
+// the expert shard cache (prefetch/shard_cache.h: a byte budget, lfu/lru/value eviction, from
+// forward to backward and across micro-batches) and the dense keep (zero/dense_keep.h: dense groups
 // from one micro-batch to the next, first come first kept). The coordinator owns the buffers
 // and asks the policy what to keep and what to evict; the policy sees only group ids, byte
 // sizes, versions and scores, so its decisions are identical on every rank that makes the same
@@ -35,6 +35,13 @@ struct CacheAdmit {
   std::vector<int> evicted;  // groups evicted to make room, in eviction order: free them
 };
 
+// What the score of admit() and set_score() is to a policy (ResidencyCache::score_kind).
+enum class KeepScore : uint8_t {
+  Probability,  // the probability of use in a micro-batch (FrequencyModel::probability)
+  Density,      // the link time a kept byte saves (prefetch/budget_planner.h keep_density);
+                // 0: worthless, the owner frees it (evict)
+};
+
 class ResidencyCache {
  public:
   virtual ~ResidencyCache() = default;
@@ -44,6 +51,9 @@ class ResidencyCache {
   virtual void pin(int group) = 0;
   virtual void unpin(int group) = 0;
   virtual std::vector<int> invalidate_all() = 0;
+  // Removes an unpinned resident entry (counted as an eviction); the caller frees its buffer.
+  virtual void evict(int group) = 0;
+  virtual KeepScore score_kind() const { return KeepScore::Probability; }
   virtual bool contains(int group) const = 0;
   virtual const ShardCacheCounters& counters() const = 0;
 };

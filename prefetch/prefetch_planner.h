@@ -66,6 +66,9 @@ class PrefetchPlanner {
   // free_link_ns), agreed at a step boundary (agreed_free_link_ns): the same on every rank.
   void set_free_link_ns(double ns);
   double free_link_ns() const { return costs_.free_link_ns; }
+  // The link model (the cost policy's; also what the shard cache's value policy prices a
+  // re-gather with, prefetch/budget_planner.h).
+  const PrefetchCosts& costs() const { return costs_; }
   // True when the expert plans depend on free_link_ns (the cost policy with a link model and
   // prefetch.speculate=idle): the session then measures the link's idle time before routing.
   bool measures_idle_link() const;

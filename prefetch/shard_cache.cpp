@@ -6,6 +6,7 @@
 
 #include "core/config_choices.h"
 #include "core/error.h"
+#include "prefetch/budget_planner.h"
 
 namespace moezero::prefetch {
 
@@ -21,6 +22,9 @@ const EvictionName kEvictionNames[] = {
     {"lfu", EvictionPolicy::Lfu,
      "the lowest frequency-model score first, then the least recently used"},
     {"lru", EvictionPolicy::Lru, "the least recently used first (a logical clock)"},
+    {"value", EvictionPolicy::Value,
+     "the least link time of re-gathers saved per byte kept first (docs/prefetch.md, budget "
+     "planner); worthless entries are freed after use"},
 };
 
 std::vector<ConfigChoice> eviction_choices() {
@@ -47,7 +51,7 @@ ShardCache::ShardCache(uint64_t capacity_bytes, EvictionPolicy eviction)
     : capacity_bytes_(capacity_bytes), eviction_(eviction) {}
 
 bool ShardCache::evicted_before(int ia, const Entry& a, int ib, const Entry& b) const {
-  if (eviction_ == EvictionPolicy::Lfu && a.score != b.score) return a.score < b.score;
+  if (eviction_ != EvictionPolicy::Lru && a.score != b.score) return a.score < b.score;
   if (a.last_use != b.last_use) return a.last_use < b.last_use;
   return ia < ib;
 }
@@ -80,8 +84,9 @@ CacheLookup ShardCache::lookup(int group, int64_t current_version) {
 
 CacheAdmit ShardCache::admit(int group, uint64_t bytes, int64_t version, double score) {
   MOEZERO_CHECK(bytes > 0, "ShardCache::admit: group ", group, ": bytes must be > 0");
-  MOEZERO_CHECK(std::isfinite(score), "ShardCache::admit: group ", group, ": score ", score,
-                " is not finite");
+  MOEZERO_CHECK(std::isfinite(score) && (eviction_ != EvictionPolicy::Value || score >= 0.0),
+                "ShardCache::admit: group ", group, ": score ", score,
+                " is not finite (or, for value, negative)");
   MOEZERO_CHECK(!contains(group), "ShardCache::admit: group ", group,
                 " is already resident "
                 "(version ",
@@ -93,35 +98,57 @@ CacheAdmit ShardCache::admit(int group, uint64_t bytes, int64_t version, double 
     return result;
   }
   const Entry fresh{bytes, version, score, clock_, 0};
-  // Victims: unpinned entries ranking below the newcomer, lowest first, until it fits.
-  if (counters_.bytes_resident + bytes > capacity_bytes_) {
-    const uint64_t need_bytes = counters_.bytes_resident + bytes - capacity_bytes_;
-    const std::vector<int> order = eviction_order();
-    uint64_t freed_bytes = 0;
-    std::vector<int> victims;
-    for (const int id : order) {
-      if (freed_bytes >= need_bytes) break;
-      const Entry& e = entries_.at(id);
-      if (!evicted_before(id, e, group, fresh)) break;  // would displace a hotter entry
-      victims.push_back(id);
-      freed_bytes += e.bytes;
-    }
-    if (freed_bytes < need_bytes) {
-      ++counters_.refusals;
-      return result;
-    }
-    for (const int id : victims) {
-      erase(entries_.find(id));
-      ++counters_.evictions;
-    }
-    result.evicted = std::move(victims);
+  const std::optional<std::vector<int>> victims = victims_for(group, fresh);
+  if (!victims) {
+    ++counters_.refusals;
+    return result;
   }
+  for (const int id : *victims) {
+    erase(entries_.find(id));
+    ++counters_.evictions;
+  }
+  result.evicted = *victims;
   entries_.emplace(group, fresh);
   counters_.bytes_resident += bytes;
   counters_.peak_bytes = std::max(counters_.peak_bytes, counters_.bytes_resident);
   ++counters_.admissions;
   result.admitted = true;
   return result;
+}
+
+std::optional<std::vector<int>> ShardCache::victims_for(int group, const Entry& fresh) const {
+  const uint64_t free_bytes = capacity_bytes_ - counters_.bytes_resident;
+  if (eviction_ == EvictionPolicy::Value) {  // knapsack-greedy (budget_planner.h)
+    std::vector<KeepEntry> evictable;
+    for (const auto& [id, e] : entries_)
+      if (e.pins == 0) evictable.push_back({id, e.bytes, e.score, e.last_use});
+    KeepDecision d =
+        plan_admission({group, fresh.bytes, fresh.score, fresh.last_use}, evictable, free_bytes);
+    if (!d.admit) return std::nullopt;
+    return std::move(d.victims);
+  }
+  // lfu, lru: unpinned entries ranking below the newcomer, lowest first, until it fits.
+  std::vector<int> victims;
+  if (fresh.bytes <= free_bytes) return victims;
+  const uint64_t need_bytes = fresh.bytes - free_bytes;
+  uint64_t freed_bytes = 0;
+  for (const int id : eviction_order()) {
+    if (freed_bytes >= need_bytes) break;
+    const Entry& e = entries_.at(id);
+    if (!evicted_before(id, e, group, fresh)) break;  // would displace a hotter entry
+    victims.push_back(id);
+    freed_bytes += e.bytes;
+  }
+  if (freed_bytes < need_bytes) return std::nullopt;
+  return victims;
+}
+
+void ShardCache::evict(int group) {
+  auto it = entries_.find(group);
+  MOEZERO_CHECK(it != entries_.end() && it->second.pins == 0, "ShardCache::evict: group ", group,
+                " is not resident, or pinned");
+  erase(it);
+  ++counters_.evictions;
 }
 
 void ShardCache::set_score(int group, double score) {

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace moezero {
 
 CacheLookup DenseKeep::lookup(int group, int64_t current_version) {
@@ -36,6 +38,14 @@ CacheAdmit DenseKeep::admit(int group, uint64_t bytes, int64_t version, double) 
   counters_.peak_bytes = std::max(counters_.peak_bytes, counters_.bytes_resident);
   out.admitted = true;
   return out;
+}
+
+void DenseKeep::evict(int group) {
+  auto it = kept_.find(group);
+  MOEZERO_CHECK(it != kept_.end(), "DenseKeep::evict: group ", group, " is not kept");
+  counters_.bytes_resident -= it->second.bytes;
+  counters_.evictions += 1;
+  kept_.erase(it);
 }
 
 std::vector<int> DenseKeep::invalidate_all() {

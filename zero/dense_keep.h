@@ -31,6 +31,8 @@ class DenseKeep final : public ResidencyCache {
   void pin(int) override {}
   void unpin(int) override {}
   std::vector<int> invalidate_all() override;  // in group order
+  // Its bytes stay counted against the step's budget (first come first kept).
+  void evict(int group) override;
   bool contains(int group) const override { return kept_.count(group) > 0; }
   const ShardCacheCounters& counters() const override { return counters_; }
 

@@ -30,6 +30,7 @@ void FetchCoordinator::initialise() {
     if (p->params_sharded && std::find(comms.begin(), comms.end(), p->comms.gather) == comms.end())
       comms.push_back(p->comms.gather);
   live_limit_per_comm_ = m_.options.zero.max_live_parameters / std::max<uint64_t>(1, comms.size());
+  for (auto& p : m_.groups) layers_ = std::max(layers_, p->layout.spec().layer + 1);
   // Reused by the next micro-batch of this step (never past the step: the optimizer changes
   // the shard); the last micro-batch's own forward-to-backward reuse is the model's may_hold.
   const auto reusable = [this] { return m_.micro_batch + 1 < m_.options.micro_batches_per_step; };
@@ -50,6 +51,8 @@ ResidencyCache* FetchCoordinator::residency(const GroupState& st) const {
 void FetchCoordinator::set_keep_score(int g, double score) {
   GroupState& st = group(g);
   st.keep_score = score;
+  st.used_pass = st.routed_pass = -1;      // a training routing: uses of this pass come after it
+  if (st.expert && values_keep()) return;  // densities are refreshed before every decision
   ResidencyCache* r = residency(st);
   if (r && r->contains(g)) r->set_score(g, score);
 }
@@ -77,6 +80,8 @@ void FetchCoordinator::use_held(int g) {
   MOEZERO_CHECK(!st.params_sharded || st.acquired(), "use_held of parameter group '",
                 st.layout.spec().name, "', which is not held");
   if (st.expert) m_.counters.needed_expert_bytes += st.full_bytes(m_.options.compute_dtype);
+  group(g).used_pass = m_.pass();
+  note_layer(st.layout.spec().layer);
 }
 uint64_t FetchCoordinator::live_bytes_of(const Communicator* comm) const {
   auto it = live_by_comm_.find(comm);
@@ -98,6 +103,8 @@ Tensor FetchCoordinator::acquire(int g, Stream& compute) {
   } else {
     MOEZERO_CHECK(!st.acquired(), "acquire of parameter group '", st.layout.spec().name,
                   "', which is already acquired (release it first)");
+    st.used_pass = m_.pass();
+    note_layer(st.layout.spec().layer);
     if (st.state == State::Held || st.state == State::HeldUnused) {
       ResidencyCache& r = *residency(st);
       if (r.lookup(g, m_.step) == CacheLookup::Hit) {  // kept since an earlier release
@@ -161,6 +168,7 @@ void FetchCoordinator::release(int g) {
     residency(st)->unpin(g);
     st.full.buffer().retag(MemTag::Cache);
     st.state = State::Held;
+    if (st.expert && values_keep()) refresh_values();  // freed when no use is left
     return;
   }
   if (residency(st) && offer(g, State::Held)) return;
@@ -187,7 +195,10 @@ void FetchCoordinator::discard_prefetch(int g) {
 bool FetchCoordinator::offer(int g, State kept_as) {
   GroupState& st = group(g);
   ResidencyCache& r = *residency(st);
-  CacheAdmit a = r.admit(g, st.full_bytes(m_.options.compute_dtype), m_.step, st.keep_score);
+  const bool by_value = st.expert && values_keep();
+  if (by_value) refresh_values();  // every resident expert's density as of now
+  CacheAdmit a = r.admit(g, st.full_bytes(m_.options.compute_dtype), m_.step,
+                         by_value ? keep_value(g) : st.keep_score);
   for (int e : a.evicted) {
     trace_cache("evict", e);
     drop_resident(e);

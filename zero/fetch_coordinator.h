@@ -36,6 +36,7 @@
 
 #include "core/event_pool.h"
 #include "core/residency.h"
+#include "prefetch/budget_planner.h"
 #include "prefetch/prefetch_planner.h"
 #include "zero/dense_keep.h"
 #include "zero/gather_codec.h"
@@ -105,6 +106,18 @@ class FetchCoordinator {
   void keep_secondary(int g);
   void drop_secondaries();  // end of passes: every secondary shard, in group order
 
+  // ---- the shard cache's value policy (fetch_value.cpp; shard_cache.eviction=value)
+  bool values_keep() const;                // the expert cache ranks by KeepScore::Density
+  double keep_value(int g) const;          // expert g's density now (prefetch/budget_planner.h)
+  prefetch::StepClock step_clock() const;  // where the step is (budget_planner.h)
+  void note_layer(int layer);              // the layer running now (acquires, Needed hints)
+  // Refreshes every resident expert's density; those unpinned and worth 0 (no use left in the
+  // step) are evicted and freed.
+  void refresh_values();
+  // A hint of `reason` Needed (a layer's forward after routing): `ids` are used in this
+  // micro-batch, and the routing of their layers is known.
+  void note_needed(std::span<const int> ids, ParamProvider::FetchReason reason);
+
   // ---- transitions and residency
   void count_acquire(int g);  // hit / miss / exact / needed bytes
   void count_live(const zero_detail::GroupState& st, int sign);  // +1 gathered, -1 no longer
@@ -146,6 +159,11 @@ class FetchCoordinator {
   // groups (identical on its ranks), and the shares add up to the limit.
   uint64_t live_limit_per_comm_ = 0;
   uint64_t next_ticket_ = 1;  // GroupState::ticket of the next gather issued
+  // The value policy's step clock: the model's layers (1 + the largest GroupSpec::layer), and
+  // the layer of the latest acquire or Needed hint in pass() cur_layer_pass_.
+  int layers_ = 1;
+  int cur_layer_ = 0;
+  int64_t cur_layer_pass_ = -1;
   // hpZ: bytes of the secondary shards held (the trace's secondary_shard_bytes counter).
   uint64_t secondary_bytes_ = 0;
   // Event pairs around this step's expert all-gathers on the gather stream (pooled events).

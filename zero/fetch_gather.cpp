@@ -127,6 +127,7 @@ void FetchCoordinator::on_gathered(int g, Origin origin, uint64_t ticket, uint64
 // ---- prefetch hints ----------------------------------------------------------------------
 
 void FetchCoordinator::prefetch(int g, ParamProvider::FetchReason reason) {
+  note_needed(std::span<const int>(&g, 1), reason);
   GroupState& st = group(g);
   if (!st.params_sharded || st.state != State::Sharded) return;  // replicated or resident
   const size_t bytes = st.full_bytes(m_.options.compute_dtype);
@@ -135,6 +136,7 @@ void FetchCoordinator::prefetch(int g, ParamProvider::FetchReason reason) {
 }
 
 void FetchCoordinator::prefetch_block(std::span<const int> ids, ParamProvider::FetchReason reason) {
+  note_needed(ids, reason);
   std::vector<int> todo;  // sharded and neither resident nor in flight, in the caller's order
   for (int g : ids) {
     const GroupState& st = group(g);
@@ -144,6 +146,7 @@ void FetchCoordinator::prefetch_block(std::span<const int> ids, ParamProvider::F
 }
 
 void FetchCoordinator::prefetch_set(std::span<const int> ids, ParamProvider::FetchReason reason) {
+  note_needed(ids, reason);
   // The prefix that fits the live limit of the communicator (agreed state: the same on every
   // rank), cut into chunks of at most options.coalesce_bytes (by shape only).
   std::vector<int> chunk;

@@ -81,7 +81,12 @@ struct GroupState {
   FetchState state = FetchState::Sharded;
   FetchOrigin origin = FetchOrigin::OnDemand;
   uint64_t ticket = 0;
-  double keep_score = 1.0;          // the cache's lfu score (set_keep_score)
+  double keep_score = 1.0;  // the cache's lfu score (set_keep_score)
+  // The value policy's record of this micro-batch (shard_cache.eviction=value; fetch_value.cpp),
+  // as EngineShared::pass() values: the pass in which its layer's forward declared the experts
+  // it needs (a Needed hint), in which it was acquired or used held (or declared needed), and
+  // in which its gradient was asked for (its backward). -1: never.
+  int64_t routed_pass = -1, used_pass = -1, grad_pass = -1;
   std::unique_ptr<Event> gathered;  // recorded on the gather stream after the all-gather
 
   size_t full_bytes(DType dt) const { return static_cast<size_t>(padded) * dtype_size_bytes(dt); }
@@ -132,6 +137,9 @@ struct EngineShared {
   std::unique_ptr<Event> replicated_ready;  // gather: replicated params refreshed
   int64_t step = 0;                         // optimizer steps applied
   int64_t micro_batch = 0;                  // finish_backward calls since the last step
+  // The current micro-batch of the current step as one number (distinct per micro-batch).
+  int64_t pass() const { return step * (int64_t{1} << 32) + micro_batch; }
+  int64_t backward_pass = -1;  // pass() of the latest grad() call: that pass's backward began
   EngineCounters counters;
   std::vector<GroupCounters> group_counters;  // per group, like counters
   TraceRecorder* trace = nullptr;

@@ -120,6 +120,7 @@ ZeroEngine::Impl::Impl(Device& d, EngineStreams s, Communicator& misc, ZeroOptio
 
 Tensor ZeroEngine::Impl::grad(int g, Stream& compute) {
   GroupState& st = group(g);
+  st.grad_pass = backward_pass = pass();  // its backward (the shard cache's value policy)
   if (st.grad_direct) return st.grad_acc.view();
   if (!st.grad_full && reduced_alone(st) && !st.grads_deferred && micro_batch == 0 &&
       options.compute_dtype == DType::F32) {

@@ -78,15 +78,17 @@ TEST(PolicyRegistry, ConfigDocListsThePoliciesWithTheirDocLines) {
 
 TEST(EvictionRegistry, ShardCacheEvictionComesFromTheShardCache) {
   const std::vector<ConfigChoice> choices = config_choices("shard_cache.eviction");
-  ASSERT_EQ(choices.size(), 2u);
+  ASSERT_EQ(choices.size(), 3u);
   EXPECT_EQ(choices[0].name, "lfu");
   EXPECT_EQ(choices[1].name, "lru");
+  EXPECT_EQ(choices[2].name, "value");
   EXPECT_EQ(eviction_policy("lru"), EvictionPolicy::Lru);
+  EXPECT_EQ(eviction_policy("value"), EvictionPolicy::Value);
   EXPECT_EQ(ShardCache(ShardCacheConfig{}).eviction(), EvictionPolicy::Lfu);
   const std::string e = error_of(R"({"shard_cache": {"eviction": "fifo"}})");
   EXPECT_NE(e.find("shard_cache.eviction"), std::string::npos) << e;
-  EXPECT_NE(e.find("lfu, lru"), std::string::npos) << e;
-  EXPECT_EQ(reference_row("shard_cache.eviction").type, "one of lfu\\|lru");
+  EXPECT_NE(e.find("lfu, lru, value"), std::string::npos) << e;
+  EXPECT_EQ(reference_row("shard_cache.eviction").type, "one of lfu\\|lru\\|value");
   EXPECT_THROW(eviction_policy("fifo"), Error);
 }
 

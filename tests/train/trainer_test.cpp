@@ -346,6 +346,43 @@ TEST(TrainerPrefetch, EveryPolicyAndCacheSizeGivesIdenticalLosses) {
       }
 }
 
+// shard_cache.eviction=value (prefetch/budget_planner.h) decides what stays resident, never a
+// number: losses and parameters are bit-identical to lfu's at world 4 (EP 2, three
+// micro-batches), with a churning cache and one that holds every expert, resharding after
+// forward or holding. With room for every expert it gathers exactly what lfu gathers (it only
+// frees entries no use is left for in the step, counted as evictions; lfu never evicts there).
+TEST(TrainerPrefetch, ValueEvictionGivesLfuLossesBitForBit) {
+  auto with = [](const char* eviction, const char* cache, const char* reshard) {
+    return run(tiny_moe({"parallel.world_size=4", "parallel.ep_size=2", "train.steps=3",
+                         "train.grad_accum_steps=3", "prefetch.link_gbps=1",
+                         std::string("shard_cache.eviction=") + eviction,
+                         std::string("shard_cache.capacity_bytes=") + cache,
+                         std::string("zero.reshard_after_forward=") + reshard}));
+  };
+  for (const char* reshard : {"true", "false"})
+    for (const char* cache : {"40000", "64MiB"}) {
+      const TrainResult lfu = with("lfu", cache, reshard), value = with("value", cache, reshard);
+      const std::string what = std::string("cache ") + cache + " reshard_after_forward " + reshard;
+      const bool roomy = std::string(cache) == "64MiB";
+      ASSERT_EQ(value.steps.size(), lfu.steps.size());
+      uint64_t value_evictions = 0;
+      for (size_t s = 0; s < lfu.steps.size(); ++s) {
+        EXPECT_EQ(value.steps[s].loss, lfu.steps[s].loss) << what << " step " << s + 1;
+        for (size_t r = 0; r < 4 && roomy; ++r) {
+          const RankStepStats &v = value.steps[s].ranks[r], &l = lfu.steps[s].ranks[r];
+          EXPECT_EQ(v.gathered_expert_bytes, l.gathered_expert_bytes) << what << " rank " << r;
+          EXPECT_EQ(l.cache_evictions, 0u) << what;
+          value_evictions += v.cache_evictions;
+        }
+      }
+      if (roomy) {
+        EXPECT_GT(value_evictions, 0u) << what;
+      }
+      for (size_t g = 0; g < lfu.params.size(); ++g)
+        EXPECT_EQ(value.params[g], lfu.params[g]) << what << " group " << g;
+    }
+}
+
 // zero.reshard_after_forward=false without a cache: each active expert is gathered once per
 // micro-batch (forward) and kept for its backward, not gathered again; the backward's use is
 // still needed bytes, but neither a gather, a cache lookup nor a miss. Multi-rank (world 4,
@@ -384,8 +421,9 @@ TEST(TrainerPrefetch, KeptExpertsAreGatheredOncePerMicroBatch) {
 // must be identical on every rank, and the cache budget and live limit must hold.
 class TrainerPrefetchEviction : public ::testing::TestWithParam<const char*> {};
 
-// LFU and LRU: the cache's recency bookkeeping advances with acquires, so both must see the same
-// acquire order on every rank of an EDP group (the LocalCommunicator's call check fails otherwise).
+// LFU, LRU and value: the cache's recency bookkeeping advances with acquires, so both must see the
+// same acquire order on every rank of an EDP group (the LocalCommunicator's call check fails
+// otherwise).
 TEST_P(TrainerPrefetchEviction, SkewedDriftingRoutingKeepsRanksInStep) {
   Config cfg = tiny_moe({"parallel.world_size=4", "parallel.ep_size=2", "train.steps=6",
                          "model.num_experts=8", "prefetch.policy=frequency",
@@ -435,7 +473,8 @@ TEST_P(TrainerPrefetchEviction, SkewedDriftingRoutingKeepsRanksInStep) {
   EXPECT_GT(hits, 0u) << "forward-to-backward reuse";
   EXPECT_GT(evictions, 0u) << "a cache of two experts must evict";
 }
-INSTANTIATE_TEST_SUITE_P(Eviction, TrainerPrefetchEviction, ::testing::Values("lfu", "lru"));
+INSTANTIATE_TEST_SUITE_P(Eviction, TrainerPrefetchEviction,
+                         ::testing::Values("lfu", "lru", "value"));
 
 // The CUDA path (one rank per GPU, NCCL): on one GPU the MoE model's losses follow the CPU's.
 // Tolerance: cuBLAS and the CUDA kernels sum in other orders than the CPU backend; fp32.
