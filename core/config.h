@@ -174,6 +174,7 @@ struct PrefetchConfig {
   int64_t lookahead_layers = 1;
   double link_gbps = 0.0;  // the cost policy's link in Gbit/s; 0: comm_emulation.link_gbps
   Speculate speculate = Speculate::Idle;  // the cost policy's gain of a speculative gather
+  bool pregate = false;  // layer i+1's router on layer i's MoE input predicts its experts
 };
 
 struct ShardCacheConfig {

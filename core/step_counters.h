@@ -35,6 +35,9 @@
 // hpZ counters (docs/zero.md, zero.hpz_partition_size): hpz_gathers, the all-gathers of groups'
 // secondary shards inside their partition (re-gathers within the step that stay on the fast
 // tier); hpz_gathered_bytes, the full bytes they filled (also in gathered_bytes).
+// Pre-gating (prefetch.pregate, docs/prefetch.md; agreed): over the step's micro-batches and the
+// MoE layers that had lookahead counts, pregate_predicted experts predicted, pregate_hits of
+// them active, pregate_active experts active (recall = hits / active).
 #pragma once
 
 #include <cstddef>
@@ -64,6 +67,9 @@
   X(speculation_gated, Count, Moe)         \
   X(hpz_gathers, Count, Engine)            \
   X(hpz_gathered_bytes, Count, Engine)     \
+  X(pregate_predicted, Count, Moe)         \
+  X(pregate_hits, Count, Moe)              \
+  X(pregate_active, Count, Moe)            \
   X(stall_ms, Ms, Engine)                  \
   X(comm_ms, Ms, Timing)                   \
   X(exposed_comm_ms, Ms, Timing)           \

@@ -32,6 +32,8 @@ struct MoeFeedForward::MoeSaved : layers::FeedForward::Saved {
                                 // backward; empty otherwise
   std::vector<float> selected;  // (E) agreed top-k selections (the expert-bias load)
   SharedExperts::Saved shared;  // model.num_shared_experts > 0
+  TensorBuffer agreement;       // prefetch.pregate: f32 (4E) the router statistics (3E), then
+                                // the next MoE layer's lookahead counts (E); all-reduced at once
 };
 
 MoeFeedForward::MoeFeedForward(const ModelConfig& cfg, const MoeRuntime& rt, int layer,
@@ -52,6 +54,7 @@ MoeFeedForward::MoeFeedForward(const ModelConfig& cfg, const MoeRuntime& rt, int
                 "layer ", layer, ": the EP communicator must span ep_size = ", rt.comms.ep_size,
                 " ranks");
   if (rt_.report.stats) rt_.report.stats->add_layer(moe_index_, cfg.num_experts);
+  if (rt_.planning.pregate) rt_.planning.pregate->set_gate_group(moe_index_, first_group);
   if (cfg.num_shared_experts > 0)
     shared_ = std::make_unique<SharedExperts>(cfg, layer, first_group + 1 + experts_.count());
   if (rt_.options.moe.expert_bias_update_rate > 0.0) {
@@ -125,8 +128,16 @@ void MoeFeedForward::prepare(const layers::ModuleContext& ctx, ParamProvider& pa
   for (int64_t e = 0; e < cfg_.num_experts; ++e)
     plan_p_[static_cast<size_t>(e)] =
         rt_.planning.frequency->probability(moe_index_, static_cast<int>(e));
+  // prefetch.pregate: the previous MoE layer's lookahead for this micro-batch, calibrated.
+  std::vector<double> given;
+  const prefetch::PregateModel* pg = rt_.planning.pregate;
+  if (pg && when == Prepare::JustInTime && pg->counts(moe_index_, ctx.micro_batch)) {
+    for (int64_t e = 0; e < cfg_.num_experts; ++e)
+      given.push_back(pg->probability(moe_index_, static_cast<int>(e), ctx.micro_batch));
+    plan_p_ = given;
+  }
   prefetch::PlanNotes notes;
-  planned_ = planner_of(rt_).expert_plan({moe_index_, candidates, bytes, prev}, &notes);
+  planned_ = planner_of(rt_).expert_plan({moe_index_, candidates, bytes, prev, given}, &notes);
   // The speculation window: from this just-in-time plan to the router's output, the time a
   // speculative gather can take without delaying a needed one (prefetch/link_idle.h).
   const bool windowed = when == Prepare::JustInTime && rt_.report.trace != nullptr &&
@@ -172,13 +183,62 @@ Router::Routing& MoeFeedForward::route(const layers::ModuleContext& ctx, ParamPr
                                ctx.micro_batch, RouterMode::Train, forced);
 }
 
-void MoeFeedForward::agree(const layers::ModuleContext& ctx, ParamProvider& params,
-                           const Router::Routing& routing) {
+void MoeFeedForward::pregate(const layers::ModuleContext& ctx, ParamProvider& params,
+                             const Router::Routing& routing, MoeSaved& sv) {
+  prefetch::PregateModel* pg = rt_.planning.pregate;
+  if (!pg || moe_index_ + 1 >= pg->layers() || !planner_of(rt_).plans_experts()) return;
+  const int next = pg->gate_group(moe_index_ + 1);
+  if (next < 0) return;
   Stream& s = ctx.s();
-  if (rt_.comms.router && rt_.comms.router->size() > 1)
-    rt_.comms.router->all_reduce(routing.stats.data(), routing.stats.data(),
-                                 static_cast<size_t>(router_.stats_layout().numel()), DType::F32,
-                                 ReduceOp::Sum, s);
+  Ops& ops = ctx.ops();
+  const int64_t N = ctx.rows(), E = cfg_.num_experts;
+  const int64_t S = router_.stats_layout().numel();
+  sv.agreement = ctx.alloc(DType::F32, Shape{S + E}, "moe.pregate.agreement");
+  s.device().memcpy_async(sv.agreement.view().data(), routing.stats.data(),
+                          static_cast<size_t>(S) * 4, s);
+  // The next layer's gate (its layer group: an early acquire, the same on every rank) on this
+  // layer's router input, in f32 as the router computes its logits; top-k per token; counts.
+  const Tensor flat = params.acquire(next, s);
+  const Tensor gate = params.layout(next).view(flat, kRouterGate);
+  TensorBuffer x32, g32;
+  Tensor x = sv.hn, g = gate;
+  if (x.dtype() != DType::F32) {
+    x32 = ctx.alloc(DType::F32, x.shape(), "moe.pregate.x32");
+    ops.cast(s, x, x32);
+    x = x32;
+  }
+  if (g.dtype() != DType::F32) {
+    g32 = ctx.alloc(DType::F32, g.shape(), "moe.pregate.gate32");
+    ops.cast(s, g, g32);
+    g = g32;
+  }
+  TensorBuffer logits = ctx.alloc(DType::F32, Shape{N, E}, "moe.pregate.logits");
+  ops.gemm(s, GemmArgs{x, g, logits, Transpose::No, Transpose::Yes, 1.0f, 0.0f});
+  params.release(next, s);
+  const int k = static_cast<int>(cfg_.top_k);
+  TensorBuffer vals = ctx.alloc(DType::F32, Shape{N, k}, "moe.pregate.vals");
+  TensorBuffer ids = ctx.alloc(DType::I32, Shape{N, k}, "moe.pregate.ids");
+  ops.topk(s, logits, k, vals, ids);
+  TensorBuffer counts = ctx.alloc(DType::I32, Shape{E}, "moe.pregate.counts");
+  ops.expert_histogram(s, ids.view().reshape({N * k}), static_cast<int>(E), counts);
+  ops.cast(s, counts, sv.agreement.view().view_elems(S, Shape{E}));
+}
+
+void MoeFeedForward::agree(const layers::ModuleContext& ctx, ParamProvider& params,
+                           const Router::Routing& routing, const MoeSaved& sv) {
+  Stream& s = ctx.s();
+  const int64_t S = router_.stats_layout().numel();
+  if (sv.agreement) {  // the statistics and the lookahead counts in one all-reduce
+    if (rt_.comms.router && rt_.comms.router->size() > 1)
+      rt_.comms.router->all_reduce(sv.agreement.view().data(), sv.agreement.view().data(),
+                                   static_cast<size_t>(sv.agreement.view().numel()), DType::F32,
+                                   ReduceOp::Sum, s);
+    s.device().memcpy_async(routing.stats.data(), sv.agreement.view().data(),
+                            static_cast<size_t>(S) * 4, s);
+  } else if (rt_.comms.router && rt_.comms.router->size() > 1) {
+    rt_.comms.router->all_reduce(routing.stats.data(), routing.stats.data(), static_cast<size_t>(S),
+                                 DType::F32, ReduceOp::Sum, s);
+  }
   const int64_t global_tokens = ctx.global_tokens > 0 ? ctx.global_tokens : ctx.rows();
   router_.finish(ctx, global_tokens, rt_.options.loss_weight, ctx.loss_out, ctx.aux_out);
   params.release(first_group_, s);  // the router read the gate weight (forward_local/finish)
@@ -186,12 +246,21 @@ void MoeFeedForward::agree(const layers::ModuleContext& ctx, ParamProvider& para
 
 std::vector<float> MoeFeedForward::synchronize(const layers::ModuleContext& ctx,
                                                DispatchCounts& counts,
-                                               const Router::Routing& routing) const {
+                                               const Router::Routing& routing,
+                                               const MoeSaved& sv) const {
   Stream& s = ctx.s();
   dispatcher_.download_counts(ctx, counts);
-  std::vector<float> h_stats(static_cast<size_t>(router_.stats_layout().numel()));
-  s.device().memcpy_async(h_stats.data(), routing.stats.data(), h_stats.size() * 4, s);
-  s.synchronize();  // HOST SYNC: sizes of the token exchange and the agreed active set
+  const size_t S = static_cast<size_t>(router_.stats_layout().numel());
+  std::vector<float> h_stats(sv.agreement ? static_cast<size_t>(sv.agreement.view().numel()) : S);
+  s.device().memcpy_async(h_stats.data(),
+                          sv.agreement ? sv.agreement.view().data() : routing.stats.data(),
+                          h_stats.size() * 4, s);
+  s.synchronize();     // HOST SYNC: sizes of the token exchange and the agreed active set
+  if (sv.agreement) {  // prefetch.pregate: the next MoE layer's agreed lookahead counts
+    rt_.planning.pregate->set_counts(moe_index_ + 1, ctx.micro_batch,
+                                     std::span<const float>(h_stats).subspan(S));
+    h_stats.resize(S);
+  }
   if (rt_.routing.source) simulated_counts(ctx, counts, h_stats);
   return h_stats;
 }
@@ -285,11 +354,22 @@ std::unique_ptr<layers::FeedForward::Saved> MoeFeedForward::forward(
   window_ = -1;
   DispatchCounts counts = dispatcher_.count(ctx, routing.expert_ids);
   // 2. agree: global statistics over the world, per-peer counts over the EP group, host sync.
-  agree(ctx, params, routing);
+  pregate(ctx, params, routing, *sv);
+  agree(ctx, params, routing, *sv);
   dispatcher_.exchange_counts(ctx, counts);
-  const std::vector<float> h_stats = synchronize(ctx, counts, routing);
+  const std::vector<float> h_stats = synchronize(ctx, counts, routing, *sv);
+  sv->agreement.reset();
   sv->routes = dispatcher_.plan(counts, moe_index_);
   sv->active = apply_agreement(params, router_.stats_layout().kept(h_stats));
+  if (rt_.planning.pregate) {  // how this micro-batch's lookahead (if any) came out
+    const prefetch::PregateModel::Outcome o = rt_.planning.pregate->observe(
+        moe_index_, ctx.micro_batch, router_.stats_layout().kept(h_stats));
+    if (rt_.report.stats) {
+      rt_.report.stats->pregate_predicted += o.predicted;
+      rt_.report.stats->pregate_hits += o.hits;
+      rt_.report.stats->pregate_active += o.active;
+    }
+  }
   if (rt_.report.stats) {  // the step's balance metrics (agreed values)
     const std::span<const float> sel = router_.stats_layout().selected(h_stats);
     auto& out = rt_.report.stats->selected_per_expert[static_cast<size_t>(moe_index_)];

@@ -98,12 +98,19 @@ class MoeFeedForward final : public layers::FeedForward {
   // Route: norm and router; the layer group stays acquired until agree().
   Router::Routing& route(const layers::ModuleContext& ctx, ParamProvider& params, const Tensor& h,
                          MoeSaved& sv);
-  // Agree: all-reduce of the router statistics, the router's losses; releases the layer group.
+  // prefetch.pregate: the next MoE layer's lookahead counts of this rank's tokens (its gate on
+  // this layer's router input, top-k), beside a copy of the router statistics in
+  // sv.agreement; nothing when off or for the last MoE layer.
+  void pregate(const layers::ModuleContext& ctx, ParamProvider& params,
+               const Router::Routing& routing, MoeSaved& sv);
+  // Agree: all-reduce of the router statistics (with pregate's counts in sv.agreement), the
+  // router's losses; releases the layer group.
   void agree(const layers::ModuleContext& ctx, ParamProvider& params,
-             const Router::Routing& routing);
-  // HOST SYNC: downloads the dispatch counts and the agreed router statistics (returned).
+             const Router::Routing& routing, const MoeSaved& sv);
+  // HOST SYNC: downloads the dispatch counts and the agreed router statistics (returned, 3E);
+  // hands pregate's agreed counts to the PregateModel.
   std::vector<float> synchronize(const layers::ModuleContext& ctx, DispatchCounts& counts,
-                                 const Router::Routing& routing) const;
+                                 const Router::Routing& routing, const MoeSaved& sv) const;
   // The simulated backend: overwrites what synchronize() read with the routing source's counts
   // (MoeRoutingInputs::source): this rank's, its EP peers' for its experts, the world's total.
   void simulated_counts(const layers::ModuleContext& ctx, DispatchCounts& counts,

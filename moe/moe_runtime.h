@@ -13,6 +13,7 @@
 #include "moe/moe_stats.h"
 #include "prefetch/frequency_model.h"
 #include "prefetch/prefetch_planner.h"
+#include "prefetch/pregate.h"
 
 namespace moezero {
 class TraceRecorder;
@@ -56,6 +57,9 @@ struct MoePlanning {
   // before routing (made from `frequency`, prefetch.policy and the link costs) and backward's
   // exact order. Null: nothing planned ahead, backward exact.
   const prefetch::PrefetchPlanner* planner = nullptr;
+  // prefetch.pregate: the agreed lookahead counts and their calibration (null: off). Each MoE
+  // layer registers its gate group, writes the next layer's counts and learns from its own.
+  prefetch::PregateModel* pregate = nullptr;
 };
 
 // Where the layer's routing comes from other than its router (both null: the router decides).

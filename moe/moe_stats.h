@@ -48,6 +48,9 @@ namespace moezero::moe {
 //   speculation_gated     expert candidates the cost policy's gate refused although
 //                         `frequency` would have gathered them before routing (floor and
 //                         budget met; prefetch/prefetch_policy.h), over the step's plans
+//   pregate_predicted,    prefetch.pregate (agreed): over the step's micro-batches and MoE
+//   pregate_hits,         layers that had lookahead counts, the experts predicted (count > 0),
+//   pregate_active        those of them that were active, and the experts active
 //   calibration_count,    per probability bucket (kCalibrationBuckets equal-width buckets of
 //   calibration_active    [0, 1]): those pairs, and those of them that were active
 #define MOEZERO_MOE_STATS_FIELDS(X)              \
@@ -60,6 +63,9 @@ namespace moezero::moe {
   X(active_layer_experts, uint64_t, Step)        \
   X(layer_expert_slots, uint64_t, Step)          \
   X(speculation_gated, uint64_t, Step)           \
+  X(pregate_predicted, uint64_t, Step)           \
+  X(pregate_hits, uint64_t, Step)                \
+  X(pregate_active, uint64_t, Step)              \
   X(a2a_tokens_in, int64_t, Expert)              \
   X(a2a_tokens_out, int64_t, Expert)             \
   X(brier_sum, double, Layer)                    \

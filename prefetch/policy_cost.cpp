@@ -43,9 +43,10 @@ class CostPolicy final : public PrefetchPolicy {
         [&](const Ranked& r) {
           // FrequencyModel::priced (evidence only, at most the marginal), times the realised
           // precision of such confident guesses (plan_calibration; capped at 1).
+          // A given probability (prefetch.pregate) is calibrated already: priced as it is.
           const double priced =
               in.model.evidence(in.layer, std::min(r.p, in.model.probability(in.layer, r.id)));
-          const double p = std::min(1.0, priced * calibration);
+          const double p = in.given_p.empty() ? std::min(1.0, priced * calibration) : r.p;
           const double t = speculative_gather_ns(r.bytes, in.costs);
           if (!speculation_pays(p, t, free_left_ns, in.cfg.speculate)) return false;
           free_left_ns = std::max(0.0, free_left_ns - t);

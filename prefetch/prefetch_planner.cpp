@@ -48,7 +48,8 @@ bool PrefetchPlanner::plans_experts() const {
 std::vector<int> PrefetchPlanner::expert_plan(const ExpertPlanQuery& q, PlanNotes* notes) const {
   if (notes != nullptr) *notes = PlanNotes{};
   if (!plans_experts()) return {};
-  return plan_prefetch(cfg_, *model_, q.layer, q.candidates, q.bytes, q.prev, costs_, notes);
+  return plan_prefetch(cfg_, *model_, q.layer, q.candidates, q.bytes, q.prev, costs_, notes,
+                       q.given_p);
 }
 
 void PrefetchPlanner::set_free_link_ns(double ns) {

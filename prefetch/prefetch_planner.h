@@ -36,6 +36,7 @@ struct ExpertPlanQuery {
   std::span<const int> candidates;          // expert ids this rank could gather
   std::span<const uint64_t> bytes;          // gathered bytes of each candidate
   const std::vector<char>* prev = nullptr;  // agreed active flags of layer - 1 (or none)
+  std::span<const double> given_p;          // empty, or per expert (PlanInput::given_p)
 };
 
 class PrefetchPlanner {

@@ -67,7 +67,8 @@ std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& 
                                std::span<const int> candidate_experts,
                                std::span<const uint64_t> expert_bytes,
                                const std::vector<char>* prev_layer_active,
-                               const PrefetchCosts& costs, PlanNotes* notes) {
+                               const PrefetchCosts& costs, PlanNotes* notes,
+                               std::span<const double> given_p) {
   MOEZERO_CHECK(layer >= 0 && layer < model.layers(), "plan_prefetch: layer ", layer,
                 " out of range [0, ", model.layers(), ")");
   if (prev_layer_active != nullptr) {
@@ -77,10 +78,15 @@ std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& 
                   "prev_layer_active has ",
                   prev_layer_active->size(), " flags, expected ", model.experts());
   }
+  MOEZERO_CHECK(given_p.empty() || given_p.size() == size_t(model.experts()),
+                "plan_prefetch: ", given_p.size(), " given probabilities for ", model.experts(),
+                " experts");
+  for (const double p : given_p)
+    MOEZERO_CHECK(p >= 0.0 && p <= 1.0, "plan_prefetch: given probability ", p, " outside [0, 1]");
   const std::vector<Candidate> cands =
       checked_candidates(model.experts(), candidate_experts, expert_bytes);
   if (notes != nullptr) *notes = PlanNotes{};
-  const PlanInput in{cfg, model, layer, cands, prev_layer_active, costs};
+  const PlanInput in{cfg, model, layer, cands, prev_layer_active, costs, given_p};
   return prefetch_policy(cfg.policy).plan(in, notes);
 }
 

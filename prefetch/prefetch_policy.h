@@ -77,6 +77,10 @@ struct PlanInput {
   std::span<const Candidate> candidates;    // distinct, in range, ascending id
   const std::vector<char>* prev = nullptr;  // agreed active flags of layer - 1, or none
   const PrefetchCosts& costs;
+  // Empty, or one probability per expert (model.experts()) that replaces the frequency model's
+  // guess: prefetch.pregate's calibrated P(active | lookahead count) (prefetch/pregate.h). The
+  // ranking orders by it and the cost policy prices it as it is (it is already calibrated).
+  std::span<const double> given_p = {};
 };
 
 // A prefetch policy (prefetch.policy): its class in its own file, one line in the registry
@@ -116,13 +120,15 @@ std::vector<std::string> prefetch_policy_names();
 //      MoE layer `layer - 1` in the current micro-batch; only valid for layer >= 1.
 // [in] costs: the link model (policy cost only; default: unknown, the cost policy is frequency).
 // [out] notes: optional (nullptr: none); reset, then filled (PlanNotes).
+// [in] given_p: empty, or model.experts() probabilities in [0, 1] (PlanInput::given_p).
 // [out] the chosen expert ids (a subset of candidate_experts).
 // Throws moezero::Error on bad arguments (sizes, ranges, duplicates, prev flags for layer 0).
 std::vector<int> plan_prefetch(const PrefetchConfig& cfg, const FrequencyModel& model, int layer,
                                std::span<const int> candidate_experts,
                                std::span<const uint64_t> expert_bytes,
                                const std::vector<char>* prev_layer_active,
-                               const PrefetchCosts& costs = {}, PlanNotes* notes = nullptr);
+                               const PrefetchCosts& costs = {}, PlanNotes* notes = nullptr,
+                               std::span<const double> given_p = {});
 
 // Backward is exact: the experts a layer needs are its forward's agreed active set. This is the
 // single definition of the order they are gathered and run in backward: ascending expert id,

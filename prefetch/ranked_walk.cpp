@@ -8,7 +8,8 @@ namespace moezero::prefetch {
 std::vector<Ranked> rank_candidates(const PlanInput& in) {
   std::vector<Ranked> ranked;
   for (const Candidate& c : in.candidates) {
-    const double p = in.model.predicted(in.layer, c.id, in.prev);
+    const double p = in.given_p.empty() ? in.model.predicted(in.layer, c.id, in.prev)
+                                        : in.given_p[static_cast<size_t>(c.id)];
     if (p >= in.cfg.min_probability) ranked.push_back({p, c.id, c.bytes});
   }
   // Strict weak order with no ties left: probability descending, then id ascending.

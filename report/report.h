@@ -127,7 +127,8 @@ struct RankRow {
           prefetch_hits = 0, prefetch_misses = 0, miss_bytes = 0, exact_prefetches = 0,
           wasted_bytes = 0, needed_expert_bytes = 0, active_layer_experts = 0,
           layer_expert_slots = 0, cache_hits = 0, cache_misses = 0, cache_evictions = 0,
-          speculation_gated = 0, hpz_gathers = 0, hpz_gathered_bytes = 0;
+          speculation_gated = 0, hpz_gathers = 0, hpz_gathered_bytes = 0, pregate_predicted = 0,
+          pregate_hits = 0, pregate_active = 0;
   double stall_ms = 0.0, comm_ms = 0.0, exposed_comm_ms = 0.0, idle_link_ms = 0.0;
   // maxima over steps
   std::vector<std::pair<std::string, int64_t>> peak_bytes;  // tag -> bytes, first step's order

@@ -97,7 +97,12 @@ void RankSession::build_model() {
   planner_ = std::make_unique<prefetch::PrefetchPlanner>(
       cfg_.prefetch, frequency_.get(),
       prefetch::link_costs(cfg_.prefetch, cfg_.comm_emulation, comms_.edp_gather->size()));
-  rt_.planning = {.frequency = frequency_.get(), .planner = planner_.get()};
+  // prefetch.pregate: needs a layer after the first and the real router input (not simulated).
+  if (cfg_.prefetch.pregate && moe_layers_ >= 2 && run_.options.routing_source == nullptr)
+    pregate_ = std::make_unique<prefetch::PregateModel>(
+        moe_layers_, static_cast<int>(cfg_.model.num_experts), cfg_.prefetch.ema_decay);
+  rt_.planning = {
+      .frequency = frequency_.get(), .planner = planner_.get(), .pregate = pregate_.get()};
   model_ = std::make_unique<model::Transformer>(cfg_.model, &rt_);
   model_->set_activation_checkpointing(cfg_.train.activation_checkpointing);
 }

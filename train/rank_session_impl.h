@@ -158,6 +158,7 @@ class RankSession {
   moe::MoeRuntime rt_;
   int moe_layers_ = 0;
   std::unique_ptr<prefetch::FrequencyModel> frequency_;  // null for a dense model
+  std::unique_ptr<prefetch::PregateModel> pregate_;      // prefetch.pregate; else null
   std::unique_ptr<prefetch::PrefetchPlanner> planner_;   // the engine's and the MoE layers'
   std::unique_ptr<model::Transformer> model_;
   // Evaluation (train.eval_every): the same groups, forward only, with its own runtime (built

@@ -201,6 +201,7 @@ std::optional<double> RankSession::evaluate(int64_t step) {
     eval_rt_.report.stats = nullptr;
     eval_rt_.routing.replay = nullptr;  // evaluation routes by the router
     eval_rt_.planning.frequency = nullptr;
+    eval_rt_.planning.pregate = nullptr;
     eval_rt_.report.trace = nullptr;
     eval_rt_.options.gather = &moe::gather_strategy(rt_.options.gather->evaluation_strategy());
     eval_rt_.options.reshard_after_forward = true;

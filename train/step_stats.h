@@ -55,6 +55,8 @@ struct RankStepStats {
   uint64_t speculation_gated = 0;  // candidates the cost gate refused (frequency would take)
   // hpZ: re-gathers inside the partition (fast tier), their full bytes (in gathered_bytes too)
   uint64_t hpz_gathers = 0, hpz_gathered_bytes = 0;
+  // prefetch.pregate: experts predicted, those active, experts active (layers with a lookahead)
+  uint64_t pregate_predicted = 0, pregate_hits = 0, pregate_active = 0;
   double stall_ms = 0.0;         // compute stream waiting on parameter gathers
   double comm_ms = 0.0;          // wall time with a collective of this rank in flight (union)
   double exposed_comm_ms = 0.0;  // part of it the compute stream waits (<= comm_ms)

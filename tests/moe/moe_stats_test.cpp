@@ -49,6 +49,9 @@ TEST(MoeStats, ClearResetsTheStepsFieldsAndKeepsTheLastValues) {
   s.active_layer_experts = 2;
   s.layer_expert_slots = 2;
   s.speculation_gated = 3;
+  s.pregate_predicted = 4;
+  s.pregate_hits = 2;
+  s.pregate_active = 5;
   s.active_experts[0] = 2;
   s.expert_bias[0] = {0.25f, -0.25f};
   s.clear();
@@ -65,6 +68,7 @@ TEST(MoeStats, ClearResetsTheStepsFieldsAndKeepsTheLastValues) {
   EXPECT_EQ(s.active_layer_experts, 0u);
   EXPECT_EQ(s.layer_expert_slots, 0u);
   EXPECT_EQ(s.speculation_gated, 0u);
+  EXPECT_EQ(s.pregate_predicted + s.pregate_hits + s.pregate_active, 0u);
   // Kept: the last micro-batch's active count, the bias the step routed with, the setting.
   EXPECT_EQ(s.active_experts[0], 2);
   EXPECT_EQ(s.expert_bias[0], (std::vector<float>{0.25f, -0.25f}));
@@ -80,7 +84,7 @@ TEST(MoeStats, TheFieldListNamesEachFieldOnce) {
   MOEZERO_MOE_STATS_FIELDS(MOEZERO_TEST_NAME)
 #undef MOEZERO_TEST_NAME
   EXPECT_EQ(names.size(), n);
-  EXPECT_EQ(n, 15u);  // a new field: add it to the tests above too
+  EXPECT_EQ(n, 18u);  // a new field: add it to the tests above too
 }
 
 }  // namespace

@@ -241,14 +241,25 @@ json old_style_step(int64_t step) {
 TEST(RunInput, OldStyleMetricsStillReport) {
   const RunInput in = parse_run(lines({old_style_step(1), old_style_step(2)}), "old.jsonl");
   ASSERT_EQ(in.steps.size(), 2u);
-  const std::vector<std::string> absent = {"reduce_wire_bytes",    "intra_node_bytes",
-                                           "inter_node_bytes",     "gathered_wire_bytes",
-                                           "miss_bytes",           "exact_prefetches",
-                                           "wasted_bytes",         "needed_expert_bytes",
-                                           "active_layer_experts", "layer_expert_slots",
-                                           "speculation_gated",    "hpz_gathers",
-                                           "hpz_gathered_bytes",   "comm_ms",
-                                           "exposed_comm_ms",      "idle_link_ms"};
+  const std::vector<std::string> absent = {"reduce_wire_bytes",
+                                           "intra_node_bytes",
+                                           "inter_node_bytes",
+                                           "gathered_wire_bytes",
+                                           "miss_bytes",
+                                           "exact_prefetches",
+                                           "wasted_bytes",
+                                           "needed_expert_bytes",
+                                           "active_layer_experts",
+                                           "layer_expert_slots",
+                                           "speculation_gated",
+                                           "hpz_gathers",
+                                           "hpz_gathered_bytes",
+                                           "pregate_predicted",
+                                           "pregate_hits",
+                                           "pregate_active",
+                                           "comm_ms",
+                                           "exposed_comm_ms",
+                                           "idle_link_ms"};
   EXPECT_EQ(in.steps[0].ranks[1].absent, absent);
   EXPECT_FALSE(in.steps[0].moe_layers[0].prediction);
   const Report r = compute_report(in);
