@@ -62,7 +62,7 @@ TEST(Pregate, ObserveCalibratesAndConsumesTheCounts) {
   EXPECT_EQ(m.probability(1, 3, 11), 0.375);
 }
 
-PrefetchConfig config(const std::string& policy, uint64_t budget_bytes) {
+PrefetchConfig plan_config(const std::string& policy, uint64_t budget_bytes) {
   PrefetchConfig c;
   c.policy = policy;
   c.min_probability = 0.1;
@@ -77,19 +77,19 @@ TEST(Pregate, GivenProbabilitiesRankThePlan) {
   const FrequencyModel cold(1, 4, 0.9);
   const std::vector<int> ids = {0, 1, 2, 3};
   const std::vector<uint64_t> bytes = {10, 10, 10, 10};
-  EXPECT_EQ(plan_prefetch(config("frequency", 20), cold, 0, ids, bytes, nullptr),
+  EXPECT_EQ(plan_prefetch(plan_config("frequency", 20), cold, 0, ids, bytes, nullptr),
             (std::vector<int>{0, 1}));
   const std::vector<double> given = {0.2, 0.05, 0.9, 0.6};
   EXPECT_EQ(
-      plan_prefetch(config("frequency", 20), cold, 0, ids, bytes, nullptr, {}, nullptr, given),
+      plan_prefetch(plan_config("frequency", 20), cold, 0, ids, bytes, nullptr, {}, nullptr, given),
       (std::vector<int>{2, 3}));
   EXPECT_EQ(
-      plan_prefetch(config("frequency", 100), cold, 0, ids, bytes, nullptr, {}, nullptr, given),
+      plan_prefetch(plan_config("frequency", 100), cold, 0, ids, bytes, nullptr, {}, nullptr, given),
       (std::vector<int>{2, 3, 0}));  // 0.05 is below the floor 0.1
-  EXPECT_THROW(plan_prefetch(config("frequency", 20), cold, 0, ids, bytes, nullptr, {}, nullptr,
+  EXPECT_THROW(plan_prefetch(plan_config("frequency", 20), cold, 0, ids, bytes, nullptr, {}, nullptr,
                              std::vector<double>{0.5}),
                Error);
-  EXPECT_THROW(plan_prefetch(config("frequency", 20), cold, 0, ids, bytes, nullptr, {}, nullptr,
+  EXPECT_THROW(plan_prefetch(plan_config("frequency", 20), cold, 0, ids, bytes, nullptr, {}, nullptr,
                              std::vector<double>{0.5, 0.5, 1.5, 0.5}),
                Error);
 }
@@ -103,9 +103,9 @@ TEST(Pregate, CostPolicyPricesGivenProbabilities) {
   costs.link_ns_per_byte = 1.0;
   const std::vector<int> ids = {0, 1, 2};
   const std::vector<uint64_t> bytes = {10, 10, 10};
-  EXPECT_EQ(plan_prefetch(config("cost", 100), m, 0, ids, bytes, nullptr, costs).size(), 3u);
+  EXPECT_EQ(plan_prefetch(plan_config("cost", 100), m, 0, ids, bytes, nullptr, costs).size(), 3u);
   PlanNotes notes;
-  EXPECT_EQ(plan_prefetch(config("cost", 100), m, 0, ids, bytes, nullptr, costs, &notes,
+  EXPECT_EQ(plan_prefetch(plan_config("cost", 100), m, 0, ids, bytes, nullptr, costs, &notes,
                           std::vector<double>{0.4, 0.6, 0.3}),
             (std::vector<int>{1}));
   EXPECT_EQ(notes.gated, 2u);
