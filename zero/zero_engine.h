@@ -294,6 +294,7 @@ class ZeroEngine final : public ParamProvider {
   uint64_t fetch_ticket(int group) const override;
   bool may_hold(int group) const override;
   void use_held(int group) override;
+  void hold(int group) override;
 
   // Ends a micro-batch's backward: flushes the pending reduce bucket.
   void finish_backward();
