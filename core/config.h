@@ -178,7 +178,7 @@ struct PrefetchConfig {
 
 struct ShardCacheConfig {
   uint64_t capacity_bytes = 64ull << 20;  // 0 disables the cache
-  std::string eviction = "lfu";           // a registered eviction order (prefetch/shard_cache.cpp)
+  std::string eviction = "value";         // a registered eviction order (prefetch/shard_cache.cpp)
 };
 
 struct CommEmulationConfig {

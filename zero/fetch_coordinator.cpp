@@ -183,8 +183,10 @@ void FetchCoordinator::release(int g) {
     return;
   }
   if (residency(st) && offer(g, State::Held)) return;
-  keep_secondary(g);  // hpZ: the next gather of the step stays inside the partition
-  st.full.reset();    // stream-safe: reused only after gather and compute passed this point
+  // hpZ: the next gather of the step stays inside the partition; the value policy knows when
+  // there is none (no use left before the optimizer update).
+  if (!(st.expert && values_keep() && keep_value(g) == 0.0)) keep_secondary(g);
+  st.full.reset();  // stream-safe: reused only after gather and compute passed this point
   st.state = State::Sharded;
 }
 

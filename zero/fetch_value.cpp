@@ -75,7 +75,7 @@ void FetchCoordinator::refresh_values() {
   for (int g : worthless) {
     cache_->evict(g);
     trace_cache("evict", g);
-    drop_resident(g);
+    drop_resident(g, Secondary::Skip);  // no use left in the step: no re-gather to speed up
     m_.counters.cache_evictions += 1;
   }
   if (!worthless.empty() && m_.tracing())

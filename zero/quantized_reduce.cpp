@@ -68,29 +68,16 @@ uint64_t TwoHopReduce::cross_int8(Device& device, Stream& stream, const Tensor& 
   const int64_t blocks = (cols + block_ - 1) / block_;
   const int64_t chunk = int8_chunk_bytes(cols);
   // One chunk per other node, in node order: its scales (4-byte aligned), then its values.
-  auto scales = [&](const TensorBuffer& b, int64_t k) {
-    return Tensor(static_cast<char*>(b.view().data()) + k * chunk, DType::F32, Shape{blocks},
+  auto scales = [&](void* base, int64_t k) {
+    return Tensor(static_cast<char*>(base) + k * chunk, DType::F32, Shape{blocks}, &device);
+  };
+  auto values = [&](void* base, int64_t k) {
+    return Tensor(static_cast<char*>(base) + k * chunk + blocks * 4, DType::I8, Shape{cols},
                   &device);
   };
-  auto values = [&](const TensorBuffer& b, int64_t k) {
-    return Tensor(static_cast<char*>(b.view().data()) + k * chunk + blocks * 4, DType::I8,
-                  Shape{cols}, &device);
-  };
-  TensorBuffer out(device, DType::I8, Shape{(M - 1) * chunk}, MemTag::CommBuffer, stream,
-                   "reduce bucket, int8 out");
-  TensorBuffer in(device, DType::I8, Shape{(M - 1) * chunk}, MemTag::CommBuffer, stream,
-                  "reduce bucket, int8 in");
-  int64_t k = 0;
-  for (int m = 0; m < M; ++m) {
-    if (m == me) continue;
-    ops.quantize_int8_blocks(stream, partial.view_elems(m * cols, Shape{cols}), values(out, k),
-                             scales(out, k), block_);
-    ++k;
-  }
-  std::vector<size_t> counts(static_cast<size_t>(M), static_cast<size_t>(chunk));
-  counts[static_cast<size_t>(me)] = 0;
-  cross_->all_to_all_v(out.view().data(), counts, in.view().data(), counts, DType::I8, stream);
-  // This node's own sum, exact, then the other nodes' in node order, summed in fp32.
+  // This node's own sum first, exact, into the fp32 accumulator: once the other rows are
+  // quantised, every byte of `partial` is dead, and the chunks received land there instead of
+  // in a buffer of their own ((M - 1) chunks less state at the reduction's peak).
   TensorBuffer acc32;
   Tensor acc = recv;
   if (recv.dtype() != DType::F32) {
@@ -99,6 +86,26 @@ uint64_t TwoHopReduce::cross_int8(Device& device, Stream& stream, const Tensor& 
     acc = acc32.view();
   }
   ops.cast(stream, partial.view_elems(me * cols, Shape{cols}), acc);
+  TensorBuffer out(device, DType::I8, Shape{(M - 1) * chunk}, MemTag::CommBuffer, stream,
+                   "reduce bucket, int8 out");
+  int64_t k = 0;
+  for (int m = 0; m < M; ++m) {
+    if (m == me) continue;
+    ops.quantize_int8_blocks(stream, partial.view_elems(m * cols, Shape{cols}),
+                             values(out.view().data(), k), scales(out.view().data(), k), block_);
+    ++k;
+  }
+  TensorBuffer in_own;  // only when the chunks outgrow `partial` (int8 of a tiny bucket)
+  void* in = partial.data();
+  if ((M - 1) * chunk > static_cast<int64_t>(partial.size_bytes())) {
+    in_own = TensorBuffer(device, DType::I8, Shape{(M - 1) * chunk}, MemTag::CommBuffer, stream,
+                          "reduce bucket, int8 in");
+    in = in_own.view().data();
+  }
+  std::vector<size_t> counts(static_cast<size_t>(M), static_cast<size_t>(chunk));
+  counts[static_cast<size_t>(me)] = 0;
+  cross_->all_to_all_v(out.view().data(), counts, in, counts, DType::I8, stream);
+  // The other nodes' sums in node order, dequantised and added in fp32.
   for (k = 0; k < M - 1; ++k)
     ops.dequantize_int8_blocks(stream, values(in, k), scales(in, k), acc, block_, true);
   if (acc32) ops.cast(stream, acc, recv);

@@ -53,9 +53,10 @@ class TwoHopReduce {
   int64_t send_row(int r) const;
   // [in] send: (n * cols), compute dtype, rows placed by send_row; [out] recv: (cols), the same
   // dtype: this rank's shard of the group's sum. Enqueued on `stream` (the reduce stream);
-  // `send` must stay valid until the stream has passed it. Returns the bytes this rank's
-  // collectives send, as the network model counts their algorithms (ring reduce-scatter over k
-  // ranks of S input bytes: S (k - 1) / k; all_to_all_v: its send bytes).
+  // `send` must stay valid until the stream has passed it, and is consumed: with one member per
+  // node the int8 hop receives the other nodes' chunks into its bytes. Returns the bytes this
+  // rank's collectives send, as the network model counts their algorithms (ring reduce-scatter over
+  // k ranks of S input bytes: S (k - 1) / k; all_to_all_v: its send bytes).
   uint64_t reduce_scatter(Device& device, Stream& stream, const Tensor& send,
                           const Tensor& recv) const;
   // The bytes one int8 chunk of `cols` elements takes on the wire: ceil(cols / block) fp32

@@ -33,7 +33,7 @@ TEST(Config, EmptyObjectGivesDefaults) {
   EXPECT_EQ(c.model.vocab_size, 256);
   EXPECT_EQ(c.zero.stage, 3);
   EXPECT_EQ(c.prefetch.policy, "cost");
-  EXPECT_EQ(c.shard_cache.eviction, "lfu");
+  EXPECT_EQ(c.shard_cache.eviction, "value");
   EXPECT_EQ(c.train.dtype, DType::F32);
 }
 

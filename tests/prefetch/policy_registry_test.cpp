@@ -84,7 +84,7 @@ TEST(EvictionRegistry, ShardCacheEvictionComesFromTheShardCache) {
   EXPECT_EQ(choices[2].name, "value");
   EXPECT_EQ(eviction_policy("lru"), EvictionPolicy::Lru);
   EXPECT_EQ(eviction_policy("value"), EvictionPolicy::Value);
-  EXPECT_EQ(ShardCache(ShardCacheConfig{}).eviction(), EvictionPolicy::Lfu);
+  EXPECT_EQ(ShardCache(ShardCacheConfig{}).eviction(), EvictionPolicy::Value);  // the default
   const std::string e = error_of(R"({"shard_cache": {"eviction": "fifo"}})");
   EXPECT_NE(e.find("shard_cache.eviction"), std::string::npos) << e;
   EXPECT_NE(e.find("lfu, lru, value"), std::string::npos) << e;

@@ -67,6 +67,7 @@ struct ReduceOut {
   std::vector<std::vector<float>> one_hop, two_hop;   // per rank: its shard (kCols)
   std::vector<comm::LinkBytes> one_links, two_links;  // per rank: sent bytes of each
   std::vector<uint64_t> wire;                         // per rank: reduce_scatter's return
+  std::vector<size_t> comm_peak;  // per rank: peak comm-buffer bytes during the two-hop call
 };
 
 // Every rank reduce-scatters the same rows once in one hop over the world and once in two hops
@@ -78,6 +79,7 @@ ReduceOut reduce_both(int rpn, InterNodeHop hop, int64_t block = 2048) {
   out.one_links.resize(kWorld);
   out.two_links.resize(kWorld);
   out.wire.resize(kWorld);
+  out.comm_peak.resize(kWorld);
   std::mutex mu;
   comm::WorldOptions wo;
   wo.comm.timeout = std::chrono::seconds(60);
@@ -105,8 +107,11 @@ ReduceOut reduce_both(int rpn, InterNodeHop hop, int64_t block = 2048) {
         const comm::LinkBytes after_one = ctx.world->link_bytes(ctx.rank);
         const Tensor send(permuted.data(), DType::F32, Shape{kWorld * kCols}, &dev);
         const Tensor recv(b.data(), DType::F32, Shape{kCols}, &dev);
+        dev.allocator().reset_peak();
         const uint64_t wire = two.reduce_scatter(dev, s, send, recv);
         s.synchronize();
+        const size_t comm_peak =
+            dev.allocator().stats().peak_bytes[static_cast<size_t>(MemTag::CommBuffer)];
         const comm::LinkBytes after_two = ctx.world->link_bytes(ctx.rank);
         std::lock_guard lock(mu);
         const auto r = size_t(ctx.rank);
@@ -116,6 +121,7 @@ ReduceOut reduce_both(int rpn, InterNodeHop hop, int64_t block = 2048) {
         out.two_links[r] = {after_two.intra_node_bytes - after_one.intra_node_bytes,
                             after_two.inter_node_bytes - after_one.inter_node_bytes};
         out.wire[r] = wire;
+        out.comm_peak[r] = comm_peak;
       },
       wo);
   return out;
@@ -200,6 +206,23 @@ TEST(TwoHopReduce, Int8HopWithinHalfAStepPerOtherNode) {
     if (M > 1) {
       EXPECT_GT(differing, 0) << "rpn " << rpn << ": nothing was quantised?";
     }
+  }
+}
+
+// The int8 hop's own state: with one member per node the chunks it receives land in the
+// bucket's bytes (dead once this node's row is summed and the others quantised), so its only
+// buffer is the chunks it sends, (M - 1) of them; with two per node, that and the node sums
+// (the intra-node reduce-scatter's output, M rows, whose bytes then take the received chunks).
+TEST(TwoHopReduce, Int8HopReceivesIntoTheBucket) {
+  const int64_t blocks = (kCols + 2047) / 2048;
+  const size_t chunk = size_t(blocks * 4 + (kCols + 3) / 4 * 4);
+  for (int rpn : {1, 2}) {
+    const ReduceOut o = reduce_both(rpn, InterNodeHop::Int8, 2048);
+    const int M = kWorld / rpn;
+    const size_t node_sums = rpn > 1 ? size_t(M) * kCols * 4 : 0;
+    for (int r = 0; r < kWorld; ++r)
+      EXPECT_EQ(o.comm_peak[size_t(r)], node_sums + size_t(M - 1) * chunk)
+          << "rpn " << rpn << " rank " << r;
   }
 }
 
