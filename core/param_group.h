@@ -158,6 +158,13 @@ class ParamProvider {
   // (counters only: neither a gather nor a cache hit or miss).
   virtual bool may_hold(int group) const { return true; }
   virtual void use_held(int group) {}
+  // Holds an acquired group until its release, without a byte limit (FSDP2's
+  // reshard_after_forward=False: an expert from forward to its backward): its gathered bytes
+  // stop counting against the live-parameter limit, which then bounds only what is gathered
+  // ahead (as DeepSpeed's stage3_max_live_parameters bounds its prefetch), so the held groups
+  // of earlier layers do not turn later layers' coalesced gathers into one-at-a-time ones.
+  // The caller releases it as usual after its last use.
+  virtual void hold(int group) {}
 };
 
 }  // namespace moezero

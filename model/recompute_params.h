@@ -64,6 +64,7 @@ class RecomputeParams final : public ParamProvider {
   uint64_t fetch_ticket(int group) const override { return inner_.fetch_ticket(group); }
   bool may_hold(int group) const override { return inner_.may_hold(group); }
   void use_held(int group) override { inner_.use_held(group); }
+  void hold(int group) override { inner_.hold(group); }
 
  private:
   ParamProvider& inner_;

@@ -16,6 +16,7 @@ class BlockGather : public GatherStrategy {
   explicit BlockGather(AfterForward after) : after_(after) {}
 
   bool uses_shard_cache() const override { return false; }  // nothing kept beyond its use
+  bool holds_after_forward(bool) const override { return after_ == AfterForward::Hold; }
   // The block, one module ahead (the previous layer's prepare), just in time only.
   ExpertPrefetch prefetch_forward(const layers::ModuleContext& ctx, ParamProvider& params,
                                   const LocalExperts& experts,

@@ -4,9 +4,11 @@
 // (RunOrder). The routing-aware prefetch plans them before routing; backward's prefetch is exact.
 //
 // With zero.reshard_after_forward=false, forward keeps each active expert it acquired (`held`,
-// slot j) instead of releasing it, while ParamProvider::may_hold allows (the live limit);
-// backward runs the held ones without a gather (ParamProvider::use_held), among the first ones,
-// and releases every expert after its gradient, in the same order as before.
+// slot j) instead of releasing it, without a byte limit, as FSDP2's reshard_after_forward=False
+// keeps a module (ParamProvider::hold: its bytes leave the live-parameter count, which bounds
+// what is gathered ahead); backward runs the held ones without a gather
+// (ParamProvider::use_held), among the first ones, and releases every expert after its
+// gradient, in the same order as before.
 #include <algorithm>
 #include <utility>
 
@@ -100,6 +102,9 @@ class ExpertsGather final : public GatherStrategy {
  public:
   std::string_view name() const override { return "experts"; }
   bool uses_shard_cache() const override { return true; }
+  bool holds_after_forward(bool reshard_after_forward) const override {
+    return !reshard_after_forward;
+  }
   ExpertPrefetch prefetch_forward(const layers::ModuleContext&, ParamProvider&, const LocalExperts&,
                                   layers::FeedForward::Prepare) const override {
     return ExpertPrefetch::Routed;
@@ -133,11 +138,12 @@ void ExpertsGather::forward(const layers::ModuleContext& ctx, ParamProvider& par
     }
     run(ex);
   };
-  // Finished in an order that is the same on every rank; may_hold reads agreed state only.
+  // Finished in an order that is the same on every rank.
   execute(order, wave_keys(order, params, experts, [](int) { return false; }), wave, [&](int j) {
-    if (keep && params.may_hold(experts.group(j))) return;  // kept until this expert's backward
-    if (keep) held[static_cast<size_t>(j)] = Tensor();
-    params.release(experts.group(j), s);
+    if (keep)
+      params.hold(experts.group(j));  // kept until this expert's backward
+    else
+      params.release(experts.group(j), s);
   });
 }
 

@@ -60,6 +60,10 @@ class GatherStrategy {
   // passes and micro-batches: per-expert groups only. Otherwise the engine has no cache and the
   // memory estimate counts none.
   virtual bool uses_shard_cache() const = 0;
+  // Whether forward's experts stay gathered until the backward of the micro-batch, without a
+  // byte limit (fsdp's block; experts with [in] reshard_after_forward false, FSDP2's
+  // reshard_after_forward=False): the memory estimate counts them beyond the live limit.
+  virtual bool holds_after_forward(bool reshard_after_forward) const = 0;
   // The strategy of the forward-only evaluation model (no backward to hold parameters for).
   virtual std::string_view evaluation_strategy() const { return name(); }
 

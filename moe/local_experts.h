@@ -42,7 +42,7 @@ class LocalExperts {
   int expert(int j) const { return rt_.comms.ep_rank * experts_per_rank_ + j; }  // global id
   int layer() const { return layer_; }                                           // decoder layer
   // zero.reshard_after_forward (the experts strategy): false keeps an active expert acquired in
-  // forward until its backward while ParamProvider::may_hold allows.
+  // forward until its backward, without a byte limit (ParamProvider::hold).
   bool reshard_after_forward() const { return rt_.options.reshard_after_forward; }
   std::vector<GroupSpec> param_groups() const;
 

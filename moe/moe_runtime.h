@@ -33,7 +33,7 @@ struct MoeOptions {
   // Only a strategy whose prefetch is Routed uses MoePlanning's expert plans and backward order.
   const GatherStrategy* gather = &gather_strategy(MoeGather::Experts);
   // zero.reshard_after_forward (gather == Experts only): false keeps an active expert acquired
-  // in forward until its backward (ParamProvider::may_hold decides within the live limit).
+  // in forward until its backward, without a byte limit (ParamProvider::hold).
   bool reshard_after_forward = true;
 };
 

@@ -11,6 +11,11 @@ double step_jitter(const std::vector<double>& step_ms) {
   return *lo > 0.0 ? *hi / *lo - 1.0 : 0.0;
 }
 
+PlanMemory plan_memory(uint64_t gpu_bytes, uint64_t memory_limit) {
+  if (memory_limit > 0 && memory_limit < gpu_bytes) return {memory_limit, true};
+  return {gpu_bytes, false};
+}
+
 std::optional<PlanChoice> choose_plan(const std::vector<PlanCandidate>& candidates) {
   const PlanCandidate* fastest = nullptr;
   for (const PlanCandidate& c : candidates)

@@ -37,4 +37,13 @@ std::optional<PlanChoice> choose_plan(const std::vector<PlanCandidate>& candidat
 // The jitter of a row's measured step times (0 for fewer than two).
 double step_jitter(const std::vector<double>& step_ms);
 
+// The memory a strategy's peak must fit per GPU: the GPU's [in] gpu_bytes, or the config's
+// [in] memory_limit (train.memory_limit, 0: none) when that is smaller (the trainer refuses
+// to allocate past it, as on a real GPU).
+struct PlanMemory {
+  uint64_t bytes = 0;
+  bool from_memory_limit = false;  // bytes is train.memory_limit
+};
+PlanMemory plan_memory(uint64_t gpu_bytes, uint64_t memory_limit);
+
 }  // namespace moezero::cli

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -277,25 +278,58 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
   return out;
 }
 
-// The config with the cluster's world size. The user's own errors (file, --set) are reported
-// as they are; one that only the cluster's size causes names --cluster, which the user gave,
-// not parallel.world_size, which the user did not set.
+// The config with the cluster's world size: parallel.world_size comes from --cluster (the
+// header says so), so the user's --set is checked at that size, never at the file's (a
+// --set train.micro_batch_size=16 for --cluster 2x8 is valid at 16 GPUs, whatever the file's
+// world). An error that only the cluster's size causes (the config as given loads at its own
+// world size) names --cluster, which the user gave, not parallel.world_size, which the user did
+// not set; the user's own errors (file, --set) are reported as they are.
 Config load_base_config(const PlanArgs& a, int world) {
-  (void)load_config(a.config_path, a.overrides);
   std::vector<std::string> o = a.overrides;
   o.push_back("parallel.world_size=" + std::to_string(world));
+  std::exception_ptr at_cluster;
+  std::string why;
   try {
     return load_config(a.config_path, o);
   } catch (const Error& e) {
-    MOEZERO_USER_ERROR("plan: --cluster ", a.cluster, " (", world,
-                       " GPUs) cannot be planned with this config: ", e.message());
+    at_cluster = std::current_exception();
+    why = e.message();
   }
+  try {
+    (void)load_config(a.config_path, a.overrides);
+  } catch (const Error&) {
+    std::rethrow_exception(at_cluster);  // wrong at its own size too: the user's error
+  }
+  MOEZERO_USER_ERROR("plan: --cluster ", a.cluster, " (", world,
+                     " GPUs) cannot be planned with this config: ", why);
+}
+
+// The header's line on the world size: the cluster's, and the config's own when it differs
+// (nothing when the config as given does not load at its own size: the cluster's is the only
+// one).
+std::string world_size_note(const PlanArgs& a, int world) {
+  std::string note =
+      "parallel.world_size = " + std::to_string(world) + " from --cluster " + a.cluster;
+  try {
+    const Config own = load_config(a.config_path, a.overrides);
+    if (own.parallel.world_size != world)
+      note += " (the config's " + std::to_string(own.parallel.world_size) + " is replaced)";
+  } catch (const Error&) {
+    note += " (the config's own is replaced)";
+  }
+  return note;
+}
+
+// "80.0 GiB per GPU", or "70.0 GiB per GPU (train.memory_limit)".
+std::string memory_text(const PlanMemory& memory) {
+  return format_bytes(memory.bytes) + " per GPU" +
+         (memory.from_memory_limit ? " (train.memory_limit)" : "");
 }
 
 // A plan with no answer fails: no strategy ran at all (each one's reason is printed above),
 // or none fits the GPU's memory.
 void require_an_answer(const PlanArgs& a, const std::vector<Outcome>& outcomes, bool fits,
-                       const sim::GpuProfile& gpu) {
+                       const sim::GpuProfile& gpu, const PlanMemory& memory) {
   const Outcome* ran = nullptr;
   for (const Outcome& o : outcomes)
     if (o.name != "compute" && o.summary) ran = &o;
@@ -308,8 +342,8 @@ void require_an_answer(const PlanArgs& a, const std::vector<Outcome>& outcomes, 
         first.empty() ? std::string(" (--strategies lists only compute)") : " (" + first + ")");
   }
   MOEZERO_REQUIRE(fits, "plan: no strategy of ", a.config_path, " fits within ",
-                  format_bytes(gpu.memory_bytes), " per GPU of --gpu ", gpu.name, " on --cluster ",
-                  a.cluster, " (the peaks are in the table)");
+                  memory_text(memory), " of --gpu ", gpu.name, " on --cluster ", a.cluster,
+                  " (the peaks are in the table)");
 }
 
 const Outcome& outcome_of(const std::vector<Outcome>& outcomes, const std::string& name) {
@@ -320,7 +354,7 @@ const Outcome& outcome_of(const std::vector<Outcome>& outcomes, const std::strin
 // The recommendation (tools/plan_choice.h): the fastest strategy (not the compute-only
 // reference) that ran within the GPU's memory, or the least memory of those within its jitter.
 std::optional<PlanChoice> recommend(const std::vector<Outcome>& outcomes,
-                                    const std::vector<Row>& rows, const sim::GpuProfile& gpu) {
+                                    const std::vector<Row>& rows, const PlanMemory& memory) {
   const auto& fields = bench::row_fields();
   const size_t ms =
       static_cast<size_t>(std::find(fields.begin(), fields.end(), "step_ms") - fields.begin());
@@ -329,7 +363,7 @@ std::optional<PlanChoice> recommend(const std::vector<Outcome>& outcomes,
     if (r.strategy == "compute" || !r.values[ms]) continue;
     const Outcome& o = outcome_of(outcomes, r.strategy);
     candidates.push_back(PlanCandidate{r.strategy, *r.values[ms], step_jitter(o.step_ms),
-                                       o.peak_total, o.peak_total <= gpu.memory_bytes});
+                                       o.peak_total, o.peak_total <= memory.bytes});
   }
   const std::optional<PlanChoice> choice = choose_plan(candidates);
   if (!choice) return choice;
@@ -344,11 +378,11 @@ std::optional<PlanChoice> recommend(const std::vector<Outcome>& outcomes,
   if (choice->tied.size() > 1) {
     std::printf("\ntie: within the measured steps' jitter of the fastest:");
     for (const std::string& name : choice->tied) std::printf("\n  %s", describe(name).c_str());
-    std::printf("\nrecommended: %s, the least memory of the tie (of %s per GPU)\n",
-                choice->recommended.c_str(), format_bytes(gpu.memory_bytes).c_str());
+    std::printf("\nrecommended: %s, the least memory of the tie (of %s)\n",
+                choice->recommended.c_str(), memory_text(memory).c_str());
   } else {
-    std::printf("\nrecommended: %s of %s per GPU\n", describe(choice->recommended).c_str(),
-                format_bytes(gpu.memory_bytes).c_str());
+    std::printf("\nrecommended: %s of %s\n", describe(choice->recommended).c_str(),
+                memory_text(memory).c_str());
   }
   return choice;
 }
@@ -415,6 +449,7 @@ int plan(const std::vector<std::string>& all_args) {
       a.routing_trace.empty() ? "synthetic" : a.routing_trace.c_str(), (long long)a.warmup + 1,
       (long long)(a.warmup + a.steps));
   std::printf("  %s\n", compute_profile.c_str());
+  std::printf("  %s\n", world_size_note(a, world).c_str());
   if (base.parallel.backend != BackendKind::Cpu)
     std::printf("  (the config's parallel.backend \"cuda\" is replaced by the simulated GPUs)\n");
   // One routing source for every strategy: the strategies change zero, prefetch, cache and
@@ -462,7 +497,8 @@ int plan(const std::vector<std::string>& all_args) {
       "step_ms / step_ms;\nexposed_comm_ms = step_ms - compute's step_ms; spread = max / min of "
       "the measured steps' step_ms\n");
   bench::print_table(rows);
-  const std::optional<PlanChoice> choice = recommend(outcomes, rows, gpu);
+  const PlanMemory memory = plan_memory(gpu.memory_bytes, base.train.memory_limit);
+  const std::optional<PlanChoice> choice = recommend(outcomes, rows, memory);
   if (!a.json_path.empty()) {
     nlohmann::ordered_json pj = plan_json(a, gpu, choice);
     pj["plan"]["compute_profile"] = compute_profile;
@@ -470,7 +506,7 @@ int plan(const std::vector<std::string>& all_args) {
     std::printf("json: %s\n", a.json_path.c_str());
   }
   std::fflush(stdout);
-  require_an_answer(a, outcomes, choice.has_value(), gpu);
+  require_an_answer(a, outcomes, choice.has_value(), gpu, memory);
   return 0;
 }
 

@@ -191,11 +191,19 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
   // The reduce bucket's send and receive buffers; zero.quantized_gradients adds the node sums,
   // the int8 wire buffers and (bf16) an fp32 sum: at most about one bucket more.
   const uint64_t bucket = std::min<uint64_t>(cfg.zero.reduce_bucket_size, largest_padded * b);
-  e.gathered = std::min(sharded_full, live) + grad_full +
-               (cfg.zero.quantized_gradients ? 3 : 2) * bucket + largest_wire;
-  if (m.num_experts > 0 && moe::gather_strategy(cfg.zero.moe_gather).uses_shard_cache())
+  const moe::GatherStrategy& gather = moe::gather_strategy(cfg.zero.moe_gather);
+  if (m.num_experts > 0 && gather.uses_shard_cache())
     e.cache = std::min<uint64_t>(cfg.shard_cache.capacity_bytes, expert_full);  // never more
                                                                                 // than every expert
+  // Experts held from forward to backward without a byte limit (fsdp's block; experts with
+  // zero.reshard_after_forward=false): every local expert at most, beyond the live limit, less
+  // what the cache budget counts already (a hit is the cache's buffer, not a new one).
+  const uint64_t held =
+      m.num_experts > 0 && gather.holds_after_forward(cfg.zero.reshard_after_forward)
+          ? expert_full - e.cache
+          : 0;
+  e.gathered = std::min(sharded_full, live + held) + grad_full +
+               (cfg.zero.quantized_gradients ? 3 : 2) * bucket + largest_wire;
   // Dense groups kept gathered between micro-batches (zero.keep_dense_bytes), counted with the
   // cache: resident parameter copies beyond the live limit.
   if (cfg.train.grad_accum_steps > 1)

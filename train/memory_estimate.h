@@ -26,7 +26,9 @@ struct MemoryEstimate {
   uint64_t params = 0, grads = 0, optim = 0;
   // The largest gathered working set: full parameters alive at once (zero.max_live_parameters,
   // at least two of the largest sharded group: one in use, one prefetched), the fp32 full
-  // gradient of the groups in backward, and the reduce buckets; with zero.quantized_weights
+  // gradient of the groups in backward, and the reduce buckets; the experts held from forward
+  // to backward without a byte limit (fsdp's block, zero.reshard_after_forward=false: every
+  // local expert, less what `cache` counts); with zero.quantized_weights
   // also the largest group's int8 wire buffers (its send part and the n parts received).
   uint64_t gathered = 0;
   // Of `gathered`, stage 1: the rank's sum of its micro-batches' full gradients, every group's

@@ -83,6 +83,14 @@ void FetchCoordinator::use_held(int g) {
   group(g).used_pass = m_.pass();
   note_layer(st.layout.spec().layer);
 }
+void FetchCoordinator::hold(int g) {
+  GroupState& st = group(g);
+  if (!st.params_sharded || st.held_outside_live) return;
+  MOEZERO_CHECK(st.acquired(), "hold of parameter group '", st.layout.spec().name,
+                "', which is not acquired");
+  count_live(st, -1);  // held without a limit: the live limit bounds what is gathered ahead
+  st.held_outside_live = true;
+}
 uint64_t FetchCoordinator::live_bytes_of(const Communicator* comm) const {
   auto it = live_by_comm_.find(comm);
   return it == live_by_comm_.end() ? 0 : it->second;
@@ -163,7 +171,10 @@ void FetchCoordinator::release(int g) {
   if (!st.params_sharded) return;
   MOEZERO_CHECK(st.acquired(), "release of parameter group '", st.layout.spec().name,
                 "', which is not acquired");
-  count_live(st, -1);
+  if (st.held_outside_live)
+    st.held_outside_live = false;  // out of the live count since hold()
+  else
+    count_live(st, -1);
   if (st.state == State::HeldFull) {  // served by a residency: still resident
     residency(st)->unpin(g);
     st.full.buffer().retag(MemTag::Cache);

@@ -66,6 +66,7 @@ class FetchCoordinator {
   bool needs_fetch(int g) const;
   bool may_hold(int g) const;
   void use_held(int g);
+  void hold(int g);
 
   // The end of a step's passes: prefetches nobody acquired are dropped, every residency
   // emptied (the optimizer is about to change the shards), the recorded orders re-learned.

@@ -148,14 +148,17 @@ void FetchCoordinator::prefetch_block(std::span<const int> ids, ParamProvider::F
 void FetchCoordinator::prefetch_set(std::span<const int> ids, ParamProvider::FetchReason reason) {
   note_needed(ids, reason);
   // The prefix that fits the live limit of the communicator (agreed state: the same on every
-  // rank), cut into chunks of at most options.coalesce_bytes (by shape only).
+  // rank), cut into chunks of at most options.coalesce_shard_bytes per rank of the
+  // communicator (by shape only).
   std::vector<int> chunk;
   uint64_t chunk_bytes = 0;
   for (int g : ids) {
     const GroupState& st = group(g);
     if (!st.params_sharded || st.state != State::Sharded) continue;
     const uint64_t bytes = st.full_bytes(m_.options.compute_dtype);
-    if (!chunk.empty() && (chunk_bytes + bytes > m_.options.coalesce_bytes ||
+    const uint64_t chunk_limit =
+        m_.options.coalesce_shard_bytes * static_cast<uint64_t>(st.comms.gather->size());
+    if (!chunk.empty() && (chunk_bytes + bytes > chunk_limit ||
                            group(chunk.front()).comms.gather != st.comms.gather)) {
       gather(chunk, origin_of(reason), true);
       chunk.clear();

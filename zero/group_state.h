@@ -100,6 +100,9 @@ struct GroupState {
   // shard's own buffer).
   bool shard_aliased() const { return shard_in_full; }
   bool shard_in_full = false;  // set by alias_shard, cleared by unalias_shard
+  // Acquired and held until its release (FetchCoordinator::hold): its bytes are out of the
+  // live count (the release does not take them out again).
+  bool held_outside_live = false;
   bool acquired() const { return state == FetchState::Full || state == FetchState::HeldFull; }
   // Gathered and not acquired since: wasted if freed like this (experts).
   bool unused() const { return state == FetchState::Gathering || state == FetchState::HeldUnused; }

@@ -94,6 +94,7 @@ bool ZeroEngine::cached(int group) const { return impl_->fetch.cached(group); }
 bool ZeroEngine::needs_fetch(int group) const { return impl_->fetch.needs_fetch(group); }
 bool ZeroEngine::may_hold(int group) const { return impl_->fetch.may_hold(group); }
 void ZeroEngine::use_held(int group) { impl_->fetch.use_held(group); }
+void ZeroEngine::hold(int group) { impl_->fetch.hold(group); }
 void ZeroEngine::finish_backward() {
   impl_->flush_buckets();
   impl_->micro_batch += 1;

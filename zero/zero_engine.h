@@ -98,8 +98,13 @@ struct ZeroOptions {
   // reach it as the communicators and the model the run builds from them.
   ZeroConfig zero;
   DType compute_dtype = DType::F32;  // train.dtype
-  // prefetch_set: the most bytes one coalesced gather carries (a set larger is cut by shape).
-  uint64_t coalesce_bytes = 64ull << 20;
+  // prefetch_set: the most bytes of full parameters one coalesced gather carries PER RANK of
+  // its communicator (a set larger than size() x this is cut by shape). Per rank because a
+  // ring all-gather pays one link latency per rank: a chunk of n x 8 MiB sends 8 MiB per ring
+  // step, so the latency is about 1 % of a chunk's transfer at 100 Gbit/s on every group size
+  // (a fixed 64 MiB cut a 1,024-GPU plan's 33 MiB experts into one 128-rank ring each:
+  // 127 x 8.7 us per expert, 9 % of its step; docs/zero.md). 8 ranks: 64 MiB, as before.
+  uint64_t coalesce_shard_bytes = 8ull << 20;
   // train.grad_accum_steps. Stage 1: gradients are summed on the rank and reduce-scattered in
   // the backward of micro-batch micro_batches_per_step - 1 (0-based; later ones reduce too). A
   // step that ends with fewer micro-batches reduces the rest at step(), not overlapped.
@@ -289,6 +294,7 @@ class ZeroEngine final : public ParamProvider {
   uint64_t fetch_ticket(int group) const override;
   bool may_hold(int group) const override;
   void use_held(int group) override;
+  void hold(int group) override;
 
   // Ends a micro-batch's backward: flushes the pending reduce bucket.
   void finish_backward();

@@ -125,6 +125,24 @@ TEST(MemoryEstimate, CacheCountedForExpertsAndFsdpNotLeaf) {
                      "train.grad_accum_steps=2"});
 }
 
+// Experts held from forward to backward (zero.reshard_after_forward=false) are held without a
+// byte limit, so the estimate counts them beyond the live limit, except what the cache budget
+// counts already; it still holds against a run whose live limit is below one layer's experts.
+TEST(MemoryEstimate, ExpertsHeldAfterForwardCountBeyondTheLiveLimit) {
+  const auto gathered = [](const std::string& reshard, const std::string& cache) {
+    return estimate_memory(
+               small({"parallel.world_size=2", "zero.stage=3", "zero.max_live_parameters=20000",
+                      "zero.reshard_after_forward=" + reshard,
+                      "shard_cache.capacity_bytes=" + cache}),
+               false)
+        .gathered;
+  };
+  EXPECT_GT(gathered("false", "0"), gathered("true", "0"));
+  EXPECT_EQ(gathered("false", "1000000000"), gathered("true", "1000000000"));
+  check_against_run({"parallel.world_size=2", "zero.stage=3", "zero.max_live_parameters=20000",
+                     "zero.reshard_after_forward=false", "shard_cache.capacity_bytes=0"});
+}
+
 // zero.quantized_weights: the largest group's int8 wire buffers (its part and the n parts it
 // receives: int8 values padded to 4 bytes, a 4-byte scale per block) join the working set, and
 // the estimate still holds against a run.

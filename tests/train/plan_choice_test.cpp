@@ -61,4 +61,16 @@ TEST(PlanChoice, JitterIsMaxOverMinOfTheSteps) {
 }
 
 }  // namespace
+
+// train.memory_limit, when set and below the GPU's memory, is what a peak must fit.
+TEST(PlanChoice, MemoryIsTheGpusOrTheConfigsSmallerLimit) {
+  const uint64_t gpu = 80ull << 30;
+  EXPECT_EQ(plan_memory(gpu, 0).bytes, gpu);
+  EXPECT_FALSE(plan_memory(gpu, 0).from_memory_limit);
+  EXPECT_EQ(plan_memory(gpu, 70ull << 30).bytes, 70ull << 30);
+  EXPECT_TRUE(plan_memory(gpu, 70ull << 30).from_memory_limit);
+  EXPECT_EQ(plan_memory(gpu, 100ull << 30).bytes, gpu);  // the GPU has no more
+  EXPECT_FALSE(plan_memory(gpu, 100ull << 30).from_memory_limit);
+}
+
 }  // namespace moezero::cli

@@ -386,18 +386,36 @@ TEST(TrainerPrefetch, ValueEvictionGivesLfuLossesBitForBit) {
 // zero.reshard_after_forward=false without a cache: each active expert is gathered once per
 // micro-batch (forward) and kept for its backward, not gathered again; the backward's use is
 // still needed bytes, but neither a gather, a cache lookup nor a miss. Multi-rank (world 4,
-// EP 1: every rank holds every expert, so the agreed active set is this rank's).
-TEST(TrainerPrefetch, KeptExpertsAreGatheredOncePerMicroBatch) {
-  auto cfg = [](const std::string& reshard) {
-    return tiny_moe({"parallel.world_size=4", "parallel.ep_size=1", "model.num_experts=8",
-                     "train.steps=3", "train.grad_accum_steps=3", "prefetch.policy=none",
-                     "shard_cache.capacity_bytes=0", "zero.param_persistence_threshold=0",
-                     "zero.reshard_after_forward=" + reshard});
+// EP 1: every rank holds every expert, so the agreed active set is this rank's). Held without
+// a byte limit (FSDP2's reshard_after_forward=False): also when zero.max_live_parameters is
+// one expert's bytes, which bounds only what is gathered ahead.
+class TrainerKeptExperts : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TrainerKeptExperts, AreGatheredOncePerMicroBatch) {
+  const bool tiny_live_limit = GetParam();
+  auto cfg = [&](const std::string& reshard) {
+    std::vector<std::string> o = {"parallel.world_size=4",
+                                  "parallel.ep_size=1",
+                                  "model.num_experts=8",
+                                  "train.steps=3",
+                                  "train.grad_accum_steps=3",
+                                  "prefetch.policy=none",
+                                  "shard_cache.capacity_bytes=0",
+                                  "zero.param_persistence_threshold=0",
+                                  "zero.reshard_after_forward=" + reshard};
+    Config base = tiny_moe(o);
+    if (tiny_live_limit)
+      o.push_back("zero.max_live_parameters=" +
+                  std::to_string(3 * base.model.d_ff * base.model.d_model * 4));
+    return tiny_moe(o);
   };
   const Config c = cfg("false");
   EXPECT_FALSE(c.zero.reshard_after_forward);
   const TrainResult keep = train(c, {}), again = train(cfg("true"), {});
   const uint64_t expert_bytes = 3 * uint64_t(c.model.d_ff * c.model.d_model) * 4;  // f32
+  if (tiny_live_limit) {
+    ASSERT_EQ(c.zero.max_live_parameters, expert_bytes);
+  }
   ASSERT_EQ(keep.steps.size(), again.steps.size());
   for (size_t s = 0; s < keep.steps.size(); ++s)
     for (size_t r = 0; r < 4; ++r) {
@@ -414,6 +432,12 @@ TEST(TrainerPrefetch, KeptExpertsAreGatheredOncePerMicroBatch) {
       EXPECT_EQ(keep.steps[s].loss, again.steps[s].loss) << what;
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(LiveLimit, TrainerKeptExperts, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? std::string("OneExpertLiveLimit")
+                                          : std::string("DefaultLiveLimit");
+                         });
 
 // A data source whose token distribution is skewed (few distinct tokens, so routing collapses
 // onto few experts) and drifts (the token set changes every few micro-batches): collectives

@@ -373,18 +373,21 @@ TEST(ZeroEngine, PrefetchReplaysTheRecordedOrder) {
   EXPECT_GT(r.counters.reduce_scattered_bytes, 0u);
 }
 
-// prefetch_set: one collective for the set (or chunks of coalesce_bytes, by shape), within the
-// live limit (a prefix: the rest is left to acquire); tickets give the issue order.
+// prefetch_set: one collective for the set (or chunks of coalesce_shard_bytes per rank of the
+// gather communicator, by shape), within the live limit (a prefix: the rest is left to
+// acquire); tickets give the issue order. The chunk scales with the ranks: the same per-rank
+// limit cuts the set into 3 collectives on 2 ranks and 2 on 4.
 TEST(ZeroEngine, PrefetchSetCoalescesWithinTheLiveLimit) {
   struct Case {
-    uint64_t coalesce_bytes, max_live_bytes;
+    int world;
+    uint64_t coalesce_shard_bytes, max_live_bytes;
     uint64_t gathers;       // collectives for the set {block1, embed, block0}
     bool block0_in_flight;  // false: beyond the live limit, left to acquire
   };
   const int64_t big = 960;  // embed, block0: 3.8 KB; block1: 3.9 KB (f32)
-  for (const Case c : {Case{1 << 20, 1 << 20, 1, true}, Case{5000, 1 << 20, 3, true},
-                       Case{1 << 20, 9000, 1, false}}) {
-    comm::World::run(2, [&](comm::RankContext& ctx) {
+  for (const Case c : {Case{2, 1 << 20, 1 << 20, 1, true}, Case{2, 2500, 1 << 20, 3, true},
+                       Case{4, 2500, 1 << 20, 2, true}, Case{2, 1 << 20, 9000, 1, false}}) {
+    comm::World::run(c.world, [&](comm::RankContext& ctx) {
       Device& dev = *ctx.device;
       EngineStreams st{&dev.create_stream("compute"), &dev.create_stream("gather"),
                        &dev.create_stream("reduce")};
@@ -393,7 +396,7 @@ TEST(ZeroEngine, PrefetchSetCoalescesWithinTheLiveLimit) {
       auto c3 = ctx.communicator(ctx.world_group(), "misc");
       ZeroOptions o;
       o.zero.param_persistence_threshold = 0;
-      o.coalesce_bytes = c.coalesce_bytes;
+      o.coalesce_shard_bytes = c.coalesce_shard_bytes;
       o.zero.max_live_parameters = c.max_live_bytes;
       ZeroEngine eng(
           dev, st, make_groups(big),
@@ -413,8 +416,13 @@ TEST(ZeroEngine, PrefetchSetCoalescesWithinTheLiveLimit) {
       if (c.gathers == 1) {
         EXPECT_EQ(eng.fetch_ticket(2), eng.fetch_ticket(0));
       }
-      if (c.gathers == 3) {
+      if (c.gathers == 2) {  // {block1, embed} (7.7 KB of 10 KB), then block0
+        EXPECT_EQ(eng.fetch_ticket(2), eng.fetch_ticket(0));
+        EXPECT_LT(eng.fetch_ticket(0), eng.fetch_ticket(1));
+      }
+      if (c.gathers == 3) {  // 5 KB: one group each
         EXPECT_LT(eng.fetch_ticket(2), eng.fetch_ticket(0));
+        EXPECT_LT(eng.fetch_ticket(0), eng.fetch_ticket(1));
       }
       EXPECT_EQ(eng.needs_fetch(1), !c.block0_in_flight);
       EXPECT_FALSE(eng.needs_fetch(2));
