@@ -65,7 +65,7 @@ const std::map<std::string, std::vector<std::string>>& strategy_table() {
        {"zero.stage=3", "prefetch.policy=none", "shard_cache.capacity_bytes=0",
         "zero.keep_dense_bytes=0"}},
       // The same, each active expert held from its forward to its backward (FSDP2's
-      // reshard_after_forward=False, per expert, within zero.max_live_parameters).
+      // reshard_after_forward=False, per expert, without a byte limit).
       {"z3-none-hold",
        {"zero.stage=3", "prefetch.policy=none", "shard_cache.capacity_bytes=0",
         "zero.keep_dense_bytes=0", "zero.reshard_after_forward=false"}},
