@@ -83,14 +83,14 @@ TEST(Pregate, GivenProbabilitiesRankThePlan) {
   EXPECT_EQ(
       plan_prefetch(plan_config("frequency", 20), cold, 0, ids, bytes, nullptr, {}, nullptr, given),
       (std::vector<int>{2, 3}));
-  EXPECT_EQ(
-      plan_prefetch(plan_config("frequency", 100), cold, 0, ids, bytes, nullptr, {}, nullptr, given),
-      (std::vector<int>{2, 3, 0}));  // 0.05 is below the floor 0.1
-  EXPECT_THROW(plan_prefetch(plan_config("frequency", 20), cold, 0, ids, bytes, nullptr, {}, nullptr,
-                             std::vector<double>{0.5}),
+  EXPECT_EQ(plan_prefetch(plan_config("frequency", 100), cold, 0, ids, bytes, nullptr, {}, nullptr,
+                          given),
+            (std::vector<int>{2, 3, 0}));  // 0.05 is below the floor 0.1
+  EXPECT_THROW(plan_prefetch(plan_config("frequency", 20), cold, 0, ids, bytes, nullptr, {},
+                             nullptr, std::vector<double>{0.5}),
                Error);
-  EXPECT_THROW(plan_prefetch(plan_config("frequency", 20), cold, 0, ids, bytes, nullptr, {}, nullptr,
-                             std::vector<double>{0.5, 0.5, 1.5, 0.5}),
+  EXPECT_THROW(plan_prefetch(plan_config("frequency", 20), cold, 0, ids, bytes, nullptr, {},
+                             nullptr, std::vector<double>{0.5, 0.5, 1.5, 0.5}),
                Error);
 }
 
