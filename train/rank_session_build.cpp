@@ -97,8 +97,10 @@ void RankSession::build_model() {
   planner_ = std::make_unique<prefetch::PrefetchPlanner>(
       cfg_.prefetch, frequency_.get(),
       prefetch::link_costs(cfg_.prefetch, cfg_.comm_emulation, comms_.edp_gather->size()));
-  // prefetch.pregate: needs a layer after the first and the real router input (not simulated).
-  if (cfg_.prefetch.pregate && moe_layers_ >= 2 && run_.options.routing_source == nullptr)
+  // prefetch.pregate: needs a layer after the first, the real router input (not simulated) and
+  // experts gathered by routing (stage 3, moe_gather=experts); otherwise nothing would read it.
+  if (cfg_.prefetch.pregate && moe_layers_ >= 2 && run_.options.routing_source == nullptr &&
+      cfg_.zero.stage == 3 && cfg_.zero.moe_gather == MoeGather::Experts)
     pregate_ = std::make_unique<prefetch::PregateModel>(
         moe_layers_, static_cast<int>(cfg_.model.num_experts), cfg_.prefetch.ema_decay);
   rt_.planning = {

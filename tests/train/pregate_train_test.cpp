@@ -58,3 +58,20 @@ TEST(Pregate, Bf16) { check({"train.dtype=bf16"}, "bf16"); }
 
 }  // namespace
 }  // namespace moezero::train
+
+namespace moezero::train {
+namespace {
+
+// Only moezero's routed expert gathers read a lookahead: with FSDP's block gather (or below
+// stage 3) none is computed, so no counter moves and no gate is acquired early.
+TEST(Pregate, OffWhereNothingReadsIt) {
+  for (const char* extra : {"zero.moe_gather=fsdp", "zero.stage=2"}) {
+    const TrainResult on = run(true, {extra});
+    for (const StepLog& s : on.steps)
+      for (const RankStepStats& r : s.ranks)
+        EXPECT_EQ(r.pregate_predicted + r.pregate_hits + r.pregate_active, 0u) << extra;
+  }
+}
+
+}  // namespace
+}  // namespace moezero::train
