@@ -107,11 +107,12 @@ void visit_prefetch(V& v, PrefetchConfig& c) {
            "only link time that fits in the link's idle time measured in the previous step and "
            "agreed by all ranks (none measured: nothing is speculated); `priced` the whole "
            "on-demand gather it would save (the rule before issue 27)");
-  v.field("pregate", c.pregate,
-          "pre-gating: each MoE layer also applies the next MoE layer's router to its own input; "
-          "the agreed top-k counts predict the next layer's active experts, and the expert plan "
-          "ranks and prices them by how often such predictions came true (docs/prefetch.md); "
-          "not on the simulated backend");
+  v.field(
+      "pregate", c.pregate,
+      "pre-gating: each MoE layer also applies the next MoE layer's router to its own input; "
+      "the agreed top-k counts predict the next layer's active experts, and the expert plan "
+      "ranks and prices them by how often such predictions came true (docs/prefetch.md); stage 3 "
+      "with moe_gather=experts only, not on the simulated backend");
 }
 
 template <class V>
