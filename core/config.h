@@ -165,12 +165,19 @@ struct MoeConfig {
 // measured idle time (agreed at the step boundary); Priced, its whole on-demand gather.
 enum class Speculate : uint8_t { Idle, Priced };
 
+// A byte budget the run derives from the memory it has ("auto": shard_cache.capacity_bytes,
+// prefetch.budget_bytes). Read unresolved it means "no limit"; train() resolves the cache's
+// (train/memory_estimate.h, auto_cache_capacity).
+inline constexpr uint64_t kAutoBytes = ~uint64_t{0};
+
 struct PrefetchConfig {
   // A registered prefetch policy (prefetch/policy_registry.cpp: the names, what each does).
   std::string policy = "cost";
   double ema_decay = 0.9;
   double min_probability = 0.1;
-  uint64_t budget_bytes = 64ull << 20;
+  // Bytes of experts prefetched per layer; kAutoBytes ("auto"): no per-layer limit (what is
+  // gathered ahead stays within zero.max_live_parameters).
+  uint64_t budget_bytes = kAutoBytes;
   int64_t lookahead_layers = 1;
   double link_gbps = 0.0;  // the cost policy's link in Gbit/s; 0: comm_emulation.link_gbps
   Speculate speculate = Speculate::Idle;  // the cost policy's gain of a speculative gather
@@ -178,8 +185,10 @@ struct PrefetchConfig {
 };
 
 struct ShardCacheConfig {
-  uint64_t capacity_bytes = 64ull << 20;  // 0 disables the cache
-  std::string eviction = "value";         // a registered eviction order (prefetch/shard_cache.cpp)
+  // 0 disables the cache; kAutoBytes ("auto"): every local expert, or what the memory left by
+  // the rest of the run's estimate allows (train/memory_estimate.h, auto_cache_capacity)
+  uint64_t capacity_bytes = kAutoBytes;
+  std::string eviction = "value";  // a registered eviction order (prefetch/shard_cache.cpp)
 };
 
 struct CommEmulationConfig {

@@ -91,7 +91,9 @@ void visit_prefetch(V& v, PrefetchConfig& c) {
           below(0.0, 1.0));
   v.field("min_probability", c.min_probability, "prefetch experts predicted at least this likely",
           in_range(0.0, 1.0));
-  v.bytes("budget_bytes", c.budget_bytes, "bytes of expert parameters prefetched per layer");
+  v.bytes("budget_bytes", c.budget_bytes,
+          "bytes of expert parameters prefetched per layer (auto: no per-layer limit; what is "
+          "gathered ahead stays within zero.max_live_parameters)");
   v.field("lookahead_layers", c.lookahead_layers,
           "0: no expert prefetch before the router; n >= 1: a MoE layer's experts are planned "
           "while its attention block runs, and those of the next n - 1 layers ahead of time (from "
@@ -118,7 +120,9 @@ void visit_prefetch(V& v, PrefetchConfig& c) {
 template <class V>
 void visit_shard_cache(V& v, ShardCacheConfig& c) {
   v.bytes("capacity_bytes", c.capacity_bytes,
-          "bytes of gathered expert parameters kept resident (0: off)");
+          "bytes of gathered expert parameters kept resident (0: off; auto: every local expert "
+          "when they fit in the memory a rank has beside the rest of the run's estimate, else "
+          "the whole experts that do; the smallest over the ranks; docs/prefetch.md)");
   v.registered("eviction", c.eviction, "eviction order (prefetch/shard_cache.cpp)");
 }
 

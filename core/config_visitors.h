@@ -86,7 +86,9 @@ class Reader {
     auto it = obj_.find(key);
     if (it == obj_.end()) return;
     const std::string what = source_ + ": " + section_ + "." + key;
-    if (it->is_string()) {
+    if (it->is_string() && value == kAutoBytes && it->get<std::string>() == "auto") {
+      return;  // a key whose default is "auto" (kAutoBytes) accepts it by name
+    } else if (it->is_string()) {
       value = parse_bytes(it->get<std::string>(), what);
     } else if (it->is_number()) {
       double d = it->get<double>();
@@ -190,7 +192,12 @@ class Writer {
   void field(const char* key, const T& value, const char*, Rest&&...) {
     out[key] = value;
   }
-  void bytes(const char* key, const uint64_t& value, const char*) { out[key] = value; }
+  void bytes(const char* key, const uint64_t& value, const char*) {
+    if (value == kAutoBytes)
+      out[key] = "auto";
+    else
+      out[key] = value;
+  }
   template <typename E>
   void choice(const char* key, const E& value, const Choices<E>& choices, const char*) {
     for (auto& [name, e] : choices)
@@ -222,7 +229,10 @@ class Documenter {
     keys.push_back({section_ + "." + key, type, def, doc});
   }
   void bytes(const char* key, const uint64_t& value, const char* doc) {
-    keys.push_back({section_ + "." + key, "bytes", std::to_string(value), doc});
+    if (value == kAutoBytes)
+      keys.push_back({section_ + "." + key, "bytes or auto", "auto", doc});
+    else
+      keys.push_back({section_ + "." + key, "bytes", std::to_string(value), doc});
   }
   template <typename E>
   void choice(const char* key, const E& value, const Choices<E>& choices, const char* doc) {

@@ -159,7 +159,10 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
       e.params += shard * b;            // shard (the fp32 master itself when fp32)
       if (!fp32) e.optim += shard * 4;  // fp32 master
       sharded_full += padded * b;
-      if (expert) expert_full += padded * b;
+      if (expert) {
+        expert_full += padded * b;
+        e.largest_expert = std::max(e.largest_expert, padded * b);
+      }
       largest_sharded = std::max(largest_sharded, padded * b);
       if (cfg.zero.quantized_weights)
         largest_wire =
@@ -176,6 +179,7 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
     padded_total += padded;
   }
   e.largest_group = largest_sharded;
+  e.experts = expert_full;
   const uint64_t live = std::max<uint64_t>(cfg.zero.max_live_parameters, 2 * largest_sharded);
   // fp32 full gradients: below stage 2 every group's lives until the optimizer step (stage 1
   // defers the reduction to it); from stage 2 those of the groups in backward, until reduced.
@@ -235,6 +239,39 @@ MemoryLimit machine_memory_limit() {
   }
   take_min(lim, proc_kb_field("/proc/meminfo", "MemAvailable"), "MemAvailable (/proc/meminfo)");
   return lim;
+}
+
+uint64_t rank_memory_budget(const Config& cfg, const MemoryEstimate& e, const MemoryLimit& machine,
+                            uint64_t device_bytes) {
+  uint64_t budget = 0;
+  const auto take = [&budget](uint64_t bytes) {
+    if (bytes > 0) budget = budget == 0 ? bytes : std::min(budget, bytes);
+  };
+  take(cfg.train.memory_limit);
+  take(device_bytes);
+  if (cfg.parallel.backend == BackendKind::Cuda) {
+    const int end = std::min(e.first_gpu + e.ranks_in_process, cuda_device_count());
+    for (int g = e.first_gpu; g < end; ++g) take(cuda_free_memory(g));
+  } else if (e.host_is_device && machine.bytes > 0) {
+    const uint64_t ranks = static_cast<uint64_t>(std::max(1, e.ranks_in_process));
+    const uint64_t runtime = machine.address_space ? kRuntimeAddressSpacePerRank : 0;
+    take(std::max<uint64_t>(machine.bytes / ranks, runtime + 1) - runtime);
+  }
+  return budget;
+}
+
+uint64_t auto_cache_capacity(const Config& cfg, bool under_mpi, uint64_t rank_budget_bytes) {
+  if (cfg.shard_cache.capacity_bytes != kAutoBytes) return cfg.shard_cache.capacity_bytes;
+  Config off = cfg;
+  off.shard_cache.capacity_bytes = 0;
+  const MemoryEstimate e = estimate_memory(off, under_mpi);
+  if (e.experts == 0 || rank_budget_bytes == 0) return e.experts;
+  const double usable = kAutoMemoryFraction * static_cast<double>(rank_budget_bytes);
+  const double rest = static_cast<double>(e.per_rank());
+  if (usable >= rest + static_cast<double>(e.experts)) return e.experts;
+  if (usable <= rest) return 0;
+  const uint64_t left = static_cast<uint64_t>(usable - rest);
+  return left / e.largest_expert * e.largest_expert;  // whole experts
 }
 
 std::string memory_estimate_text(const MemoryEstimate& e, const MemoryLimit& machine,

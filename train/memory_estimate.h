@@ -35,6 +35,9 @@ struct MemoryEstimate {
   // (4 bytes per parameter; zero.grad_accum_dtype=param: the compute dtype's). 0 at other stages.
   uint64_t grad_accum = 0;
   uint64_t largest_group = 0;  // full bytes of the largest group (compute dtype), in gathered
+  // Full bytes of this rank's experts of every MoE layer (compute dtype, padded; stage 3): what
+  // a shard cache holding every local expert holds. largest_expert: the largest one of them.
+  uint64_t experts = 0, largest_expert = 0;
   uint64_t cache = 0;          // the shard cache's budget (shard_cache.capacity_bytes when used)
   uint64_t activations = 0;    // one micro-batch's forward activations and backward temporaries
   // hpZ (zero.hpz_partition_size): the secondary shards, padded / m elements (compute dtype) of
@@ -74,6 +77,26 @@ constexpr uint64_t kRuntimeAddressSpacePerRank = 384ull << 20;
 // The smallest of the address-space limit (RLIMIT_AS, less what is mapped now), the cgroup's
 // memory.max (less memory.current) and /proc/meminfo's MemAvailable.
 MemoryLimit machine_memory_limit();
+
+// The memory one rank may use, for the "auto" sizes: the smallest known of train.memory_limit,
+// the device's (CUDA: the least free memory of this process's GPUs, cudaMemGetInfo; the CPU
+// backend: `machine` shared by the process's ranks, less their runtime address space) and
+// `device_bytes` (the simulated GPU's memory; 0: none). 0 when nothing bounds it.
+uint64_t rank_memory_budget(const Config& cfg, const MemoryEstimate& e, const MemoryLimit& machine,
+                            uint64_t device_bytes);
+
+// What shard_cache.capacity_bytes = "auto" resolves to for a rank with `rank_budget_bytes`
+// (rank_memory_budget; 0: nothing bounds it): every local expert (MemoryEstimate::experts) when
+// they fit in kAutoMemoryFraction of the budget beside the rest of the run's estimate (its
+// per_rank() with the cache off), else the whole experts that do (0 when none). An explicit
+// capacity is returned as it is. The cache is the dial between ZeRO-3's traffic and ZeRO-2's:
+// by default it takes the memory the run does not need, as FSDP2 kept unresharded would.
+// Ranks must agree on it (their gathers follow from it): under MPI the trainer takes the
+// smallest over the processes.
+uint64_t auto_cache_capacity(const Config& cfg, bool under_mpi, uint64_t rank_budget_bytes);
+// The share of a rank's memory the auto cache plans to fill with the rest of the run: the
+// remainder covers the allocator's rounding and fragmentation and the estimate's error.
+inline constexpr double kAutoMemoryFraction = 0.85;
 
 // The run header's line(s): "memory   per rank: params ..., total ... of ... available".
 std::string memory_estimate_text(const MemoryEstimate& e, const MemoryLimit& machine,

@@ -46,6 +46,7 @@ RankSession::RankSession(comm::RankContext& ctx, const TrainRun& run)
   }
   recorder_ =
       std::make_unique<TraceRecorder>(dev_, cs_, ctx_.rank, run_.trace_sink, run_.trace_steps);
+  agree_cache_capacity();
   build_model();
   build_engine();
   load_start_state();
@@ -61,6 +62,17 @@ RankSession::RankSession(comm::RankContext& ctx, const TrainRun& run)
     routing_trace_ = std::make_unique<moe::RoutingTrace>(
         cfg_, std::move(moe_layer_ids), ctx_.rank == 0, !run_.options.resume_from.empty());
   }
+}
+
+// shard_cache.capacity_bytes = "auto" resolves from each process's memory: under MPI the
+// processes may differ (hosts, GPUs, free memory), so they take the smallest. Ranks as threads
+// or simulated share one resolution.
+void RankSession::agree_cache_capacity() {
+  cache_capacity_ = cfg_.shard_cache.capacity_bytes;
+  if (!run_.under_mpi || !run_.cache_auto) return;
+  const int64_t mine = static_cast<int64_t>(std::min<uint64_t>(cache_capacity_, INT64_MAX));
+  for (const int64_t w : all_gather_words(dev_, cs_, *comms_.misc, {&mine, 1}))
+    cache_capacity_ = std::min(cache_capacity_, static_cast<uint64_t>(w));
 }
 
 EngineStreams RankSession::create_streams() {
@@ -128,9 +140,9 @@ void RankSession::build_engine() {
                           comms_.reduce_cross.get(), comms_.hpz_gather.get()};
       },
       *comms_.misc, zo,
-      cfg_.shard_cache.capacity_bytes > 0 && moe_layers_ > 0 &&
-              rt_.options.gather->uses_shard_cache()
-          ? std::make_unique<prefetch::ShardCache>(cfg_.shard_cache)
+      cache_capacity_ > 0 && moe_layers_ > 0 && rt_.options.gather->uses_shard_cache()
+          ? std::make_unique<prefetch::ShardCache>(
+                ShardCacheConfig{cache_capacity_, cfg_.shard_cache.eviction})
           : nullptr,
       planner_.get());
   // A collective: names of every rank's groups.

@@ -233,9 +233,33 @@ sim::SimDeviceOptions simulated_device_options(int world_size) {
   return o;
 }
 
-TrainResult train(const Config& cfg, const TrainOptions& options) {
+namespace {
+
+// The config with its "auto" sizes resolved for this rank's memory.
+Config with_auto_sizes(const Config& cfg, const TrainOptions& options,
+                       const std::optional<comm::MpiProcess>& mpi) {
+  Config c = cfg;
+  if (cfg.shard_cache.capacity_bytes != kAutoBytes) return c;
+  uint64_t budget = 0;
+  if (options.run_world) {  // simulated ranks: their devices' memory, not this machine's
+    for (const uint64_t b : {cfg.train.memory_limit, options.device_memory_bytes})
+      if (b > 0) budget = budget == 0 ? b : std::min(budget, b);
+  } else {
+    MemoryEstimate estimate = estimate_memory(cfg, mpi.has_value());
+    estimate.first_gpu = mpi ? mpi->local_rank : 0;  // as train() below
+    budget = rank_memory_budget(cfg, estimate, machine_memory_limit(), options.device_memory_bytes);
+  }
+  c.shard_cache.capacity_bytes = auto_cache_capacity(cfg, mpi.has_value(), budget);
+  return c;
+}
+
+}  // namespace
+
+TrainResult train(const Config& user_cfg, const TrainOptions& options) {
   const std::optional<comm::MpiProcess> mpi = comm::mpi_process();
-  check_run(cfg, options, mpi);
+  check_run(user_cfg, options, mpi);
+  // The "auto" sizes resolved for this machine (train/memory_estimate.h): what the run uses.
+  const Config cfg = with_auto_sizes(user_cfg, options, mpi);
   // Refused before anything is allocated when it cannot fit (train/memory_estimate.h).
   // Simulated ranks: the simulated devices' capacity decides (an out-of-memory error names it).
   if (!options.run_world) {
@@ -262,6 +286,7 @@ TrainResult train(const Config& cfg, const TrainOptions& options) {
   const TrainRun run{.cfg = cfg,
                      .options = options,
                      .under_mpi = mpi.has_value(),
+                     .cache_auto = user_cfg.shard_cache.capacity_bytes == kAutoBytes,
                      .data = data.get(),
                      .init_values = init_values,
                      .trace_sink = trace_sink.get(),

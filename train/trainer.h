@@ -105,6 +105,9 @@ struct TrainOptions {
   // devices' virtual clocks (Device::virtual_time_s), and routing from `routing_source`.
   std::function<void(const std::function<void(comm::RankContext&)>& rank_main)> run_world;
   const moe::RoutingSource* routing_source = nullptr;  // required with run_world; not owned
+  // The memory of each rank's device for the "auto" sizes (shard_cache.capacity_bytes), with
+  // run_world: the simulated GPU's; 0: found out (train/memory_estimate.h, rank_memory_budget).
+  uint64_t device_memory_bytes = 0;
 };
 
 struct TrainResult {

@@ -235,6 +235,26 @@ TEST(Config, ByteCounts) {
   EXPECT_THROW(parse_bytes("0.5B", "x"), Error);
 }
 
+// "auto" sizes: shard_cache.capacity_bytes and prefetch.budget_bytes default to it, accept it by
+// name (file or --set) and write it back; a byte count replaces it; a key without an "auto"
+// default refuses it as a byte count, naming the key.
+TEST(Config, AutoByteCounts) {
+  const Config d = parse_config("{}", "d");
+  EXPECT_EQ(d.shard_cache.capacity_bytes, kAutoBytes);
+  EXPECT_EQ(d.prefetch.budget_bytes, kAutoBytes);
+  const Config a = parse_config(R"({"shard_cache": {"capacity_bytes": "auto"}})", "a",
+                                {"prefetch.budget_bytes=auto"});
+  EXPECT_EQ(a.shard_cache.capacity_bytes, kAutoBytes);
+  EXPECT_EQ(a.prefetch.budget_bytes, kAutoBytes);
+  EXPECT_NE(config_to_json(a).find(R"("capacity_bytes": "auto")"), std::string::npos);
+  EXPECT_EQ(config_to_json(parse_config(config_to_json(a), "b")), config_to_json(a));
+  const Config n = parse_config("{}", "n", {"shard_cache.capacity_bytes=32MiB"});
+  EXPECT_EQ(n.shard_cache.capacity_bytes, uint64_t{32} << 20);
+  expect_rejected("{}", {"zero.reduce_bucket_size"}, {"zero.reduce_bucket_size=auto"});
+  expect_rejected(R"({"shard_cache": {"capacity_bytes": "automatic"}})",
+                  {"shard_cache.capacity_bytes"});
+}
+
 TEST(Config, JsonRoundTripIsExact) {
   Config a = parse_config(
       R"({"train": {"lr": 0.00123, "dtype": "bf16"}, "shard_cache": {"eviction": "lru"}})", "a");

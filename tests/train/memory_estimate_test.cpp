@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/allocator.h"
 #include "core/config.h"
@@ -198,6 +199,93 @@ TEST(MemoryEstimate, StagesShardStates) {
         .per_rank();
   };
   EXPECT_GT(per_rank(1), per_rank(2));
+}
+
+// shard_cache.capacity_bytes = "auto" (the default): every local expert where they fit beside
+// the rest of the estimate (or nothing bounds the rank), the whole experts that fit under a
+// tight budget, nothing where the rest alone fills it; an explicit capacity stays as given, and
+// a stage without expert gathers keeps none.
+TEST(MemoryEstimate, AutoCacheFillsWhatTheBudgetLeaves) {
+  const Config cfg = small({"parallel.world_size=2", "zero.stage=3"});
+  ASSERT_EQ(cfg.shard_cache.capacity_bytes, kAutoBytes);
+  Config off = cfg;
+  off.shard_cache.capacity_bytes = 0;
+  const MemoryEstimate e = estimate_memory(off, false);
+  ASSERT_GT(e.largest_expert, 0u);
+  ASSERT_EQ(e.experts, 8 * e.largest_expert);  // 2 layers x 4 experts, one shape
+  // The budget whose kAutoMemoryFraction is at least `bytes`.
+  const auto budget = [](double bytes) { return uint64_t(std::ceil(bytes / kAutoMemoryFraction)); };
+  const double rest = double(e.per_rank()), expert = double(e.largest_expert);
+  EXPECT_EQ(auto_cache_capacity(cfg, false, 0), e.experts);
+  EXPECT_EQ(auto_cache_capacity(cfg, false, budget(rest + 8 * expert)), e.experts);
+  EXPECT_EQ(auto_cache_capacity(cfg, false, budget(rest + 2.5 * expert)), 2 * e.largest_expert);
+  EXPECT_EQ(auto_cache_capacity(cfg, false, budget(rest) - 1), 0u);
+  Config fixed = cfg;
+  fixed.shard_cache.capacity_bytes = 12345;
+  EXPECT_EQ(auto_cache_capacity(fixed, false, 1), 12345u);
+  EXPECT_EQ(auto_cache_capacity(small({"parallel.world_size=2", "zero.stage=2"}), false, 0), 0u);
+}
+
+// A rank's budget is the smallest known of train.memory_limit, the device given (the simulated
+// GPU's) and, on the CPU backend, the machine shared by the process's ranks less their runtime
+// address space where that is what the limit bounds; nothing known: 0.
+TEST(MemoryEstimate, RankBudgetIsTheSmallestKnown) {
+  Config cfg = small({"parallel.world_size=2"});
+  const MemoryEstimate e = estimate_memory(cfg, false);  // 2 ranks as threads of this process
+  ASSERT_EQ(e.ranks_in_process, 2);
+  MemoryLimit machine{.bytes = uint64_t{8} << 30, .source = "test"};
+  EXPECT_EQ(rank_memory_budget(cfg, e, machine, 0), uint64_t{4} << 30);
+  EXPECT_EQ(rank_memory_budget(cfg, e, machine, uint64_t{1} << 30), uint64_t{1} << 30);
+  machine.address_space = true;
+  EXPECT_EQ(rank_memory_budget(cfg, e, machine, 0), (uint64_t{4} << 30) - kRuntimeAddressSpacePerRank);
+  cfg.train.memory_limit = uint64_t{512} << 20;
+  EXPECT_EQ(rank_memory_budget(cfg, e, machine, 0), uint64_t{512} << 20);
+  cfg.train.memory_limit = 0;
+  EXPECT_EQ(rank_memory_budget(cfg, e, MemoryLimit{}, 0), 0u);
+}
+
+// The trainer resolves "auto" before the ranks start: under a train.memory_limit that leaves room
+// for two experts beside the rest, the run's cache behaves exactly as with capacity_bytes set to
+// two experts (the same hits, misses and evictions, the same losses), and with room to spare as
+// with every local expert.
+TEST(MemoryEstimate, TrainerResolvesTheAutoCache) {
+  const std::vector<std::string> o = {"parallel.world_size=2", "zero.stage=3",
+                                      "train.grad_accum_steps=2"};
+  Config off = small(o);
+  off.shard_cache.capacity_bytes = 0;
+  const MemoryEstimate e = estimate_memory(off, false);
+  const uint64_t limit =
+      uint64_t(std::ceil((double(e.per_rank()) + 2.5 * double(e.largest_expert)) /
+                         kAutoMemoryFraction));
+  const auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> all = o;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return train(small(all), {});
+  };
+  const auto same = [](const TrainResult& a, const TrainResult& b, const char* what) {
+    ASSERT_EQ(a.steps.size(), b.steps.size());
+    for (size_t s = 0; s < a.steps.size(); ++s) {
+      EXPECT_EQ(a.steps[s].loss, b.steps[s].loss) << what;
+      for (size_t r = 0; r < a.steps[s].ranks.size(); ++r) {
+        const RankStepStats &x = a.steps[s].ranks[r], &y = b.steps[s].ranks[r];
+        EXPECT_EQ(x.cache_hits, y.cache_hits) << what << " step " << s << " rank " << r;
+        EXPECT_EQ(x.cache_misses, y.cache_misses) << what;
+        EXPECT_EQ(x.cache_evictions, y.cache_evictions) << what;
+      }
+    }
+  };
+  const std::string lim = "train.memory_limit=" + std::to_string(limit);
+  const TrainResult tight = run({lim});
+  same(tight, run({lim, "shard_cache.capacity_bytes=" + std::to_string(2 * e.largest_expert)}),
+       "two experts");
+  const TrainResult roomy = run({});
+  same(roomy, run({"shard_cache.capacity_bytes=" + std::to_string(e.experts)}), "all experts");
+  const auto hits = [](const TrainResult& r) {
+    uint64_t n = 0;
+    for (const StepLog& s : r.steps) n += s.ranks[0].cache_hits;
+    return n;
+  };
+  EXPECT_LT(hits(tight), hits(roomy)) << "two of eight experts keep less than all eight";
 }
 
 TEST(MemoryEstimate, RefusesWhatCannotFitTheLimit) {
