@@ -262,16 +262,23 @@ uint64_t rank_memory_budget(const Config& cfg, const MemoryEstimate& e, const Me
 
 uint64_t auto_cache_capacity(const Config& cfg, bool under_mpi, uint64_t rank_budget_bytes) {
   if (cfg.shard_cache.capacity_bytes != kAutoBytes) return cfg.shard_cache.capacity_bytes;
-  Config off = cfg;
-  off.shard_cache.capacity_bytes = 0;
-  const MemoryEstimate e = estimate_memory(off, under_mpi);
-  if (e.experts == 0 || rank_budget_bytes == 0) return e.experts;
+  Config c = cfg;
+  c.shard_cache.capacity_bytes = 0;
+  const MemoryEstimate none = estimate_memory(c, under_mpi);
+  const uint64_t experts = none.experts;
+  c.shard_cache.capacity_bytes = experts;
+  const uint64_t need_all = estimate_memory(c, under_mpi).per_rank();
+  // Every expert when nothing bounds the rank, when they fit, or when keeping them costs
+  // nothing more (experts held from forward to backward without a limit: fsdp's block,
+  // zero.reshard_after_forward=false are all resident anyway).
   const double usable = kAutoMemoryFraction * static_cast<double>(rank_budget_bytes);
-  const double rest = static_cast<double>(e.per_rank());
-  if (usable >= rest + static_cast<double>(e.experts)) return e.experts;
+  if (experts == 0 || rank_budget_bytes == 0 || static_cast<double>(need_all) <= usable ||
+      need_all <= none.per_rank())
+    return experts;
+  const double rest = static_cast<double>(none.per_rank());
   if (usable <= rest) return 0;
   const uint64_t left = static_cast<uint64_t>(usable - rest);
-  return left / e.largest_expert * e.largest_expert;  // whole experts
+  return left / none.largest_expert * none.largest_expert;  // whole experts
 }
 
 std::string memory_estimate_text(const MemoryEstimate& e, const MemoryLimit& machine,

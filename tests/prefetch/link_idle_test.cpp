@@ -48,7 +48,7 @@ TEST(LinkIdle, RanksWithDifferentTimingsPlanTheSameGathers) {
   const PrefetchCosts link{1.0, 0.0, 0.0};  // 1 ns per byte
   const Ids candidates = {0, 1, 2, 3, 4, 5, 6, 7};
   const std::vector<uint64_t> bytes(8, 1000);
-  const ExpertPlanQuery q{0, candidates, bytes, nullptr};
+  const ExpertPlanQuery q{0, candidates, bytes, nullptr, {}};
   const std::vector<double> idle_ms = {0.0040, 0.0022, 0.0031, 0.0025};  // 2 windows each
   const double agreed = agreed_free_link_ns(idle_ms, 2);
   EXPECT_DOUBLE_EQ(agreed, 1100.0);  // rank 1: 2.2 us / 2

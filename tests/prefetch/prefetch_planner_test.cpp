@@ -30,7 +30,7 @@ TEST(PrefetchPlanner, PlansExpertsWithTheConfiguredPolicy) {
   const FrequencyModel m = graded_model();
   const Ids candidates = {3, 1, 2, 0};
   const std::vector<uint64_t> bytes = {10, 10, 10, 10};
-  const ExpertPlanQuery q{0, candidates, bytes, nullptr};
+  const ExpertPlanQuery q{0, candidates, bytes, nullptr, {}};
   const PrefetchPlanner freq(with("frequency"), &m, PrefetchCosts{});
   EXPECT_TRUE(freq.plans_experts());
   EXPECT_EQ(freq.expert_plan(q), (Ids{0, 1}));  // p >= 0.3, likeliest first

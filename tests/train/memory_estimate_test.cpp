@@ -224,6 +224,18 @@ TEST(MemoryEstimate, AutoCacheFillsWhatTheBudgetLeaves) {
   fixed.shard_cache.capacity_bytes = 12345;
   EXPECT_EQ(auto_cache_capacity(fixed, false, 1), 12345u);
   EXPECT_EQ(auto_cache_capacity(small({"parallel.world_size=2", "zero.stage=2"}), false, 0), 0u);
+  // Experts held from forward to backward without a limit are resident anyway: keeping them
+  // costs nothing more, so the cache takes them all even under a budget the holds overfill
+  // (where the same run without the holds keeps fewer).
+  const Config held = small({"parallel.world_size=2", "zero.stage=3",
+                             "zero.max_live_parameters=20000", "zero.reshard_after_forward=false"});
+  Config held_off = held;
+  held_off.shard_cache.capacity_bytes = 0;
+  const uint64_t tight = budget(double(estimate_memory(held_off, false).per_rank())) - 1;
+  EXPECT_EQ(auto_cache_capacity(held, false, tight), e.experts);
+  Config released = held;
+  released.zero.reshard_after_forward = true;
+  EXPECT_LT(auto_cache_capacity(released, false, tight), e.experts);
 }
 
 // A rank's budget is the smallest known of train.memory_limit, the device given (the simulated
