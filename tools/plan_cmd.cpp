@@ -253,7 +253,7 @@ Outcome run_strategy(const PlanArgs& a, const std::string& name, const Config& b
   train::TrainOptions opt;
   opt.routing_source = &routing;
   opt.device_memory_bytes = so.device.capacity_bytes > 0 ? so.device.capacity_bytes
-                                                          : gpu.memory_bytes;  // the "auto" sizes
+                                                         : gpu.memory_bytes;  // the "auto" sizes
   opt.data = [](const train::BatchRequest& b, std::vector<int32_t>& tokens,
                 std::vector<int32_t>& targets) {  // not read: no kernel computes
     tokens.assign(static_cast<size_t>(b.rows * b.seq_len), 0);

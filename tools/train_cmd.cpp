@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "comm/mpi_launch.h"
+#include "core/allocator.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "hf/hf_export.h"
@@ -116,9 +117,19 @@ void print_plan(const Config& cfg, const std::string& config_path, bool under_mp
       (long long)cfg.train.warmup_steps);
   std::printf("  data     %s\n",
               cfg.data.path.empty() ? "<built-in corpus>" : cfg.data.path.c_str());
+  const Config run_cfg = train::resolve_auto_sizes(cfg, {});
+  const train::MemoryEstimate e = train::estimate_memory(run_cfg, under_mpi);
+  if (cfg.shard_cache.capacity_bytes == kAutoBytes && e.experts > 0) {
+    const uint64_t kept = run_cfg.shard_cache.capacity_bytes;
+    std::printf("  cache    shard_cache.capacity_bytes auto: %s, %s\n", format_bytes(kept).c_str(),
+                kept >= e.experts
+                    ? "every local expert"
+                    : ("what the memory leaves: " + std::to_string(kept / e.largest_expert) +
+                       " of " + std::to_string(e.experts / e.largest_expert) + " local experts")
+                          .c_str());
+  }
   std::printf("%s\n",
-              train::memory_estimate_text(train::estimate_memory(cfg, under_mpi),
-                                          train::machine_memory_limit(), cfg.train.memory_limit)
+              train::memory_estimate_text(e, train::machine_memory_limit(), cfg.train.memory_limit)
                   .c_str());
 }
 

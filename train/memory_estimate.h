@@ -38,8 +38,8 @@ struct MemoryEstimate {
   // Full bytes of this rank's experts of every MoE layer (compute dtype, padded; stage 3): what
   // a shard cache holding every local expert holds. largest_expert: the largest one of them.
   uint64_t experts = 0, largest_expert = 0;
-  uint64_t cache = 0;          // the shard cache's budget (shard_cache.capacity_bytes when used)
-  uint64_t activations = 0;    // one micro-batch's forward activations and backward temporaries
+  uint64_t cache = 0;        // the shard cache's budget (shard_cache.capacity_bytes when used)
+  uint64_t activations = 0;  // one micro-batch's forward activations and backward temporaries
   // hpZ (zero.hpz_partition_size): the secondary shards, padded / m elements (compute dtype) of
   // every stage-3 group hpZ applies to (m: the group's ranks in one partition); every group's,
   // as when each is gathered and freed in a step (a bound: a group a residency keeps for the

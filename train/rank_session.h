@@ -35,7 +35,7 @@ struct RankResults {
 struct TrainRun {
   const Config& cfg;
   const TrainOptions& options;
-  bool under_mpi = false;           // one rank per process (World::run_mpi)
+  bool under_mpi = false;  // one rank per process (World::run_mpi)
   // shard_cache.capacity_bytes was "auto": cfg holds this process's resolution, and under MPI
   // the ranks take the smallest (their gathers follow from it).
   bool cache_auto = false;

@@ -235,7 +235,6 @@ sim::SimDeviceOptions simulated_device_options(int world_size) {
 
 namespace {
 
-// The config with its "auto" sizes resolved for this rank's memory.
 Config with_auto_sizes(const Config& cfg, const TrainOptions& options,
                        const std::optional<comm::MpiProcess>& mpi) {
   Config c = cfg;
@@ -247,6 +246,9 @@ Config with_auto_sizes(const Config& cfg, const TrainOptions& options,
   } else {
     MemoryEstimate estimate = estimate_memory(cfg, mpi.has_value());
     estimate.first_gpu = mpi ? mpi->local_rank : 0;  // as train() below
+    // The ranks sharing this machine's memory: this process's threads, or under MPI the job's
+    // processes on this host.
+    if (mpi) estimate.ranks_in_process = std::max(1, mpi->local_size);
     budget = rank_memory_budget(cfg, estimate, machine_memory_limit(), options.device_memory_bytes);
   }
   c.shard_cache.capacity_bytes = auto_cache_capacity(cfg, mpi.has_value(), budget);
@@ -254,6 +256,10 @@ Config with_auto_sizes(const Config& cfg, const TrainOptions& options,
 }
 
 }  // namespace
+
+Config resolve_auto_sizes(const Config& cfg, const TrainOptions& options) {
+  return with_auto_sizes(cfg, options, comm::mpi_process());
+}
 
 TrainResult train(const Config& user_cfg, const TrainOptions& options) {
   const std::optional<comm::MpiProcess> mpi = comm::mpi_process();

@@ -142,6 +142,11 @@ sim::SimDeviceOptions simulated_device_options(int world_size);
 // metrics file and progress and gets the TrainResult (steps, params), the others an empty
 // one (frequency_models: only their own rank's). Throws moezero::Error on bad input or when a
 // rank fails (the first failure; the others are woken, never left hanging).
+// The config with its "auto" sizes resolved as train() resolves them for this process
+// (shard_cache.capacity_bytes: train/memory_estimate.h, auto_cache_capacity); under MPI the
+// ranks then take the smallest. For the run header; train() calls it itself.
+Config resolve_auto_sizes(const Config& cfg, const TrainOptions& options);
+
 TrainResult train(const Config& cfg, const TrainOptions& options);
 
 // One step as a JSON object (one line of the metrics file).

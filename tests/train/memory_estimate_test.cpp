@@ -249,7 +249,8 @@ TEST(MemoryEstimate, RankBudgetIsTheSmallestKnown) {
   EXPECT_EQ(rank_memory_budget(cfg, e, machine, 0), uint64_t{4} << 30);
   EXPECT_EQ(rank_memory_budget(cfg, e, machine, uint64_t{1} << 30), uint64_t{1} << 30);
   machine.address_space = true;
-  EXPECT_EQ(rank_memory_budget(cfg, e, machine, 0), (uint64_t{4} << 30) - kRuntimeAddressSpacePerRank);
+  EXPECT_EQ(rank_memory_budget(cfg, e, machine, 0),
+            (uint64_t{4} << 30) - kRuntimeAddressSpacePerRank);
   cfg.train.memory_limit = uint64_t{512} << 20;
   EXPECT_EQ(rank_memory_budget(cfg, e, machine, 0), uint64_t{512} << 20);
   cfg.train.memory_limit = 0;
@@ -266,9 +267,8 @@ TEST(MemoryEstimate, TrainerResolvesTheAutoCache) {
   Config off = small(o);
   off.shard_cache.capacity_bytes = 0;
   const MemoryEstimate e = estimate_memory(off, false);
-  const uint64_t limit =
-      uint64_t(std::ceil((double(e.per_rank()) + 2.5 * double(e.largest_expert)) /
-                         kAutoMemoryFraction));
+  const uint64_t limit = uint64_t(
+      std::ceil((double(e.per_rank()) + 2.5 * double(e.largest_expert)) / kAutoMemoryFraction));
   const auto run = [&](std::vector<std::string> extra) {
     std::vector<std::string> all = o;
     all.insert(all.end(), extra.begin(), extra.end());
