@@ -96,6 +96,10 @@ struct FrontierEntry {
   std::optional<std::string> moezero;  // the chosen moezero row
   Value moezero_tokens_per_s, moezero_peak_state_bytes;
   Value ratio;  // moezero tokens/s / incumbent tokens/s
+  // The `compute` row's tokens/s over the incumbent's (absent without a compute row): what
+  // free communication would give, about the most any strategy can gain over the incumbent on
+  // this machine. A ceiling near 1 says the preset is compute-bound here, whatever the link.
+  Value ceiling;
 };
 // One entry per incumbent row with tokens/s and peak state, in row order; ties in tokens/s go
 // to the row listed first.

@@ -170,7 +170,9 @@ int bench(const std::vector<std::string>& args) {
   const std::vector<bench::FrontierEntry> front = bench::frontier(rows);
   std::printf(
       "\nfrontier: each incumbent against the fastest moezero row with no more peak state "
-      "(ratio: its tokens/s over the incumbent's)\n");
+      "(ratio: its tokens/s over the incumbent's; ceiling: the compute row's over the "
+      "incumbent's, what free communication would give: about the most any strategy can gain "
+      "on this machine)\n");
   bench::print_frontier(front);
   if (!a.json_path.empty()) {
     bench::write_json(rows, a.json_path, "bench", json_meta(a, base, orders, front));

@@ -91,15 +91,16 @@ void print_table(const std::vector<Row>& rows, RepeatRange range) {
 void print_frontier(const std::vector<FrontierEntry>& entries) {
   std::vector<std::vector<std::string>> lines{{"incumbent", "tokens_per_s", "peak_state_bytes",
                                                "fastest moezero at <= peak", "tokens_per_s",
-                                               "peak_state_bytes", "ratio"}};
+                                               "peak_state_bytes", "ratio", "ceiling"}};
   for (const FrontierEntry& e : entries) {
-    char ratio[32] = "-";
+    char ratio[32] = "-", ceiling[32] = "-";
     if (e.ratio) std::snprintf(ratio, sizeof ratio, "%.3f", *e.ratio);
+    if (e.ceiling) std::snprintf(ceiling, sizeof ceiling, "%.3f", *e.ceiling);
     lines.push_back({e.incumbent, cell("tokens_per_s", e.incumbent_tokens_per_s),
                      cell("peak_state_bytes", e.incumbent_peak_state_bytes),
                      e.moezero.value_or("(none fits)"),
                      cell("tokens_per_s", e.moezero_tokens_per_s),
-                     cell("peak_state_bytes", e.moezero_peak_state_bytes), ratio});
+                     cell("peak_state_bytes", e.moezero_peak_state_bytes), ratio, ceiling});
   }
   print_columns(lines);
 }
@@ -128,6 +129,7 @@ nlohmann::ordered_json frontier_json(const std::vector<FrontierEntry>& entries) 
     j["moezero_tokens_per_s"] = value_json(e.moezero_tokens_per_s);
     j["moezero_peak_state_bytes"] = value_json(e.moezero_peak_state_bytes);
     j["ratio"] = value_json(e.ratio);
+    j["ceiling"] = value_json(e.ceiling);
     out.push_back(std::move(j));
   }
   return out;

@@ -385,6 +385,9 @@ std::vector<Row> combine(const std::vector<std::string>& names,
 std::vector<FrontierEntry> frontier(const std::vector<Row>& rows) {
   const size_t tps = field_index("tokens_per_s"), peak = field_index("peak_state_bytes");
   std::vector<FrontierEntry> out;
+  Value compute;  // the lower bound's tokens/s, when measured
+  for (const Row& r : rows)
+    if (r.strategy == "compute" && r.values[tps]) compute = r.values[tps];
   for (const Row& inc : rows) {
     if (!is_incumbent_row(inc.strategy) || !inc.values[tps] || !inc.values[peak]) continue;
     FrontierEntry e;
@@ -401,6 +404,7 @@ std::vector<FrontierEntry> frontier(const std::vector<Row>& rows) {
     }
     if (e.moezero && e.incumbent_tokens_per_s > 0)
       e.ratio = *e.moezero_tokens_per_s / e.incumbent_tokens_per_s;
+    if (compute && e.incumbent_tokens_per_s > 0) e.ceiling = *compute / e.incumbent_tokens_per_s;
     out.push_back(std::move(e));
   }
   return out;

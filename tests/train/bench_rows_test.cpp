@@ -205,10 +205,18 @@ TEST(BenchRows, FrontierPicksTheFastestMoezeroAtNoMorePeakState) {
   EXPECT_EQ(f[3].incumbent, "z1");
   EXPECT_FALSE(f[3].moezero) << "no moezero row fits in 20";
   EXPECT_FALSE(f[3].ratio);
+  // The ceiling: the compute row (500 tokens/s) over each incumbent, whatever fits.
+  EXPECT_DOUBLE_EQ(*f[0].ceiling, 5.0);
+  EXPECT_DOUBLE_EQ(*f[3].ceiling, 500.0 / 90.0);
   const nlohmann::ordered_json j = frontier_json(f);
   EXPECT_EQ(j[0]["moezero"], "moezero");
   EXPECT_TRUE(j[3]["moezero"].is_null());
   EXPECT_TRUE(j[3]["ratio"].is_null());
+  EXPECT_DOUBLE_EQ(j[3]["ceiling"].get<double>(), 500.0 / 90.0);
+  // Without a compute row there is no ceiling.
+  const std::vector<Row> no_compute(rows.begin() + 1, rows.end());
+  EXPECT_FALSE(frontier(no_compute)[0].ceiling);
+  EXPECT_TRUE(frontier_json(frontier(no_compute))[0]["ceiling"].is_null());
 }
 
 TEST(BenchRows, JsonRowsCarryMediansMinAndMax) {
