@@ -6,6 +6,7 @@
 // the simulated GPU is refused as out of memory.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 
 #include "comm/world.h"
@@ -14,6 +15,7 @@
 #include "kernels/sim/sim_device.h"
 #include "moe/routing_source.h"
 #include "tests/common/tiny_config.h"
+#include "train/memory_estimate.h"
 #include "train/trainer.h"
 
 namespace moezero::train {
@@ -49,6 +51,7 @@ struct SimRun {
   std::string inter = "eth_100g";
   int gpus_per_node = 2;
   double rank_noise = 0.1;
+  uint64_t device_memory_bytes = 0;  // the auto sizes' memory (0: the profile's, as plan)
 };
 
 TrainResult run_sim(const Config& c, const SimRun& how,
@@ -66,6 +69,8 @@ TrainResult run_sim(const Config& c, const SimRun& how,
   so.gpu = sim::gpu_profile("h100");
   so.device = simulated_device_options(so.world_size);
   TrainOptions opt;
+  opt.device_memory_bytes =
+      how.device_memory_bytes > 0 ? how.device_memory_bytes : so.gpu.memory_bytes;
   opt.routing_source = source ? source : &synthetic;
   opt.data = [](const BatchRequest& b, std::vector<int32_t>& tokens,
                 std::vector<int32_t>& targets) {  // not read: no kernel computes
@@ -136,6 +141,34 @@ TEST(SimTrain, ASlowerLinkGivesALongerStep) {
   // ZeRO-3 moves more parameter bytes per step than ZeRO-1 on the same link: never faster.
   const double t_z1 = step_s(run_sim(sim_cfg(4, 2, {"zero.stage=1"}), eth).steps.back());
   EXPECT_GE(t_eth, t_z1);
+}
+
+// shard_cache.capacity_bytes=auto on simulated GPUs follows their memory (as `moezero plan`
+// passes it), not this machine's: with an H100's 80 GB every local expert is kept across the
+// two micro-batches; with memory for one expert beside the rest, the run gathers what a
+// capacity of one expert gathers, more than with all kept.
+TEST(SimTrain, TheAutoCacheFollowsTheSimulatedGpusMemory) {
+  const Config c = sim_cfg(4, 1);
+  Config off = c;
+  off.shard_cache.capacity_bytes = 0;
+  const MemoryEstimate e = estimate_memory(off, false);
+  ASSERT_GT(e.largest_expert, 0u);
+  SimRun big;  // the H100 profile's memory
+  SimRun small;
+  small.device_memory_bytes = uint64_t(
+      std::ceil((double(e.per_rank()) + 1.5 * double(e.largest_expert)) / kAutoMemoryFraction));
+  const auto expert_bytes = [](const TrainResult& r) {
+    uint64_t n = 0;
+    for (const StepLog& s : r.steps) n += s.ranks[0].gathered_expert_bytes;
+    return n;
+  };
+  Config all = c, one = c;
+  all.shard_cache.capacity_bytes = e.experts;
+  one.shard_cache.capacity_bytes = e.largest_expert;
+  const uint64_t roomy = expert_bytes(run_sim(c, big)), tight = expert_bytes(run_sim(c, small));
+  EXPECT_EQ(roomy, expert_bytes(run_sim(all, big)));
+  EXPECT_EQ(tight, expert_bytes(run_sim(one, small)));
+  EXPECT_GT(tight, roomy);
 }
 
 TEST(SimTrain, AModelTooBigForTheGpuIsOutOfMemory) {
