@@ -45,6 +45,14 @@ std::string top_tags_text(const std::array<size_t, kMemTagCount>& bytes_by_tag) 
   return out.empty() ? "nothing" : out;
 }
 
+// Resident copies that a smaller budget gives back: the shard cache (its default, `auto`,
+// sizes it from an estimate of the rest of the run) and the dense keep.
+static std::string cache_hint(size_t cache_bytes) {
+  if (cache_bytes == 0) return "";
+  return "; the cache holds " + format_bytes(cache_bytes) +
+         ": a smaller shard_cache.capacity_bytes (or zero.keep_dense_bytes) gives it back";
+}
+
 const char* mem_tag_name(MemTag t) {
   switch (t) {
     case MemTag::ParamShard: return "param_shard";
@@ -244,7 +252,8 @@ void Allocator::throw_out_of_memory_locked(size_t bytes, size_t block_bytes, Mem
           : std::string("the device has no more memory (limit: ") +
                 (capacity_bytes_ ? format_bytes(capacity_bytes_) : std::string("none")) + ")",
       ", reserved ", format_bytes(stats_.reserved_bytes), "; in use ",
-      format_bytes(stats_.total_current_bytes), ", by tag: ", top_tags_text(stats_.current_bytes));
+      format_bytes(stats_.total_current_bytes), ", by tag: ", top_tags_text(stats_.current_bytes),
+      cache_hint(stats_.current_bytes[static_cast<size_t>(MemTag::Cache)]));
 }
 
 void Allocator::count_allocation_locked(size_t bytes, MemTag tag) {

@@ -156,6 +156,29 @@ TEST(Allocator, OutOfMemoryReportsLimitAndBytesInUseByTag) {
   EXPECT_EQ(format_bytes(3ull << 30), "3.0 GiB");
 }
 
+// With cache-tagged buffers in use the report says how to give them back; without, it does not.
+TEST(Allocator, OutOfMemoryNamesTheCacheBudgetWhenTheCacheHoldsMemory) {
+  auto dev = make_cpu_device(0, CpuDeviceOptions{.capacity_bytes = 1 << 20});
+  Stream& s = dev->default_stream();
+  const auto report = [&](Allocator& a) {
+    try {
+      Buffer c = a.allocate(600 << 10, MemTag::FullParam, s, "layers.0.experts.1");
+    } catch (const OutOfMemoryError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  {
+    Buffer a = dev->allocator().allocate(600 << 10, MemTag::Activation, s, "attn out");
+    EXPECT_EQ(report(dev->allocator()).find("shard_cache.capacity_bytes"), std::string::npos);
+  }
+  Buffer k = dev->allocator().allocate(600 << 10, MemTag::Cache, s, "layers.0.experts.0");
+  const std::string m = report(dev->allocator());
+  EXPECT_NE(m.find("the cache holds 600.0 KiB: a smaller shard_cache.capacity_bytes"),
+            std::string::npos)
+      << m;
+}
+
 TEST(TensorBuffer, OwnsItsMemoryAndViewsIt) {
   auto dev = make_cpu_device(0);
   Stream& s = dev->default_stream();
