@@ -246,9 +246,10 @@ Config with_auto_sizes(const Config& cfg, const TrainOptions& options,
   } else {
     MemoryEstimate estimate = estimate_memory(cfg, mpi.has_value());
     estimate.first_gpu = mpi ? mpi->local_rank : 0;  // as train() below
-    // The ranks sharing this machine's memory: this process's threads, or under MPI the job's
-    // processes on this host.
-    if (mpi) estimate.ranks_in_process = std::max(1, mpi->local_size);
+    // On the CPU backend the ranks sharing this machine's memory: this process's threads, or
+    // under MPI the job's processes on this host (on CUDA each process has its own GPU).
+    if (mpi && cfg.parallel.backend == BackendKind::Cpu)
+      estimate.ranks_in_process = std::max(1, mpi->local_size);
     budget = rank_memory_budget(cfg, estimate, machine_memory_limit(), options.device_memory_bytes);
   }
   c.shard_cache.capacity_bytes = auto_cache_capacity(cfg, mpi.has_value(), budget);
