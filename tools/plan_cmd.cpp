@@ -389,6 +389,18 @@ std::optional<PlanChoice> recommend(const std::vector<Outcome>& outcomes,
   return choice;
 }
 
+// The --set overrides that turn the plan's config into its recommended strategy on the planned
+// cluster: the world size (from --cluster), the user's own --set, then the strategy's.
+std::vector<std::string> apply_overrides(const PlanArgs& a, const Config& base, int world,
+                                         const PlanChoice& choice) {
+  std::vector<std::string> v = {"parallel.world_size=" + std::to_string(world)};
+  for (const std::string& o : a.overrides)
+    if (o.rfind("parallel.world_size=", 0) != 0) v.push_back(o);
+  for (const std::string& o : bench::resolve_strategy(choice.recommended, base).overrides)
+    v.push_back(o);
+  return v;
+}
+
 // The plan's input and verdict beside the rows of --json: a function of the input alone (no
 // wall times), so two runs of one input write the same file.
 nlohmann::ordered_json plan_json(const PlanArgs& a, const sim::GpuProfile& gpu,
@@ -501,9 +513,17 @@ int plan(const std::vector<std::string>& all_args) {
   bench::print_table(rows);
   const PlanMemory memory = plan_memory(gpu.memory_bytes, base.train.memory_limit);
   const std::optional<PlanChoice> choice = recommend(outcomes, rows, memory);
+  const std::vector<std::string> apply =
+      choice ? apply_overrides(a, base, world, *choice) : std::vector<std::string>{};
+  if (choice) {
+    std::printf("  train with it: moezero train --config %s", a.config_path.c_str());
+    for (const std::string& o : apply) std::printf(" --set %s", o.c_str());
+    std::printf("\n");
+  }
   if (!a.json_path.empty()) {
     nlohmann::ordered_json pj = plan_json(a, gpu, choice);
     pj["plan"]["compute_profile"] = compute_profile;
+    pj["plan"]["recommended_overrides"] = apply;
     bench::write_json(rows, a.json_path, "plan", pj);
     std::printf("json: %s\n", a.json_path.c_str());
   }
