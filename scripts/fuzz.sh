@@ -20,6 +20,7 @@ out=build-fuzz
 mkdir -p "$out"
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I.)
 srcs_config=(core/config.cpp core/config_checks.cpp core/config_keys_model.cpp core/config_keys_runtime.cpp core/config_reader.cpp core/json_duplicates.cpp
+  core/config_choices.cpp core/process_groups.cpp
   core/error.cpp core/step_list.cpp core/dtype.cpp)
 srcs_manifest=(train/checkpoint_io.cpp core/error.cpp)
 srcs_safetensors=(hf/safetensors.cpp core/error.cpp core/dtype.cpp)
