@@ -5,7 +5,7 @@
 # and trace files for `moezero report` (report_fuzz.cpp) and tokenizer.json (tokenizer_fuzz.cpp).
 # Usage: scripts/fuzz.sh [seconds-per-target (default 300)] [target ...]
 # Builds the targets with -fsanitize=fuzzer,address,undefined straight from the sources they
-# need (hf_config: the hf/ and core/ sources it reads with, the rest of the model linked from
+# need (hf_config: the hf/ sources it reads with; core/ (config parsing included) and the model linked from
 # the normal build's libraries in build/, which must exist), runs each for the given time with new inputs going to
 # build-fuzz/corpus/<target>/ (copy the interesting ones into fuzz/corpus/<target>/: the test
 # suite replays that folder through a plain g++ driver), and prints the exec counts.
@@ -23,13 +23,12 @@ srcs_config=(core/config.cpp core/config_checks.cpp core/config_keys_model.cpp c
   core/config_choices.cpp core/process_groups.cpp
   core/error.cpp core/step_list.cpp core/dtype.cpp)
 srcs_manifest=(train/checkpoint_io.cpp core/error.cpp)
-srcs_safetensors=(hf/safetensors.cpp core/error.cpp core/dtype.cpp)
+srcs_safetensors=(hf/safetensors.cpp core/error.cpp core/dtype.cpp core/output_file.cpp)
 srcs_report=(report/run_input.cpp report/report.cpp report/report_text.cpp report/report_html.cpp
   report/report_charts.cpp report/html_parts.cpp report/html_format.cpp core/error.cpp)
 srcs_tokenizer=(hf/bpe_tokenizer.cpp core/json_duplicates.cpp core/error.cpp)
 libs_tokenizer=(-lpcre2-8)
-srcs_hf_config=(hf/hf_export.cpp hf/safetensors.cpp core/config.cpp core/config_checks.cpp core/config_keys_model.cpp core/config_keys_runtime.cpp core/config_reader.cpp core/json_duplicates.cpp
-  core/error.cpp core/step_list.cpp core/dtype.cpp)
+srcs_hf_config=(hf/hf_export.cpp hf/hf_qwen2_moe.cpp hf/safetensors.cpp)
 libs_hf_config=(-Wl,--start-group build/model/libmoezero_model.a build/layers/libmoezero_layers.a
   build/moe/libmoezero_moe.a build/prefetch/libmoezero_prefetch.a build/zero/libmoezero_zero.a
   build/kernels/libmoezero_kernels.a build/kernels/cpu/libmoezero_kernels_cpu.a
