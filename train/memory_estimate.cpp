@@ -59,8 +59,9 @@ uint64_t activation_bytes(const Config& cfg) {
   for (int64_t l = 0; l < m.n_layers; ++l) {
     const bool moe = model::is_moe_layer(m, static_cast<int>(l));
     const uint64_t routing = moe ? 2 * E : 0;  // the router's probabilities (MoE)
-    // resid; attention; FFN: hn + gate + up (dense) or hn + k * (xs + xr + gate + up + y)
-    const uint64_t layer = C + attn + (moe ? C + k * (3 * C + 2 * F) : C + 2 * F) + routing;
+    // resid; attention; FFN: hn + gate + up (dense) or hn + k * (xr + gate + up + y) (the
+    // dispatch's sorted copy xs is freed once sent: moe/token_dispatcher.cpp)
+    const uint64_t layer = C + attn + (moe ? C + k * (2 * C + 2 * F) : C + 2 * F) + routing;
     per_token += ac == ActivationCheckpointing::Full ? C + routing : layer;
     largest_layer = std::max(largest_layer, layer);
     backward = std::max(backward, moe ? 2 * C + k * (C + 4 * F) : 3 * C + 4 * F);
