@@ -111,12 +111,18 @@ enum class MoeGather : uint8_t { Experts, Leaf, Fsdp };
 // step's last backward reduce-scatters it (DeepSpeed's data_types.grad_accum_dtype).
 enum class GradAccumDtype : uint8_t { Fp32, Param };
 
+// A byte budget the run derives from the memory it has ("auto": shard_cache.capacity_bytes,
+// zero.keep_dense_bytes, prefetch.budget_bytes). Read unresolved it means "no limit"; train()
+// resolves the resident-copy budgets (train/memory_estimate.h, auto_sizes).
+inline constexpr uint64_t kAutoBytes = ~uint64_t{0};
+
 struct ZeroConfig {
   int64_t stage = 3;  // 0: data parallel, 1: +optimizer states, 2: +gradients, 3: +parameters
   int64_t param_persistence_threshold = 1024;  // elements; smaller groups stay replicated
   bool shard_single_rank = false;  // stage 3: gather groups held by one rank too (copies)
-  // Stage 3, gradient accumulation: dense groups kept gathered between a step's micro-batches.
-  uint64_t keep_dense_bytes = 64ull << 20;
+  // Stage 3, gradient accumulation: dense groups kept gathered between a step's micro-batches;
+  // kAutoBytes ("auto"): every one that fits beside the rest and the shard cache's experts.
+  uint64_t keep_dense_bytes = kAutoBytes;
   uint64_t prefetch_bucket_size = 64ull << 20;  // bytes fetched ahead of use
   uint64_t max_live_parameters = 1ull << 30;    // bytes of full parameters alive at once
   uint64_t reduce_bucket_size = 64ull << 20;    // bytes per reduce-scatter bucket
@@ -165,11 +171,6 @@ struct MoeConfig {
 // measured idle time (agreed at the step boundary); Priced, its whole on-demand gather.
 enum class Speculate : uint8_t { Idle, Priced };
 
-// A byte budget the run derives from the memory it has ("auto": shard_cache.capacity_bytes,
-// prefetch.budget_bytes). Read unresolved it means "no limit"; train() resolves the cache's
-// (train/memory_estimate.h, auto_cache_capacity).
-inline constexpr uint64_t kAutoBytes = ~uint64_t{0};
-
 struct PrefetchConfig {
   // A registered prefetch policy (prefetch/policy_registry.cpp: the names, what each does).
   std::string policy = "cost";
@@ -186,7 +187,7 @@ struct PrefetchConfig {
 
 struct ShardCacheConfig {
   // 0 disables the cache; kAutoBytes ("auto"): every local expert, or what the memory left by
-  // the rest of the run's estimate allows (train/memory_estimate.h, auto_cache_capacity)
+  // the rest of the run's estimate allows (train/memory_estimate.h, auto_sizes)
   uint64_t capacity_bytes = kAutoBytes;
   std::string eviction = "value";  // a registered eviction order (prefetch/shard_cache.cpp)
 };

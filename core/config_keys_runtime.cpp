@@ -15,7 +15,9 @@ void visit_zero(V& v, ZeroConfig& c) {
           "parameter groups with fewer elements stay replicated", at_least<int64_t>(0));
   v.bytes("keep_dense_bytes", c.keep_dense_bytes,
           "stage 3: bytes of dense parameter groups kept gathered from one micro-batch to the next "
-          "within a step (per gather communicator); 0 regathers them every micro-batch");
+          "within a step (per gather communicator); 0 regathers them every micro-batch; auto: "
+          "every one when they fit in the memory a rank has beside the rest of the run's estimate "
+          "and the shard cache's experts (which come first), else what is left; docs/zero.md");
   v.field("shard_single_rank", c.shard_single_rank,
           "stage 3: gather groups held by one rank too (by default they stay resident)");
   v.bytes("prefetch_bucket_size", c.prefetch_bucket_size,

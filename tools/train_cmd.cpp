@@ -128,6 +128,12 @@ void print_plan(const Config& cfg, const std::string& config_path, bool under_mp
                        " of " + std::to_string(e.experts / e.largest_expert) + " local experts")
                           .c_str());
   }
+  if (cfg.zero.keep_dense_bytes == kAutoBytes && e.dense > 0 && cfg.train.grad_accum_steps > 1) {
+    const uint64_t kept = run_cfg.zero.keep_dense_bytes;
+    std::printf("  keep     zero.keep_dense_bytes auto: %s, %s\n", format_bytes(kept).c_str(),
+                kept >= e.dense ? "every sharded dense group"
+                                : ("what the memory leaves of " + format_bytes(e.dense)).c_str());
+  }
   std::printf("%s\n",
               train::memory_estimate_text(e, train::machine_memory_limit(), cfg.train.memory_limit)
                   .c_str());

@@ -181,6 +181,7 @@ MemoryEstimate estimate_memory(const Config& cfg, bool under_mpi) {
   }
   e.largest_group = largest_sharded;
   e.experts = expert_full;
+  e.dense = sharded_full - expert_full;
   const uint64_t live = std::max<uint64_t>(cfg.zero.max_live_parameters, 2 * largest_sharded);
   // fp32 full gradients: below stage 2 every group's lives until the optimizer step (stage 1
   // defers the reduction to it); from stage 2 those of the groups in backward, until reduced.
@@ -280,6 +281,29 @@ uint64_t auto_cache_capacity(const Config& cfg, bool under_mpi, uint64_t rank_bu
   if (usable <= rest) return 0;
   const uint64_t left = static_cast<uint64_t>(usable - rest);
   return left / none.largest_expert * none.largest_expert;  // whole experts
+}
+
+AutoSizes auto_sizes(const Config& cfg, bool under_mpi, uint64_t rank_budget_bytes) {
+  const bool dense_auto = cfg.zero.keep_dense_bytes == kAutoBytes;
+  Config c = cfg;
+  if (dense_auto) c.zero.keep_dense_bytes = 0;  // the experts come first
+  AutoSizes a{auto_cache_capacity(c, under_mpi, rank_budget_bytes), cfg.zero.keep_dense_bytes};
+  if (!dense_auto) return a;
+  c.shard_cache.capacity_bytes = a.cache_bytes;
+  const MemoryEstimate none = estimate_memory(c, under_mpi);  // no dense keep
+  c.zero.keep_dense_bytes = none.dense;
+  const uint64_t need_all = estimate_memory(c, under_mpi).per_rank();
+  const double usable = kAutoMemoryFraction * static_cast<double>(rank_budget_bytes);
+  // Every dense group when nothing bounds the rank, when they fit, or when keeping costs
+  // nothing (one micro-batch per step: nothing is kept between micro-batches).
+  if (none.dense == 0 || rank_budget_bytes == 0 || static_cast<double>(need_all) <= usable ||
+      need_all <= none.per_rank()) {
+    a.keep_dense_bytes = none.dense;
+    return a;
+  }
+  const double rest = static_cast<double>(none.per_rank());
+  a.keep_dense_bytes = usable <= rest ? 0 : static_cast<uint64_t>(usable - rest);
+  return a;
 }
 
 std::string memory_estimate_text(const MemoryEstimate& e, const MemoryLimit& machine,

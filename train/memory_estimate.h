@@ -38,6 +38,9 @@ struct MemoryEstimate {
   // Full bytes of this rank's experts of every MoE layer (compute dtype, padded; stage 3): what
   // a shard cache holding every local expert holds. largest_expert: the largest one of them.
   uint64_t experts = 0, largest_expert = 0;
+  // Full bytes of the dense groups stage 3 shards (compute dtype, padded): what a dense keep
+  // holding every one holds (zero.keep_dense_bytes).
+  uint64_t dense = 0;
   uint64_t cache = 0;        // the shard cache's budget (shard_cache.capacity_bytes when used)
   uint64_t activations = 0;  // one micro-batch's forward activations and backward temporaries
   // hpZ (zero.hpz_partition_size): the secondary shards, padded / m elements (compute dtype) of
@@ -95,6 +98,17 @@ uint64_t rank_memory_budget(const Config& cfg, const MemoryEstimate& e, const Me
 // Ranks must agree on it (their gathers follow from it): under MPI the trainer takes the
 // smallest over the processes.
 uint64_t auto_cache_capacity(const Config& cfg, bool under_mpi, uint64_t rank_budget_bytes);
+
+// Both resident-copy budgets as the run uses them: the shard cache's first (auto_cache_capacity,
+// counting an "auto" dense keep as none), then zero.keep_dense_bytes = "auto": every sharded
+// dense group (MemoryEstimate::dense) when it fits beside the rest and the cache, or costs
+// nothing (one micro-batch per step keeps nothing), else the bytes left (0 when none). Explicit
+// values are returned as they are.
+struct AutoSizes {
+  uint64_t cache_bytes = 0;       // shard_cache.capacity_bytes
+  uint64_t keep_dense_bytes = 0;  // zero.keep_dense_bytes
+};
+AutoSizes auto_sizes(const Config& cfg, bool under_mpi, uint64_t rank_budget_bytes);
 // The share of a rank's memory the auto cache plans to fill with the whole estimate (which
 // counts full working sets: on examples/plan/moe13b.json it says 76.3 GiB where the simulated
 // run peaks at 74.1): the remainder covers the allocator's rounding and fragmentation.

@@ -36,9 +36,9 @@ struct TrainRun {
   const Config& cfg;
   const TrainOptions& options;
   bool under_mpi = false;  // one rank per process (World::run_mpi)
-  // shard_cache.capacity_bytes was "auto": cfg holds this process's resolution, and under MPI
-  // the ranks take the smallest (their gathers follow from it).
-  bool cache_auto = false;
+  // shard_cache.capacity_bytes or zero.keep_dense_bytes was "auto": cfg holds this process's
+  // resolution, and under MPI the ranks take the smallest (their gathers follow from it).
+  bool auto_sizes = false;
   const TokenData* data = nullptr;  // the token stream; null when options.data is set
   // train.init_from: parameters by group name (empty: none).
   const std::map<std::string, std::vector<float>>& init_values;

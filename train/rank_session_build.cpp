@@ -46,7 +46,7 @@ RankSession::RankSession(comm::RankContext& ctx, const TrainRun& run)
   }
   recorder_ =
       std::make_unique<TraceRecorder>(dev_, cs_, ctx_.rank, run_.trace_sink, run_.trace_steps);
-  agree_cache_capacity();
+  agree_auto_sizes();
   build_model();
   build_engine();
   load_start_state();
@@ -64,15 +64,22 @@ RankSession::RankSession(comm::RankContext& ctx, const TrainRun& run)
   }
 }
 
-// shard_cache.capacity_bytes = "auto" resolves from each process's memory: under MPI the
-// processes may differ (hosts, GPUs, free memory), so they take the smallest. Ranks as threads
-// or simulated share one resolution.
-void RankSession::agree_cache_capacity() {
+// The "auto" budgets (shard_cache.capacity_bytes, zero.keep_dense_bytes) resolve from each
+// process's memory: under MPI the processes may differ (hosts, GPUs, free memory), so they take
+// the smallest of each. Ranks as threads or simulated share one resolution.
+void RankSession::agree_auto_sizes() {
   cache_capacity_ = cfg_.shard_cache.capacity_bytes;
-  if (!run_.under_mpi || !run_.cache_auto) return;
-  const int64_t mine = static_cast<int64_t>(std::min<uint64_t>(cache_capacity_, INT64_MAX));
-  for (const int64_t w : all_gather_words(dev_, cs_, *comms_.misc, {&mine, 1}))
-    cache_capacity_ = std::min(cache_capacity_, static_cast<uint64_t>(w));
+  keep_dense_ = cfg_.zero.keep_dense_bytes;
+  if (!run_.under_mpi || !run_.auto_sizes) return;
+  const auto word = [](uint64_t v) {
+    return static_cast<int64_t>(std::min<uint64_t>(v, INT64_MAX));
+  };
+  const int64_t mine[2] = {word(cache_capacity_), word(keep_dense_)};
+  const std::vector<int64_t> all = all_gather_words(dev_, cs_, *comms_.misc, mine);
+  for (size_t i = 0; i + 1 < all.size(); i += 2) {
+    cache_capacity_ = std::min(cache_capacity_, static_cast<uint64_t>(all[i]));
+    keep_dense_ = std::min(keep_dense_, static_cast<uint64_t>(all[i + 1]));
+  }
 }
 
 EngineStreams RankSession::create_streams() {
@@ -123,6 +130,7 @@ void RankSession::build_model() {
 
 void RankSession::build_engine() {
   ZeroOptions zo = ZeroOptions::of(cfg_);
+  zo.zero.keep_dense_bytes = keep_dense_;    // as agreed (agree_auto_sizes)
   zo.materialize = !run_.options.run_world;  // simulated: states counted, not filled
   if (run_.options.grad_hook)
     zo.grad_hook = [this](const GradReadyInfo& gi) {

@@ -119,7 +119,7 @@ class RankSession {
 
  private:
   EngineStreams create_streams();
-  void agree_cache_capacity();
+  void agree_auto_sizes();
   void build_model();
   void build_engine();
   void load_start_state();
@@ -158,7 +158,8 @@ class RankSession {
   std::unique_ptr<TraceRecorder> recorder_;  // times collectives and a2a waits, traces steps
   moe::MoeRuntime rt_;
   int moe_layers_ = 0;
-  uint64_t cache_capacity_ = 0;  // shard_cache.capacity_bytes as resolved (and agreed) for the run
+  // shard_cache.capacity_bytes and zero.keep_dense_bytes as resolved (and agreed) for the run
+  uint64_t cache_capacity_ = 0, keep_dense_ = 0;
   std::unique_ptr<prefetch::FrequencyModel> frequency_;  // null for a dense model
   std::unique_ptr<prefetch::PregateModel> pregate_;      // prefetch.pregate; else null
   std::unique_ptr<prefetch::PrefetchPlanner> planner_;   // the engine's and the MoE layers'

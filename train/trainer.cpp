@@ -238,7 +238,8 @@ namespace {
 Config with_auto_sizes(const Config& cfg, const TrainOptions& options,
                        const std::optional<comm::MpiProcess>& mpi) {
   Config c = cfg;
-  if (cfg.shard_cache.capacity_bytes != kAutoBytes) return c;
+  if (cfg.shard_cache.capacity_bytes != kAutoBytes && cfg.zero.keep_dense_bytes != kAutoBytes)
+    return c;
   uint64_t budget = 0;
   if (options.run_world) {  // simulated ranks: their devices' memory, not this machine's
     for (const uint64_t b : {cfg.train.memory_limit, options.device_memory_bytes})
@@ -252,7 +253,9 @@ Config with_auto_sizes(const Config& cfg, const TrainOptions& options,
       estimate.ranks_in_process = std::max(1, mpi->local_size);
     budget = rank_memory_budget(cfg, estimate, machine_memory_limit(), options.device_memory_bytes);
   }
-  c.shard_cache.capacity_bytes = auto_cache_capacity(cfg, mpi.has_value(), budget);
+  const AutoSizes sizes = auto_sizes(cfg, mpi.has_value(), budget);
+  c.shard_cache.capacity_bytes = sizes.cache_bytes;
+  c.zero.keep_dense_bytes = sizes.keep_dense_bytes;
   return c;
 }
 
@@ -293,7 +296,8 @@ TrainResult train(const Config& user_cfg, const TrainOptions& options) {
   const TrainRun run{.cfg = cfg,
                      .options = options,
                      .under_mpi = mpi.has_value(),
-                     .cache_auto = user_cfg.shard_cache.capacity_bytes == kAutoBytes,
+                     .auto_sizes = user_cfg.shard_cache.capacity_bytes == kAutoBytes ||
+                                   user_cfg.zero.keep_dense_bytes == kAutoBytes,
                      .data = data.get(),
                      .init_values = init_values,
                      .trace_sink = trace_sink.get(),

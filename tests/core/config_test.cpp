@@ -242,6 +242,7 @@ TEST(Config, AutoByteCounts) {
   const Config d = parse_config("{}", "d");
   EXPECT_EQ(d.shard_cache.capacity_bytes, kAutoBytes);
   EXPECT_EQ(d.prefetch.budget_bytes, kAutoBytes);
+  EXPECT_EQ(d.zero.keep_dense_bytes, kAutoBytes);
   const Config a = parse_config(R"({"shard_cache": {"capacity_bytes": "auto"}})", "a",
                                 {"prefetch.budget_bytes=auto"});
   EXPECT_EQ(a.shard_cache.capacity_bytes, kAutoBytes);
@@ -251,6 +252,7 @@ TEST(Config, AutoByteCounts) {
   const Config n = parse_config("{}", "n", {"shard_cache.capacity_bytes=32MiB"});
   EXPECT_EQ(n.shard_cache.capacity_bytes, uint64_t{32} << 20);
   expect_rejected("{}", {"zero.reduce_bucket_size"}, {"zero.reduce_bucket_size=auto"});
+  EXPECT_EQ(parse_config("{}", "k", {"zero.keep_dense_bytes=0"}).zero.keep_dense_bytes, 0u);
   expect_rejected(R"({"shard_cache": {"capacity_bytes": "automatic"}})",
                   {"shard_cache.capacity_bytes"});
 }

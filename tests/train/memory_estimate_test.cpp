@@ -258,17 +258,25 @@ TEST(MemoryEstimate, RankBudgetIsTheSmallestKnown) {
 }
 
 // The trainer resolves "auto" before the ranks start: under a train.memory_limit that leaves room
-// for two experts beside the rest, the run's cache behaves exactly as with capacity_bytes set to
-// two experts (the same hits, misses and evictions, the same losses), and with room to spare as
-// with every local expert.
-TEST(MemoryEstimate, TrainerResolvesTheAutoCache) {
+// for two experts (and half of one more) beside the rest, the run keeps what capacity_bytes =
+// two experts and keep_dense_bytes = the bytes left give (the same cache and dense counters, the
+// same losses), and with room to spare what every expert and dense group kept gives.
+TEST(MemoryEstimate, TrainerResolvesTheAutoSizes) {
   const std::vector<std::string> o = {"parallel.world_size=2", "zero.stage=3",
                                       "train.grad_accum_steps=2"};
   Config off = small(o);
   off.shard_cache.capacity_bytes = 0;
+  off.zero.keep_dense_bytes = 0;
   const MemoryEstimate e = estimate_memory(off, false);
+  ASSERT_GT(e.dense, 0u);
   const uint64_t limit = uint64_t(
       std::ceil((double(e.per_rank()) + 2.5 * double(e.largest_expert)) / kAutoMemoryFraction));
+  const std::string lim = "train.memory_limit=" + std::to_string(limit);
+  std::vector<std::string> with_lim = o;
+  with_lim.push_back(lim);
+  const AutoSizes want = auto_sizes(small(with_lim), false, limit);
+  EXPECT_EQ(want.cache_bytes, 2 * e.largest_expert);
+  EXPECT_LT(want.keep_dense_bytes, e.dense) << "half an expert's bytes are left for the dense keep";
   const auto run = [&](std::vector<std::string> extra) {
     std::vector<std::string> all = o;
     all.insert(all.end(), extra.begin(), extra.end());
@@ -283,21 +291,63 @@ TEST(MemoryEstimate, TrainerResolvesTheAutoCache) {
         EXPECT_EQ(x.cache_hits, y.cache_hits) << what << " step " << s << " rank " << r;
         EXPECT_EQ(x.cache_misses, y.cache_misses) << what;
         EXPECT_EQ(x.cache_evictions, y.cache_evictions) << what;
+        EXPECT_EQ(x.gathered_dense_bytes, y.gathered_dense_bytes) << what;
       }
     }
   };
-  const std::string lim = "train.memory_limit=" + std::to_string(limit);
   const TrainResult tight = run({lim});
-  same(tight, run({lim, "shard_cache.capacity_bytes=" + std::to_string(2 * e.largest_expert)}),
+  same(tight,
+       run({lim, "shard_cache.capacity_bytes=" + std::to_string(want.cache_bytes),
+            "zero.keep_dense_bytes=" + std::to_string(want.keep_dense_bytes)}),
        "two experts");
   const TrainResult roomy = run({});
-  same(roomy, run({"shard_cache.capacity_bytes=" + std::to_string(e.experts)}), "all experts");
-  const auto hits = [](const TrainResult& r) {
+  same(roomy,
+       run({"shard_cache.capacity_bytes=" + std::to_string(e.experts),
+            "zero.keep_dense_bytes=" + std::to_string(e.dense)}),
+       "everything kept");
+  const auto sum = [](const TrainResult& r, uint64_t RankStepStats::*f) {
     uint64_t n = 0;
-    for (const StepLog& s : r.steps) n += s.ranks[0].cache_hits;
+    for (const StepLog& s : r.steps) n += s.ranks[0].*f;
     return n;
   };
-  EXPECT_LT(hits(tight), hits(roomy)) << "two of eight experts keep less than all eight";
+  EXPECT_LT(sum(tight, &RankStepStats::cache_hits), sum(roomy, &RankStepStats::cache_hits))
+      << "two of eight experts keep less than all eight";
+  EXPECT_GT(sum(tight, &RankStepStats::gathered_dense_bytes),
+            sum(roomy, &RankStepStats::gathered_dense_bytes))
+      << "a partial dense keep re-gathers more than a full one";
+}
+
+// zero.keep_dense_bytes = "auto": the shard cache's experts come first, the dense keep takes
+// the rest: every sharded dense group where they all fit (or nothing bounds the rank, or there
+// is one micro-batch per step, when keeping costs nothing), the bytes left beside the experts
+// under a tighter budget, none when the experts took it all; an explicit value stays.
+TEST(MemoryEstimate, AutoDenseKeepTakesWhatTheCacheLeaves) {
+  const Config cfg = small({"parallel.world_size=2", "zero.stage=3", "train.grad_accum_steps=2"});
+  ASSERT_EQ(cfg.zero.keep_dense_bytes, kAutoBytes);
+  Config off = cfg;
+  off.shard_cache.capacity_bytes = 0;
+  off.zero.keep_dense_bytes = 0;
+  const MemoryEstimate e = estimate_memory(off, false);
+  ASSERT_GT(e.dense, 0u);
+  const auto budget = [](double bytes) { return uint64_t(std::ceil(bytes / kAutoMemoryFraction)); };
+  const double rest = double(e.per_rank()), experts = double(e.experts);
+  const AutoSizes roomy = auto_sizes(cfg, false, 0);
+  EXPECT_EQ(roomy.cache_bytes, e.experts);
+  EXPECT_EQ(roomy.keep_dense_bytes, e.dense);
+  EXPECT_EQ(auto_sizes(cfg, false, budget(rest + experts + double(e.dense))).keep_dense_bytes,
+            e.dense);
+  const AutoSizes half = auto_sizes(cfg, false, budget(rest + experts + 0.5 * double(e.dense)));
+  EXPECT_EQ(half.cache_bytes, e.experts);
+  EXPECT_NEAR(double(half.keep_dense_bytes), 0.5 * double(e.dense), 2.0);
+  const AutoSizes none = auto_sizes(cfg, false, budget(rest + 2.0 * double(e.largest_expert)));
+  EXPECT_EQ(none.cache_bytes, 2 * e.largest_expert);
+  EXPECT_LT(none.keep_dense_bytes, 2u);
+  // One micro-batch per step: nothing is kept between micro-batches, so every group "fits".
+  const Config one = small({"parallel.world_size=2", "zero.stage=3"});
+  EXPECT_EQ(auto_sizes(one, false, budget(rest)).keep_dense_bytes, e.dense);
+  Config fixed = cfg;
+  fixed.zero.keep_dense_bytes = 777;
+  EXPECT_EQ(auto_sizes(fixed, false, 1).keep_dense_bytes, 777u);
 }
 
 TEST(MemoryEstimate, RefusesWhatCannotFitTheLimit) {

@@ -143,32 +143,37 @@ TEST(SimTrain, ASlowerLinkGivesALongerStep) {
   EXPECT_GE(t_eth, t_z1);
 }
 
-// shard_cache.capacity_bytes=auto on simulated GPUs follows their memory (as `moezero plan`
-// passes it), not this machine's: with an H100's 80 GB every local expert is kept across the
-// two micro-batches; with memory for one expert beside the rest, the run gathers what a
-// capacity of one expert gathers, more than with all kept.
-TEST(SimTrain, TheAutoCacheFollowsTheSimulatedGpusMemory) {
+// The "auto" budgets on simulated GPUs follow their memory (as `moezero plan` passes it), not
+// this machine's: with an H100's 80 GB every local expert and dense group is kept across the two
+// micro-batches; with memory for one expert and a half beside the rest, the run gathers what a
+// capacity of one expert (and the dense keep left over) gathers, more than with all kept.
+TEST(SimTrain, TheAutoSizesFollowTheSimulatedGpusMemory) {
   const Config c = sim_cfg(4, 1);
   Config off = c;
   off.shard_cache.capacity_bytes = 0;
+  off.zero.keep_dense_bytes = 0;
   const MemoryEstimate e = estimate_memory(off, false);
   ASSERT_GT(e.largest_expert, 0u);
   SimRun big;  // the H100 profile's memory
   SimRun small;
   small.device_memory_bytes = uint64_t(
       std::ceil((double(e.per_rank()) + 1.5 * double(e.largest_expert)) / kAutoMemoryFraction));
-  const auto expert_bytes = [](const TrainResult& r) {
+  const AutoSizes want = auto_sizes(c, false, small.device_memory_bytes);
+  EXPECT_EQ(want.cache_bytes, e.largest_expert);
+  const auto gathered = [](const TrainResult& r) {
     uint64_t n = 0;
-    for (const StepLog& s : r.steps) n += s.ranks[0].gathered_expert_bytes;
+    for (const StepLog& s : r.steps) n += s.ranks[0].gathered_bytes;
     return n;
   };
-  Config all = c, one = c;
+  Config all = c, tight = c;
   all.shard_cache.capacity_bytes = e.experts;
-  one.shard_cache.capacity_bytes = e.largest_expert;
-  const uint64_t roomy = expert_bytes(run_sim(c, big)), tight = expert_bytes(run_sim(c, small));
-  EXPECT_EQ(roomy, expert_bytes(run_sim(all, big)));
-  EXPECT_EQ(tight, expert_bytes(run_sim(one, small)));
-  EXPECT_GT(tight, roomy);
+  all.zero.keep_dense_bytes = e.dense;
+  tight.shard_cache.capacity_bytes = want.cache_bytes;
+  tight.zero.keep_dense_bytes = want.keep_dense_bytes;
+  const uint64_t roomy = gathered(run_sim(c, big)), little = gathered(run_sim(c, small));
+  EXPECT_EQ(roomy, gathered(run_sim(all, big)));
+  EXPECT_EQ(little, gathered(run_sim(tight, small)));
+  EXPECT_GT(little, roomy);
 }
 
 TEST(SimTrain, AModelTooBigForTheGpuIsOutOfMemory) {
