@@ -66,9 +66,11 @@ constexpr CommandUsage kCommands[] = {
      "  bench --config FILE [--set section.key=value ...] [--strategies LIST] [--repeats N]\n"
      "        [--steps N] [--warmup N] [--json OUT]\n"
      "      the benchmark of record: the real trainer under each strategy (compute, z1, z2,\n"
-     "      z3-leaf, z3-leaf-reuse, z3-fsdp, z3-fsdp-keep, z3-none, z3-none-hold, moezero,\n"
-     "      moezero-nopredict, moezero-cache=P), order rotated per repeat, N measured steps\n"
-     "      (default 10) per run: medians with min/max, peak state over ranks, frontier table\n"},
+     "      z3-leaf, z3-leaf-reuse, zeropp, z3-fsdp, z3-fsdp-keep, z3-none, z3-none-hold,\n"
+     "      moezero, moezero-nopredict, moezero-qw, moezero-qg, moezero-zeropp,\n"
+     "      moezero-cache=P), order rotated per repeat, N measured steps (default 10) per run:\n"
+     "      medians with min/max, peak state over ranks, frontier table with each incumbent's\n"
+     "      ceiling (the compute row over it)\n"},
     {"plan",
      "  plan --config FILE --cluster NODESxGPUS [--nics-per-node K] [--gpu NAME]\n"
      "       [--inter-node NAME] [--intra-node NAME] [--routing-trace FILE | --zipf S [--drift D] "
