@@ -355,8 +355,11 @@ const Outcome& outcome_of(const std::vector<Outcome>& outcomes, const std::strin
 
 // The recommendation (tools/plan_choice.h): the fastest strategy (not the compute-only
 // reference) that ran within the GPU's memory, or the least memory of those within its jitter.
+// [in] exact: whether a strategy keeps the numerics (no quantised gathers or reductions); when
+// the recommendation quantises, the fastest exact strategy is named beside it.
 std::optional<PlanChoice> recommend(const std::vector<Outcome>& outcomes,
-                                    const std::vector<Row>& rows, const PlanMemory& memory) {
+                                    const std::vector<Row>& rows, const PlanMemory& memory,
+                                    const std::function<bool(const std::string&)>& exact) {
   const auto& fields = bench::row_fields();
   const size_t ms =
       static_cast<size_t>(std::find(fields.begin(), fields.end(), "step_ms") - fields.begin());
@@ -385,6 +388,16 @@ std::optional<PlanChoice> recommend(const std::vector<Outcome>& outcomes,
   } else {
     std::printf("\nrecommended: %s of %s\n", describe(choice->recommended).c_str(),
                 memory_text(memory).c_str());
+  }
+  if (!exact(choice->recommended)) {  // quantised: the fastest choice that keeps the numerics
+    std::vector<PlanCandidate> kept;
+    for (const PlanCandidate& c : candidates)
+      if (exact(c.name)) kept.push_back(c);
+    if (const std::optional<PlanChoice> e = choose_plan(kept))
+      std::printf(
+          "  it quantises weights or gradients (int8 blocks: not the numerics of a "
+          "full-precision run); without: %s\n",
+          describe(e->recommended).c_str());
   }
   return choice;
 }
@@ -512,7 +525,14 @@ int plan(const std::vector<std::string>& all_args) {
       "the measured steps' step_ms\n");
   bench::print_table(rows);
   const PlanMemory memory = plan_memory(gpu.memory_bytes, base.train.memory_limit);
-  const std::optional<PlanChoice> choice = recommend(outcomes, rows, memory);
+  const auto exact = [&base](const std::string& name) {  // the config's and the strategy's
+    bool quantised = base.zero.quantized_weights || base.zero.quantized_gradients;
+    for (const std::string& o : bench::resolve_strategy(name, base).overrides)
+      quantised =
+          quantised || o == "zero.quantized_weights=true" || o == "zero.quantized_gradients=true";
+    return !quantised;
+  };
+  const std::optional<PlanChoice> choice = recommend(outcomes, rows, memory, exact);
   const std::vector<std::string> apply =
       choice ? apply_overrides(a, base, world, *choice) : std::vector<std::string>{};
   if (choice) {
