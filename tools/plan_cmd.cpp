@@ -356,10 +356,12 @@ const Outcome& outcome_of(const std::vector<Outcome>& outcomes, const std::strin
 // The recommendation (tools/plan_choice.h): the fastest strategy (not the compute-only
 // reference) that ran within the GPU's memory, or the least memory of those within its jitter.
 // [in] exact: whether a strategy keeps the numerics (no quantised gathers or reductions); when
-// the recommendation quantises, the fastest exact strategy is named beside it.
+// the recommendation quantises, the fastest exact strategy is named beside it
+// ([out] exact_choice; nullopt when the recommendation is exact or no exact strategy fits).
 std::optional<PlanChoice> recommend(const std::vector<Outcome>& outcomes,
                                     const std::vector<Row>& rows, const PlanMemory& memory,
-                                    const std::function<bool(const std::string&)>& exact) {
+                                    const std::function<bool(const std::string&)>& exact,
+                                    std::optional<std::string>& exact_choice) {
   const auto& fields = bench::row_fields();
   const size_t ms =
       static_cast<size_t>(std::find(fields.begin(), fields.end(), "step_ms") - fields.begin());
@@ -393,11 +395,13 @@ std::optional<PlanChoice> recommend(const std::vector<Outcome>& outcomes,
     std::vector<PlanCandidate> kept;
     for (const PlanCandidate& c : candidates)
       if (exact(c.name)) kept.push_back(c);
-    if (const std::optional<PlanChoice> e = choose_plan(kept))
+    if (const std::optional<PlanChoice> e = choose_plan(kept)) {
+      exact_choice = e->recommended;
       std::printf(
           "  it quantises weights or gradients (int8 blocks: not the numerics of a "
           "full-precision run); without: %s\n",
           describe(e->recommended).c_str());
+    }
   }
   return choice;
 }
@@ -532,7 +536,8 @@ int plan(const std::vector<std::string>& all_args) {
           quantised || o == "zero.quantized_weights=true" || o == "zero.quantized_gradients=true";
     return !quantised;
   };
-  const std::optional<PlanChoice> choice = recommend(outcomes, rows, memory, exact);
+  std::optional<std::string> exact_choice;
+  const std::optional<PlanChoice> choice = recommend(outcomes, rows, memory, exact, exact_choice);
   const std::vector<std::string> apply =
       choice ? apply_overrides(a, base, world, *choice) : std::vector<std::string>{};
   if (choice) {
@@ -544,6 +549,8 @@ int plan(const std::vector<std::string>& all_args) {
     nlohmann::ordered_json pj = plan_json(a, gpu, choice);
     pj["plan"]["compute_profile"] = compute_profile;
     pj["plan"]["recommended_overrides"] = apply;
+    pj["plan"]["recommended_exact"] =
+        exact_choice ? nlohmann::ordered_json(*exact_choice) : nlohmann::ordered_json();
     bench::write_json(rows, a.json_path, "plan", pj);
     std::printf("json: %s\n", a.json_path.c_str());
   }

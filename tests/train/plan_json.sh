@@ -20,6 +20,8 @@ assert plan == b["plan"], (plan, b["plan"])
 assert plan["nodes"] == 2 and plan["gpus_per_node"] == 2 and plan["nics_per_node"] == 1, plan
 assert plan["inter_node"] == "eth_100g" and plan["gpu"] == "h100", plan
 assert plan["recommended"] in ("z2", "z3-fsdp") and plan["recommended"] in plan["tied"], plan
+assert plan["recommended_exact"] is None, plan  # neither quantises
+assert plan["recommended_overrides"][0] == "parallel.world_size=4", plan
 names = [r["strategy"] for r in a["rows"]]
 assert names == ["compute", "z2", "z3-fsdp"] == [r["strategy"] for r in b["rows"]], names
 for ra, rb in zip(a["rows"], b["rows"]):
