@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -529,12 +530,9 @@ int plan(const std::vector<std::string>& all_args) {
       "the measured steps' step_ms\n");
   bench::print_table(rows);
   const PlanMemory memory = plan_memory(gpu.memory_bytes, base.train.memory_limit);
-  const auto exact = [&base](const std::string& name) {  // the config's and the strategy's
-    bool quantised = base.zero.quantized_weights || base.zero.quantized_gradients;
-    for (const std::string& o : bench::resolve_strategy(name, base).overrides)
-      quantised =
-          quantised || o == "zero.quantized_weights=true" || o == "zero.quantized_gradients=true";
-    return !quantised;
+  const auto exact = [&](const std::string& name) {  // the strategy's config, as it ran
+    const Config c = strategy_config(a, bench::resolve_strategy(name, base), world);
+    return !c.zero.quantized_weights && !c.zero.quantized_gradients;
   };
   std::optional<std::string> exact_choice;
   const std::optional<PlanChoice> choice = recommend(outcomes, rows, memory, exact, exact_choice);

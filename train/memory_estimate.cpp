@@ -262,25 +262,34 @@ uint64_t rank_memory_budget(const Config& cfg, const MemoryEstimate& e, const Me
   return budget;
 }
 
+namespace {
+
+// What an "auto" budget gets: `all` (the bytes that keep everything) when nothing bounds the
+// rank (budget 0), when keeping everything fits kAutoMemoryFraction of the budget, or when it
+// costs nothing more than keeping none (need_all <= need_none); else the bytes left beside
+// need_none, or 0.
+uint64_t fill(uint64_t all, uint64_t need_none, uint64_t need_all, uint64_t rank_budget_bytes) {
+  const double usable = kAutoMemoryFraction * static_cast<double>(rank_budget_bytes);
+  if (all == 0 || rank_budget_bytes == 0 || static_cast<double>(need_all) <= usable ||
+      need_all <= need_none)
+    return all;
+  const double rest = static_cast<double>(need_none);
+  return usable <= rest ? 0 : static_cast<uint64_t>(usable - rest);
+}
+
+}  // namespace
+
 uint64_t auto_cache_capacity(const Config& cfg, bool under_mpi, uint64_t rank_budget_bytes) {
   if (cfg.shard_cache.capacity_bytes != kAutoBytes) return cfg.shard_cache.capacity_bytes;
   Config c = cfg;
   c.shard_cache.capacity_bytes = 0;
   const MemoryEstimate none = estimate_memory(c, under_mpi);
-  const uint64_t experts = none.experts;
-  c.shard_cache.capacity_bytes = experts;
-  const uint64_t need_all = estimate_memory(c, under_mpi).per_rank();
-  // Every expert when nothing bounds the rank, when they fit, or when keeping them costs
-  // nothing more (experts held from forward to backward without a limit: fsdp's block,
-  // zero.reshard_after_forward=false are all resident anyway).
-  const double usable = kAutoMemoryFraction * static_cast<double>(rank_budget_bytes);
-  if (experts == 0 || rank_budget_bytes == 0 || static_cast<double>(need_all) <= usable ||
-      need_all <= none.per_rank())
-    return experts;
-  const double rest = static_cast<double>(none.per_rank());
-  if (usable <= rest) return 0;
-  const uint64_t left = static_cast<uint64_t>(usable - rest);
-  return left / none.largest_expert * none.largest_expert;  // whole experts
+  c.shard_cache.capacity_bytes = none.experts;
+  // Experts held from forward to backward without a limit (fsdp's block,
+  // zero.reshard_after_forward=false) are resident anyway: keeping them costs nothing more.
+  const uint64_t bytes = fill(none.experts, none.per_rank(),
+                              estimate_memory(c, under_mpi).per_rank(), rank_budget_bytes);
+  return bytes == none.experts ? bytes : bytes / none.largest_expert * none.largest_expert;
 }
 
 AutoSizes auto_sizes(const Config& cfg, bool under_mpi, uint64_t rank_budget_bytes) {
@@ -292,17 +301,9 @@ AutoSizes auto_sizes(const Config& cfg, bool under_mpi, uint64_t rank_budget_byt
   c.shard_cache.capacity_bytes = a.cache_bytes;
   const MemoryEstimate none = estimate_memory(c, under_mpi);  // no dense keep
   c.zero.keep_dense_bytes = none.dense;
-  const uint64_t need_all = estimate_memory(c, under_mpi).per_rank();
-  const double usable = kAutoMemoryFraction * static_cast<double>(rank_budget_bytes);
-  // Every dense group when nothing bounds the rank, when they fit, or when keeping costs
-  // nothing (one micro-batch per step: nothing is kept between micro-batches).
-  if (none.dense == 0 || rank_budget_bytes == 0 || static_cast<double>(need_all) <= usable ||
-      need_all <= none.per_rank()) {
-    a.keep_dense_bytes = none.dense;
-    return a;
-  }
-  const double rest = static_cast<double>(none.per_rank());
-  a.keep_dense_bytes = usable <= rest ? 0 : static_cast<uint64_t>(usable - rest);
+  // One micro-batch per step keeps nothing between micro-batches: every group costs nothing.
+  a.keep_dense_bytes = fill(none.dense, none.per_rank(), estimate_memory(c, under_mpi).per_rank(),
+                            rank_budget_bytes);
   return a;
 }
 

@@ -109,9 +109,10 @@ struct AutoSizes {
   uint64_t keep_dense_bytes = 0;  // zero.keep_dense_bytes
 };
 AutoSizes auto_sizes(const Config& cfg, bool under_mpi, uint64_t rank_budget_bytes);
-// The share of a rank's memory the auto cache plans to fill with the whole estimate (which
-// counts full working sets: on examples/plan/moe13b.json it says 76.3 GiB where the simulated
-// run peaks at 74.1): the remainder covers the allocator's rounding and fragmentation.
+// The share of a rank's memory the "auto" budgets plan to fill with the whole estimate (which
+// counts full working sets: on examples/plan/moe13b.json with every expert and dense group kept
+// it says 75.3 GiB where the simulated run peaks at 71.0): the remainder covers the
+// allocator's rounding and fragmentation and what the estimate does not see.
 inline constexpr double kAutoMemoryFraction = 0.95;
 
 // The run header's line(s): "memory   per rank: params ..., total ... of ... available".

@@ -105,8 +105,9 @@ struct TrainOptions {
   // devices' virtual clocks (Device::virtual_time_s), and routing from `routing_source`.
   std::function<void(const std::function<void(comm::RankContext&)>& rank_main)> run_world;
   const moe::RoutingSource* routing_source = nullptr;  // required with run_world; not owned
-  // The memory of each rank's device for the "auto" sizes (shard_cache.capacity_bytes), with
-  // run_world: the simulated GPU's; 0: found out (train/memory_estimate.h, rank_memory_budget).
+  // The memory of each rank's device for the "auto" sizes (shard_cache.capacity_bytes,
+  // zero.keep_dense_bytes), with run_world: the simulated GPU's; 0: found out
+  // (train/memory_estimate.h, rank_memory_budget).
   uint64_t device_memory_bytes = 0;
 };
 
@@ -143,8 +144,8 @@ sim::SimDeviceOptions simulated_device_options(int world_size);
 // one (frequency_models: only their own rank's). Throws moezero::Error on bad input or when a
 // rank fails (the first failure; the others are woken, never left hanging).
 // The config with its "auto" sizes resolved as train() resolves them for this process
-// (shard_cache.capacity_bytes: train/memory_estimate.h, auto_cache_capacity); under MPI the
-// ranks then take the smallest. For the run header; train() calls it itself.
+// (shard_cache.capacity_bytes, zero.keep_dense_bytes: train/memory_estimate.h, auto_sizes);
+// under MPI the ranks then take the smallest. For the run header; train() calls it itself.
 Config resolve_auto_sizes(const Config& cfg, const TrainOptions& options);
 
 TrainResult train(const Config& cfg, const TrainOptions& options);
