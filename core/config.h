@@ -110,6 +110,14 @@ enum class MoeGather : uint8_t { Experts, Leaf, Fsdp };
 // Stage 1: the dtype of a rank's sum of its micro-batches' full gradients, kept until the
 // step's last backward reduce-scatters it (DeepSpeed's data_types.grad_accum_dtype).
 enum class GradAccumDtype : uint8_t { Fp32, Param };
+// Which local experts' gradients a backward pass reduces (README "zero.expert_grads").
+//   Active: moezero: only the agreed-active experts' (an expert no rank routed to has a zero
+//           gradient on every rank, and every rank knows it: skipping its reduction is exact).
+//   All:    every local expert's, the inactive ones as zeros, every time gradients are
+//           reduced: what DeepSpeed-MoE (capacity-padded experts), FSDP2 over stacked expert
+//           weights (torchtitan's GroupedExperts) and Megatron-Core (contiguous gradient
+//           buffers) reduce; none of them can skip an expert without ranks agreeing on it.
+enum class ExpertGrads : uint8_t { Active, All };
 
 // A byte budget the run derives from the memory it has ("auto": shard_cache.capacity_bytes,
 // zero.keep_dense_bytes, prefetch.budget_bytes). Read unresolved it means "no limit"; train()
@@ -128,6 +136,7 @@ struct ZeroConfig {
   uint64_t reduce_bucket_size = 64ull << 20;    // bytes per reduce-scatter bucket
   MoeGather moe_gather = MoeGather::Experts;
   GradAccumDtype grad_accum_dtype = GradAccumDtype::Fp32;  // fp32, or the compute dtype
+  ExpertGrads expert_grads = ExpertGrads::Active;  // which experts' gradients are reduced
   // moe_gather=experts: false keeps each active expert acquired in forward (full parameters)
   // until its backward in the same micro-batch (FSDP2's reshard_after_forward=False, per
   // expert); true releases it after forward and gathers it again in backward.

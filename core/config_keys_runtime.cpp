@@ -40,6 +40,12 @@ void visit_zero(V& v, ZeroConfig& c) {
       "or param (the compute dtype, as DeepSpeed's grad_accum_dtype; half the bytes in "
       "bf16). Stage 1 sums the full gradients on the rank; stages 2-3 reduce every "
       "micro-batch into the gradient shard, which is in the compute dtype either way");
+  v.choice("expert_grads", c.expert_grads,
+           Choices<ExpertGrads>{{"active", ExpertGrads::Active}, {"all", ExpertGrads::All}},
+           "which local experts' gradients a backward reduces: active (the agreed-active ones; "
+           "an expert no rank routed to has a zero gradient everywhere) or all (the inactive "
+           "ones as zeros, as DeepSpeed-MoE, FSDP2 and Megatron-Core reduce them; the bench's "
+           "incumbent rows); the same losses either way");
   v.field("reshard_after_forward", c.reshard_after_forward,
           "moe_gather=experts: release an active expert after forward (true) or keep it until "
           "its backward in the same micro-batch (false)");

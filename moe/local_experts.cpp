@@ -235,6 +235,16 @@ TensorBuffer LocalExperts::backward(const layers::ModuleContext& ctx, ParamProvi
       ctx, params, *this, active, held, [&](const std::vector<ExpertParams>& ex) {
         backward_experts(ctx, rows, ex, x, gate, up, dy, act, dact, dgate, dup, dx);
       });
+  if (rt_.options.reduce_every_expert) {
+    // zero.expert_grads=all (the incumbents' reduction): every inactive expert's gradient, a
+    // zero, is reduced as an active one's is; in id order after the active ones, as `active`
+    // is agreed, so the buckets match on every rank of the EDP group.
+    for (int j = 0; j < count(); ++j) {
+      if (active[static_cast<size_t>(j)]) continue;
+      params.grad(group(j), ctx.s());  // zero-filled by its first use in this pass
+      params.grad_ready(group(j), ctx.s());
+    }
+  }
   return dx;
 }
 

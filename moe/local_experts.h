@@ -64,7 +64,8 @@ class LocalExperts {
                          const Tensor& x, TensorBuffer& gate, TensorBuffer& up,
                          std::vector<Tensor>& held) const;
   // [in] dy (R, C); x, gate, up: forward's; returns dx (R, C) `=`. Writes (`+=`) each active
-  // expert's parameter gradient and marks it ready (grad_ready) before releasing the expert.
+  // expert's parameter gradient and marks it ready (grad_ready) before releasing the expert;
+  // with zero.expert_grads=all then marks each inactive expert's zero gradient ready, id order.
   TensorBuffer backward(const layers::ModuleContext& ctx, ParamProvider& params,
                         const DispatchState& rows, const std::vector<char>& active, const Tensor& x,
                         const Tensor& gate, const Tensor& up, const Tensor& dy,

@@ -35,6 +35,9 @@ struct MoeOptions {
   // zero.reshard_after_forward (gather == Experts only): false keeps an active expert acquired
   // in forward until its backward, without a byte limit (ParamProvider::hold).
   bool reshard_after_forward = true;
+  // zero.expert_grads=all: backward also marks every inactive local expert's (zero) gradient
+  // ready, so it is reduced like an active one's; false: only the active experts' are.
+  bool reduce_every_expert = false;
 };
 
 // The layer's place in the expert-parallel layout and the communicators of its collectives.

@@ -20,6 +20,9 @@ namespace moezero::bench {
 
 namespace {
 
+// The incumbents' gradient reduction: every local expert's, inactive ones as zeros.
+constexpr const char* kAllExperts = "zero.expert_grads=all";
+
 // The strategy table: name -> overrides (README, "Benchmark: moezero bench"). `moezero` is the
 // config as given; `moezero-cache=P` is resolved in resolve_strategy.
 const std::map<std::string, std::vector<std::string>>& strategy_table() {
@@ -28,16 +31,21 @@ const std::map<std::string, std::vector<std::string>>& strategy_table() {
       // the emulated link off, so communication costs only in-process copies. Not stage 0: its
       // replicated AdamW does world_size times the optimizer work of every other row.
       {"compute", {"zero.stage=1", "comm_emulation.link_gbps=0"}},
-      {"z1", {"zero.stage=1"}},
-      {"z2", {"zero.stage=2"}},
+      // Every incumbent row reduces every local expert's gradient, the inactive ones as zeros
+      // (zero.expert_grads=all, kAllExperts): DeepSpeed-MoE pads each expert to its capacity,
+      // FSDP2 reduces torchtitan's stacked expert weights whole and Megatron-Core its contiguous
+      // gradient buffers; skipping an expert needs the ranks to agree that nobody routed to it,
+      // which only moezero (and its z3-none ablations) does.
+      {"z1", {"zero.stage=1", kAllExperts}},
+      {"z2", {"zero.stage=2", kAllExperts}},
       // The incumbents' ZeRO-3 for MoE: DeepSpeed leaf module, FSDP2 unresharded block.
       // Both regather dense blocks in every micro-batch (keep_dense_bytes=0).
       {"z3-leaf",
        {"zero.stage=3", "zero.moe_gather=leaf", "prefetch.policy=none",
-        "shard_cache.capacity_bytes=0", "zero.keep_dense_bytes=0"}},
+        "shard_cache.capacity_bytes=0", "zero.keep_dense_bytes=0", kAllExperts}},
       {"z3-fsdp",
        {"zero.stage=3", "zero.moe_gather=fsdp", "prefetch.policy=none",
-        "shard_cache.capacity_bytes=0", "zero.keep_dense_bytes=0"}},
+        "shard_cache.capacity_bytes=0", "zero.keep_dense_bytes=0", kAllExperts}},
       // The incumbents at their best documented tuning (issue 27). DeepSpeed with
       // stage3_max_reuse_distance above the model: the leaf block kept from its forward to its
       // backward (the fsdp gather), gathered again in every micro-batch (no cache); dense groups
@@ -45,12 +53,13 @@ const std::map<std::string, std::vector<std::string>>& strategy_table() {
       // to backward only: fewer dense bytes than DeepSpeed moves, in the incumbent's favour).
       {"z3-leaf-reuse",
        {"zero.stage=3", "zero.moe_gather=fsdp", "prefetch.policy=none",
-        "shard_cache.capacity_bytes=0"}},
+        "shard_cache.capacity_bytes=0", kAllExperts}},
       // FSDP2 with reshard_after_forward=False and set_reshard_after_backward(False) under
       // gradient accumulation: everything gathered once per step and kept across its
       // micro-batches, within the same byte budgets as the `moezero` row (the config's
       // shard_cache.capacity_bytes for the experts, zero.keep_dense_bytes for dense groups).
-      {"z3-fsdp-keep", {"zero.stage=3", "zero.moe_gather=fsdp", "prefetch.policy=none"}},
+      {"z3-fsdp-keep",
+       {"zero.stage=3", "zero.moe_gather=fsdp", "prefetch.policy=none", kAllExperts}},
       // DeepSpeed ZeRO++ (Wang et al. 2023): z3-leaf-reuse with its three communication
       // reductions as this build has them. qwZ, block-quantised int8 weight gathers:
       // zero.quantized_weights=true (zero.quantization_block as configured, 2048 by default).
@@ -59,8 +68,9 @@ const std::map<std::string, std::vector<std::string>>& strategy_table() {
       // comm_emulation.ranks_per_node when above 1) are added by resolve_strategy (zeropp_extras).
       {"zeropp",
        {"zero.stage=3", "zero.moe_gather=fsdp", "prefetch.policy=none",
-        "shard_cache.capacity_bytes=0", "zero.quantized_weights=true"}},
-      // moezero's agreement on active experts only: no prefetch, no cache, nothing kept.
+        "shard_cache.capacity_bytes=0", "zero.quantized_weights=true", kAllExperts}},
+      // moezero's agreement on active experts only (gathers and gradient reductions): no
+      // prefetch, no cache, nothing kept.
       {"z3-none",
        {"zero.stage=3", "prefetch.policy=none", "shard_cache.capacity_bytes=0",
         "zero.keep_dense_bytes=0"}},

@@ -93,7 +93,8 @@ void RankSession::build_model() {
                  .loss_weight = 1.0f / static_cast<float>(tc_.grad_accum_steps),
                  .seed = static_cast<uint64_t>(tc_.seed),
                  .gather = &moe::gather_strategy(cfg_.zero.moe_gather),
-                 .reshard_after_forward = cfg_.zero.reshard_after_forward};
+                 .reshard_after_forward = cfg_.zero.reshard_after_forward,
+                 .reduce_every_expert = cfg_.zero.expert_grads == ExpertGrads::All};
   rt_.comms = {.ep_size = ep_,
                .ep_rank = comms_.pgs.ep_rank(ctx_.rank),
                .a2a = comms_.a2a.get(),
