@@ -183,6 +183,17 @@ void FetchCoordinator::release(int g) {
     return;
   }
   if (residency(st) && offer(g, State::Held)) return;
+  // A dense group released in a micro-batch's forward that the recorded order's prefetch would
+  // gather again at once for its backward (within the prefetch window) stays as if prefetched:
+  // the same bytes resident at the same time, one all-gather fewer, and none queued on the
+  // gather stream in front of the expert gathers that routing starts meanwhile. Between
+  // micro-batches zero.keep_dense_bytes decides, as before.
+  if (!st.expert && m_.backward_pass != m_.pass() && regathered_at_once(g)) {
+    count_live(st, +1);
+    st.state = State::Gathering;
+    st.origin = Origin::Recorded;
+    return;
+  }
   // hpZ: the next gather of the step stays inside the partition; the value policy knows when
   // there is none (no use left before the optimizer update).
   if (!(st.expert && values_keep() && keep_value(g) == 0.0)) keep_secondary(g);

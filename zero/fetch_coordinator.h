@@ -97,6 +97,10 @@ class FetchCoordinator {
   // wire_bytes: the all-gather's output bytes of this group in the codec's wire format.
   void on_gathered(int g, Origin origin, uint64_t ticket, uint64_t wire_bytes);
   void prefetch_ahead();  // the dense recorded order of every gather communicator
+  // Whether the dense prefetch would gather group g (dense, just released) again at its next
+  // acquire: its next use in the recorded order comes within zero.prefetch_bucket_size bytes of
+  // the walk and fits the live limit, as prefetch_ahead decides (the same on every rank).
+  bool regathered_at_once(int g) const;
 
   // ---- hpZ secondary shards (fetch_secondary.cpp)
   // Gathers the groups of `todo` that hold a secondary shard over their partition (one

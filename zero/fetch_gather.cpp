@@ -200,4 +200,31 @@ void FetchCoordinator::prefetch_ahead() {
   });
 }
 
+bool FetchCoordinator::regathered_at_once(int g) const {
+  const GroupState& mine = group(g);
+  bool found = false;
+  planner_->each_dense_ahead([&](std::span<const int> next) {
+    if (found || group(next.front()).comms.gather != mine.comms.gather) return;
+    uint64_t ahead = 0;
+    uint64_t live = live_bytes_of(mine.comms.gather);
+    for (int h : next) {  // prefetch_ahead's walk, up to g
+      const GroupState& st = group(h);
+      if (!st.params_sharded || st.expert) continue;
+      const size_t bytes = st.full_bytes(m_.options.compute_dtype);
+      const bool sharded = st.state == State::Sharded || h == g;
+      if (sharded && (ahead + bytes > m_.options.zero.prefetch_bucket_size ||
+                      live + bytes > live_limit_per_comm_))
+        return;
+      if (h == g) {
+        found = true;
+        return;
+      }
+      if (sharded) live += bytes;
+      ahead += bytes;
+      if (ahead >= m_.options.zero.prefetch_bucket_size) return;
+    }
+  });
+  return found;
+}
+
 }  // namespace moezero

@@ -569,5 +569,30 @@ TEST(Trainer, BadInputFailsBeforeTraining) {
   EXPECT_THROW(train(tiny(), opt), Error);
 }
 
+// A dense group released after its forward whose backward use lies within the prefetch window
+// stays gathered instead of being gathered again right away (zero/fetch_coordinator.cpp,
+// release): from the second step (the recorded order replays) each dense group is gathered once
+// per micro-batch; with a prefetch window too small to reach the backward, released groups are
+// gathered again for it.
+// The losses are the same bit for bit.
+TEST(TrainerPrefetch, DenseGroupsReusedInBackwardAreNotGatheredTwice) {
+  auto with = [](const char* bucket) {
+    return run(tiny_moe({"parallel.world_size=2", "train.steps=3", "zero.keep_dense_bytes=0",
+                         std::string("zero.prefetch_bucket_size=") + bucket}));
+  };
+  const TrainResult kept = with("64MiB"), twice = with("1");
+  ASSERT_EQ(kept.steps.size(), 3u);
+  ASSERT_EQ(twice.steps.size(), 3u);
+  for (size_t s = 0; s < kept.steps.size(); ++s)
+    EXPECT_EQ(kept.steps[s].loss, twice.steps[s].loss) << "step " << s + 1;
+  for (size_t s = 1; s < kept.steps.size(); ++s) {
+    const uint64_t once = kept.steps[s].ranks[0].gathered_dense_bytes;
+    ASSERT_GT(once, 0u);
+    // Gathered again for backward (the embedding and head too, where no other group's use
+    // lies between their forward and backward: not always re-gathered): strictly more.
+    EXPECT_LT(once, twice.steps[s].ranks[0].gathered_dense_bytes) << "step " << s + 1;
+  }
+}
+
 }  // namespace
 }  // namespace moezero::train
