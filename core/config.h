@@ -136,7 +136,7 @@ struct ZeroConfig {
   uint64_t reduce_bucket_size = 64ull << 20;    // bytes per reduce-scatter bucket
   MoeGather moe_gather = MoeGather::Experts;
   GradAccumDtype grad_accum_dtype = GradAccumDtype::Fp32;  // fp32, or the compute dtype
-  ExpertGrads expert_grads = ExpertGrads::Active;  // which experts' gradients are reduced
+  ExpertGrads expert_grads = ExpertGrads::Active;          // which experts' gradients are reduced
   // moe_gather=experts: false keeps each active expert acquired in forward (full parameters)
   // until its backward in the same micro-batch (FSDP2's reshard_after_forward=False, per
   // expert); true releases it after forward and gathers it again in backward.

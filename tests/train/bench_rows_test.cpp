@@ -81,7 +81,8 @@ TEST(BenchRows, IncumbentsAtTheirBestAreDefaultRows) {
   // The incumbents reduce every local expert's gradient (zeros for the inactive ones): none of
   // DeepSpeed, FSDP2 or Megatron-Core agrees on the active experts. moezero's rows and its
   // agreement ablations (z3-none, z3-none-hold) reduce the active ones only.
-  for (const char* n : {"z1", "z2", "z3-leaf", "z3-leaf-reuse", "zeropp", "z3-fsdp", "z3-fsdp-keep"})
+  for (const char* n :
+       {"z1", "z2", "z3-leaf", "z3-leaf-reuse", "zeropp", "z3-fsdp", "z3-fsdp-keep"})
     EXPECT_TRUE(has(resolve_strategy(n, base), "zero.expert_grads=all")) << n;
   for (const std::string& n : names) {
     if (!is_incumbent_row(n) || n.starts_with("z3-none")) {

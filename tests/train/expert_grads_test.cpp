@@ -15,12 +15,12 @@
 namespace moezero::train {
 namespace {
 
-// 16 experts, top-1, one 8-token sequence per rank per micro-batch at world 2: about a third of a layer's
-// experts get no token in a micro-batch, so `active` skips their reductions.
+// 16 experts, top-1, one 8-token sequence per rank per micro-batch at world 2: about a third of a
+// layer's experts get no token in a micro-batch, so `active` skips their reductions.
 TrainResult run(const std::string& grads, std::vector<std::string> extra) {
-  std::vector<std::string> o = {"model.num_experts=16", "model.top_k=1",
-                                "model.seq_len=8",      "train.micro_batch_size=2",
-                                "parallel.world_size=2", "train.steps=3",
+  std::vector<std::string> o = {"model.num_experts=16",     "model.top_k=1",
+                                "model.seq_len=8",          "train.micro_batch_size=2",
+                                "parallel.world_size=2",    "train.steps=3",
                                 "train.grad_accum_steps=2", "zero.expert_grads=" + grads};
   o.insert(o.end(), extra.begin(), extra.end());
   TrainOptions opt;
