@@ -97,10 +97,14 @@ class FetchCoordinator {
   // wire_bytes: the all-gather's output bytes of this group in the codec's wire format.
   void on_gathered(int g, Origin origin, uint64_t ticket, uint64_t wire_bytes);
   void prefetch_ahead();  // the dense recorded order of every gather communicator
-  // Whether the dense prefetch would gather group g (dense, just released) again at its next
-  // acquire: its next use in the recorded order comes within zero.prefetch_bucket_size bytes of
-  // the walk and fits the live limit, as prefetch_ahead decides (the same on every rank).
-  bool regathered_at_once(int g) const;
+  // One communicator's walk over `next` (its recorded order ahead): the sharded dense groups in
+  // order, within zero.prefetch_bucket_size bytes and the live limit, stopping at the first that
+  // does not fit; gathers them when `issue`. Returns true when it reaches group `target` (taken
+  // as sharded) inside the window (-1: none).
+  bool walk_dense(std::span<const int> next, int target, bool issue);
+  // Whether prefetch_ahead would gather group g (dense, just released) again at the next
+  // acquire: the same walk, issuing nothing (the same on every rank).
+  bool regathered_at_once(int g);
 
   // ---- hpZ secondary shards (fetch_secondary.cpp)
   // Gathers the groups of `todo` that hold a secondary shard over their partition (one

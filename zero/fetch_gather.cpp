@@ -180,49 +180,35 @@ void FetchCoordinator::prefetch_ahead() {
   // from its own groups only; its walk issues gathers in recorded order and stops at the first
   // group that does not fit (never skipping ahead). Experts of other EDP groups, or the
   // position of the rank's last acquire among them, never enter a decision.
-  planner_->each_dense_ahead([this](std::span<const int> next) {
-    uint64_t ahead = 0;  // the planner's channels: the same order on every rank
-    uint64_t live = live_bytes_of(group(next.front()).comms.gather);
-    for (int g : next) {
-      GroupState& st = group(g);
-      if (!st.params_sharded || st.expert) continue;  // experts: prefetched by their policy
-      const size_t bytes = st.full_bytes(m_.options.compute_dtype);
-      if (st.state == State::Sharded) {
-        if (ahead + bytes > m_.options.zero.prefetch_bucket_size ||
-            live + bytes > live_limit_per_comm_)
-          break;
-        gather(std::span<const int>(&g, 1), Origin::Recorded, false);
-        live += bytes;
-      }
-      ahead += bytes;  // in flight or just issued
-      if (ahead >= m_.options.zero.prefetch_bucket_size) break;
-    }
-  });
+  planner_->each_dense_ahead([this](std::span<const int> next) { walk_dense(next, -1, true); });
 }
 
-bool FetchCoordinator::regathered_at_once(int g) const {
-  const GroupState& mine = group(g);
+bool FetchCoordinator::walk_dense(std::span<const int> next, int target, bool issue) {
+  uint64_t ahead = 0;  // the planner's channels: the same order on every rank
+  uint64_t live = live_bytes_of(group(next.front()).comms.gather);
+  for (int g : next) {
+    GroupState& st = group(g);
+    if (!st.params_sharded || st.expert) continue;  // experts: prefetched by their policy
+    const size_t bytes = st.full_bytes(m_.options.compute_dtype);
+    if (st.state == State::Sharded || g == target) {
+      if (ahead + bytes > m_.options.zero.prefetch_bucket_size ||
+          live + bytes > live_limit_per_comm_)
+        return false;
+      if (g == target) return true;
+      if (issue) gather(std::span<const int>(&g, 1), Origin::Recorded, false);
+      live += bytes;
+    }
+    ahead += bytes;  // in flight or just issued
+    if (ahead >= m_.options.zero.prefetch_bucket_size) return false;
+  }
+  return false;
+}
+
+bool FetchCoordinator::regathered_at_once(int g) {
   bool found = false;
   planner_->each_dense_ahead([&](std::span<const int> next) {
-    if (found || group(next.front()).comms.gather != mine.comms.gather) return;
-    uint64_t ahead = 0;
-    uint64_t live = live_bytes_of(mine.comms.gather);
-    for (int h : next) {  // prefetch_ahead's walk, up to g
-      const GroupState& st = group(h);
-      if (!st.params_sharded || st.expert) continue;
-      const size_t bytes = st.full_bytes(m_.options.compute_dtype);
-      const bool sharded = st.state == State::Sharded || h == g;
-      if (sharded && (ahead + bytes > m_.options.zero.prefetch_bucket_size ||
-                      live + bytes > live_limit_per_comm_))
-        return;
-      if (h == g) {
-        found = true;
-        return;
-      }
-      if (sharded) live += bytes;
-      ahead += bytes;
-      if (ahead >= m_.options.zero.prefetch_bucket_size) return;
-    }
+    if (!found && group(next.front()).comms.gather == group(g).comms.gather)
+      found = walk_dense(next, g, false);
   });
   return found;
 }
