@@ -42,7 +42,9 @@ TEST(ExpertGrads, AllReducesTheInactiveExpertsZerosWithTheSameLosses) {
       {"zero.stage=3", "zero.moe_gather=leaf", "prefetch.policy=none"},
       {"zero.stage=2"},
       {"zero.stage=1"},
-      {"zero.stage=3", "train.dtype=bf16"}};
+      {"zero.stage=3", "train.dtype=bf16"},
+      // Expert parallelism: each rank's 8 experts reduced over its EDP group of 2.
+      {"zero.stage=3", "parallel.world_size=4", "parallel.ep_size=2", "train.micro_batch_size=4"}};
   for (const auto& c : cases) {
     std::string what;
     for (const std::string& o : c) what += o + " ";
